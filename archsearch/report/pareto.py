@@ -1,0 +1,234 @@
+"""Pareto front, reference point and hypervolume of a run, in the objectives' own units.
+
+Conventions used by every function here:
+
+* ``Y`` is an ``(n, m)`` float array: one row per trial, one column per objective, each column
+  in that metric's own unit (``accuracy`` as a fraction 0..1, ``flops_per_sample`` in FLOPs,
+  ``latency_ms`` in ms, ...; see DESIGN.md). Nothing is normalised or log-transformed, so a
+  hypervolume is in the product of the objectives' units (e.g. "accuracy x FLOPs").
+* ``modes`` gives one ``"max"`` or ``"min"`` per column. Internally min columns are negated so
+  that BoTorch's maximisation convention applies; results are returned in the original signs.
+* A row with any non-finite value (NaN, +-inf) is a trial that does not count (failed or
+  infeasible: the caller sets such rows to NaN). It is never on the front and never adds
+  hypervolume.
+
+Errors: :class:`ValueError` for a malformed ``Y`` / ``modes`` / ``ref`` (wrong shape, unknown
+mode, non-finite reference value).
+
+BoTorch and torch are imported inside the functions so that importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+MODES = ("max", "min")
+
+#: Fraction of the observed range by which the automatic reference point is moved past the
+#: worst observed value.
+REF_OFFSET_FRACTION = 0.1
+
+
+def _check(Y: np.ndarray, modes: Sequence[str]) -> np.ndarray:
+    """Return ``Y`` as a float64 ``(n, m)`` array after checking it against ``modes``."""
+    Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim != 2:
+        raise ValueError(f"Y must be a 2-D (n_trials, n_objectives) array, got shape {Y.shape}")
+    if len(modes) != Y.shape[1]:
+        raise ValueError(f"got {len(modes)} modes for {Y.shape[1]} objective columns")
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise ValueError(f"mode must be 'max' or 'min', got {bad}")
+    if Y.shape[1] == 0:
+        raise ValueError("need at least one objective")
+    return Y
+
+
+def _signs(modes: Sequence[str]) -> np.ndarray:
+    """+1 for max objectives, -1 for min objectives: ``Y * signs`` is in max-convention."""
+    return np.array([1.0 if m == "max" else -1.0 for m in modes])
+
+
+def _check_ref(ref: Sequence[float], m: int) -> np.ndarray:
+    ref_arr = np.asarray(ref, dtype=np.float64).reshape(-1)
+    if ref_arr.shape[0] != m:
+        raise ValueError(f"reference point has {ref_arr.shape[0]} values for {m} objectives")
+    if not np.all(np.isfinite(ref_arr)):
+        raise ValueError(f"reference point must be finite, got {list(ref_arr)}")
+    return ref_arr
+
+
+def non_dominated_mask(Y: np.ndarray, modes: Sequence[str]) -> np.ndarray:
+    """Which rows of ``Y`` are Pareto-optimal (not dominated by any other row).
+
+    A row dominates another when it is at least as good in every objective and strictly better
+    in one (better = larger for ``"max"``, smaller for ``"min"``). Rows with identical objective
+    values do not dominate each other, so all copies of a non-dominated point are marked
+    (BoTorch's ``deduplicate=False``). Rows containing NaN/inf are never marked.
+
+    Args:
+        Y: ``(n, m)`` objective values in their own units.
+        modes: ``m`` strings, ``"max"`` or ``"min"``.
+
+    Returns:
+        ``(n,)`` boolean array.
+
+    Raises:
+        ValueError: malformed ``Y`` or ``modes``.
+    """
+    import torch
+    from botorch.utils.multi_objective.pareto import is_non_dominated
+
+    Y = _check(Y, modes)
+    mask = np.zeros(Y.shape[0], dtype=bool)
+    finite = np.all(np.isfinite(Y), axis=1)
+    if not finite.any():
+        return mask
+    Y_max = torch.from_numpy(Y[finite] * _signs(modes))
+    mask[finite] = is_non_dominated(Y_max, maximize=True, deduplicate=False).numpy()
+    return mask
+
+
+def reference_point(
+    Y: np.ndarray,
+    modes: Sequence[str],
+    user_refs: Sequence[float | None] | None = None,
+) -> list[float | None]:
+    """Reference point for the hypervolume, in the objectives' own units.
+
+    Rule, per objective ``j``:
+
+    * if ``user_refs[j]`` is given (not None), use it unchanged;
+    * otherwise take the worst finite observed value ``w`` (the minimum for ``"max"``, the
+      maximum for ``"min"``) and move it *outward* (away from the good direction) by
+      ``0.1 * (max - min)`` of the observed finite values. If all observed values are equal the
+      shift is ``0.1 * |w|``, or ``0.1`` (in the metric's unit) when ``w == 0``. The offset
+      makes the worst points still contribute a sliver of hypervolume.
+    * if there is no finite observed value and no user value, the entry is ``None`` (the
+      hypervolume is then 0 by definition; see :func:`hypervolume`).
+
+    Example: accuracy (max) observed in [0.70, 0.85] -> ref 0.685; flops_per_sample (min)
+    observed in [1e6, 5e6] FLOPs -> ref 5.4e6 FLOPs.
+
+    Args:
+        Y: ``(n, m)`` objective values of the points that define the front (the caller passes
+            feasible, successful trials; non-finite rows are ignored).
+        modes: ``m`` strings, ``"max"`` or ``"min"``.
+        user_refs: optional ``m`` values (``None`` entries mean "automatic").
+
+    Returns:
+        ``m`` floats (or ``None`` where undeterminable).
+
+    Raises:
+        ValueError: malformed inputs or a non-finite user value.
+    """
+    Y = _check(Y, modes)
+    m = Y.shape[1]
+    if user_refs is None:
+        user_refs = [None] * m
+    if len(user_refs) != m:
+        raise ValueError(f"got {len(user_refs)} user reference values for {m} objectives")
+    rows = Y[np.all(np.isfinite(Y), axis=1)]
+    ref: list[float | None] = []
+    for j, mode in enumerate(modes):
+        given = user_refs[j]
+        if given is not None:
+            given = float(given)
+            if not np.isfinite(given):
+                raise ValueError(f"user reference value for objective {j} must be finite, got {given}")
+            ref.append(given)
+            continue
+        if rows.shape[0] == 0:
+            ref.append(None)
+            continue
+        lo, hi = float(rows[:, j].min()), float(rows[:, j].max())
+        worst = lo if mode == "max" else hi
+        shift = REF_OFFSET_FRACTION * (hi - lo)
+        if shift == 0.0:
+            shift = REF_OFFSET_FRACTION * abs(worst) if worst != 0.0 else REF_OFFSET_FRACTION
+        ref.append(worst - shift if mode == "max" else worst + shift)
+    return ref
+
+
+def hypervolume(Y: np.ndarray, modes: Sequence[str], ref: Sequence[float]) -> float:
+    """Hypervolume dominated by the rows of ``Y`` and bounded by ``ref``.
+
+    Computed with BoTorch's exact ``Hypervolume`` (dimension sweep) on ``Y * sign`` and
+    ``ref * sign`` (sign = +1 for max, -1 for min), so the value is the same as the textbook
+    definition in the original units, e.g. "accuracy x FLOPs" for the default objectives.
+    Only points strictly better than ``ref`` in every objective contribute. With one objective
+    this is ``max(0, best - ref)`` for max (``max(0, ref - best)`` for min): the improvement of
+    the best trial over the reference. No finite rows -> ``0.0``.
+
+    Args:
+        Y: ``(n, m)`` objective values; non-finite rows are ignored.
+        modes: ``m`` strings, ``"max"`` or ``"min"``.
+        ref: ``m`` finite reference values in the objectives' units.
+
+    Returns:
+        The hypervolume as a Python float (>= 0).
+
+    Raises:
+        ValueError: malformed inputs or non-finite ``ref``.
+    """
+    Y = _check(Y, modes)
+    ref_arr = _check_ref(ref, Y.shape[1])
+    return _hypervolume_max(Y * _signs(modes), ref_arr * _signs(modes))
+
+
+def _hypervolume_max(Y_max: np.ndarray, ref_max: np.ndarray) -> float:
+    """Hypervolume in max-convention; non-finite rows and rows not better than ref dropped."""
+    import torch
+    from botorch.utils.multi_objective.hypervolume import Hypervolume
+    from botorch.utils.multi_objective.pareto import is_non_dominated
+
+    rows = Y_max[np.all(np.isfinite(Y_max), axis=1)]
+    rows = rows[np.all(rows > ref_max, axis=1)]
+    if rows.shape[0] == 0:
+        return 0.0
+    pts = torch.from_numpy(np.ascontiguousarray(rows))
+    pts = pts[is_non_dominated(pts, maximize=True, deduplicate=True)]
+    return float(Hypervolume(torch.from_numpy(ref_max.copy())).compute(pts))
+
+
+def hypervolume_history(
+    Y_in_trial_order: np.ndarray, modes: Sequence[str], ref: Sequence[float]
+) -> list[float]:
+    """Hypervolume after each trial, in trial order, with one fixed reference point.
+
+    Entry ``i`` is the hypervolume of rows ``0..i`` (see :func:`hypervolume`), so the list has
+    one value per row and never decreases. Rows that are NaN (failed or infeasible trials)
+    keep the previous value. The hypervolume is only recomputed when a row enters the current
+    front, so 1,000 trials cost a few dozen BoTorch calls.
+
+    Args:
+        Y_in_trial_order: ``(n, m)`` objective values, one row per trial in the order the
+            trials were run.
+        modes: ``m`` strings, ``"max"`` or ``"min"``.
+        ref: ``m`` finite reference values; use the run's final reference point so that the
+            curve is comparable across trials.
+
+    Returns:
+        ``n`` floats.
+
+    Raises:
+        ValueError: malformed inputs or non-finite ``ref``.
+    """
+    Y = _check(Y_in_trial_order, modes)
+    ref_max = _check_ref(ref, Y.shape[1]) * _signs(modes)
+    Y_max = Y * _signs(modes)
+    history: list[float] = []
+    front = np.empty((0, Y.shape[1]))
+    current = 0.0
+    for row in Y_max:
+        if np.all(np.isfinite(row)) and np.all(row > ref_max):
+            # Does any point of the current front weakly dominate the new row?
+            dominated = bool(np.any(np.all(front >= row, axis=1))) if front.shape[0] else False
+            if not dominated:
+                keep = ~np.all(row >= front, axis=1) if front.shape[0] else np.zeros(0, bool)
+                front = np.vstack([front[keep], row])
+                current = _hypervolume_max(front, ref_max)
+        history.append(current)
+    return history
