@@ -1,0 +1,159 @@
+"""Command line: ``archsearch search | report | dashboard | data``.
+
+Only typer is imported at module level; torch, Ray, Optuna and BoTorch are imported inside the
+commands, so ``archsearch --help`` answers fast. A :class:`~archsearch.errors.UserError` is
+printed as one line (``FILE: FIELD: message``) with exit code 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from archsearch.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Search transformer architectures that are accurate and cheap.")
+data_app = typer.Typer(no_args_is_help=True, help="Bundled and local datasets.")
+app.add_typer(data_app, name="data")
+
+
+@app.command()
+def search(
+    space_file: Path = typer.Argument(..., help="Search space YAML (see search_spaces/)."),
+    searcher: str = typer.Option("tpe", help="random | tpe | nsga2"),
+    trials: Optional[int] = typer.Option(None, min=1, help="Override budget.trials."),
+    address: Optional[str] = typer.Option(None, help="Ray cluster: auto | HOST:PORT | ray://... "
+                                          "(default: start local Ray)."),
+    name: Optional[str] = typer.Option(None, help="Run name (default: SPACE-SEARCHER-TIME)."),
+    storage: Path = typer.Option(Path("runs"), help="Where run directories go (shared path on a cluster)."),
+    reports: Path = typer.Option(Path("reports"), help="Where reports go."),
+    cpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.cpus_per_trial."),
+    gpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.gpus_per_trial."),
+    ray_dashboard: bool = typer.Option(False, help="Start the Ray dashboard on 127.0.0.1:8265."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+):
+    """Run an architecture search and write its Pareto-front report."""
+    from archsearch.space import load_space
+    from archsearch.tune.runner import run_search
+
+    space = load_space(space_file)
+    res = run_search(space, searcher=searcher, trials=trials, address=address, name=name,
+                     storage=storage, reports=reports, progress=progress,
+                     cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
+                     ray_dashboard=ray_dashboard)
+    _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds)
+
+
+def _print_summary(summary: dict, report_dir: Path, run_dir: Path | None, wall: float | None):
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    objs = [o["metric"] for o in summary["objectives"]]
+    t = Table(title=f"Pareto front ({len(summary['pareto'])} of {summary['n_trials']} trials, "
+                    f"{summary['n_failed']} failed)")
+    t.add_column("trial")
+    for m in objs:
+        t.add_column(m, justify="right")
+    t.add_column("config")
+    for p in summary["pareto"]:
+        t.add_row(p["trial_id"], *[f"{p['metrics'].get(m, float('nan')):.4g}" for m in objs],
+                  ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in p["config"].items()))
+    con.print(t)
+    con.print(f"hypervolume {summary['hypervolume']:.6g} (reference point "
+              f"{summary['reference_point']})")
+    if wall is not None:
+        con.print(f"wall time {wall:.0f} s")
+    if run_dir is not None:
+        con.print(f"run:    {run_dir}")
+    con.print(f"report: {report_dir / 'index.html'}")
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="A run directory (runs/NAME)."),
+    out: Optional[Path] = typer.Option(None, help="Report directory (default reports/NAME)."),
+    reports: Path = typer.Option(Path("reports"), help="Where reports go."),
+):
+    """(Re)write the report of a run from its recorded trials."""
+    from archsearch.tune.runner import make_report
+
+    out_dir, summary = make_report(run_dir, reports, out)
+    _print_summary(summary, out_dir, None, None)
+
+
+@app.command()
+def dashboard(
+    run_dir: Path = typer.Argument(..., help="A run directory (runs/NAME)."),
+    host: str = typer.Option("127.0.0.1", help="Bind address. Anything but 127.0.0.1 exposes "
+                             "the study to the network without authentication."),
+    port: int = typer.Option(8080, help="Port."),
+):
+    """Serve the run's Optuna study with optuna-dashboard (127.0.0.1 by default)."""
+    db = run_dir / "optuna.db"
+    if not db.is_file():
+        raise UserError("no optuna.db here: not a run directory", file=str(run_dir))
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        typer.echo(f"warning: binding {host}: the dashboard has no authentication", err=True)
+    from optuna_dashboard import run_server
+
+    typer.echo(f"optuna-dashboard: http://{host}:{port}/  (Ctrl-C to stop)")
+    run_server(f"sqlite:///{db.resolve()}", host=host, port=port)
+
+
+@data_app.command("list")
+def data_list():
+    """List the bundled datasets."""
+    from archsearch.data import list_datasets
+
+    for d in list_datasets():
+        rows = ", ".join(f"{k} {v}" for k, v in d.n_rows.items())
+        typer.echo(f"{d.name:28s} {d.task:15s} {rows}  ({d.license})")
+
+
+@data_app.command("prepare")
+def data_prepare(
+    name: str = typer.Argument("rotten_tomatoes_sentences", help="Bundled name, file path or hub name."),
+    text_column: Optional[str] = typer.Option(None),
+    label_column: Optional[str] = typer.Option(None),
+    task: Optional[str] = typer.Option(None, help="classification | lm"),
+    tokenizer: str = typer.Option("bpe", help="bpe | char | PATH to a pretrained checkpoint"),
+    vocab_size: int = typer.Option(8000),
+    max_len: int = typer.Option(48),
+):
+    """Load, tokenize and cache a dataset; print its sizes."""
+    from archsearch.data import prepare
+
+    d = prepare(name, vocab_size=vocab_size, max_len=max_len, tokenizer=tokenizer,
+                text_column=text_column, label_column=label_column, task=task)
+    typer.echo(f"{name}: task {d.task}, vocab {d.vocab_size}, max_len {d.max_len}")
+
+
+def main() -> None:
+    """Console entry point: run the app, turning UserError into one line and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except UserError as e:
+        print(f"error: {e.one_line()}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

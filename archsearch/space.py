@@ -1,0 +1,440 @@
+"""Search spaces: a YAML file validated into a :class:`SearchSpace`.
+
+A search space names the task and dataset, the objectives (metric + ``min``/``max``), optional
+constraints, the budget, and the searchable params::
+
+    name: default
+    task: classification
+    dataset: {name: rotten_tomatoes_sentences, max_len: 48, vocab_size: 8000}
+    objectives:
+      - {metric: accuracy, mode: max}
+      - {metric: flops_per_sample, mode: min}
+    constraints:
+      params_trainable: {max: 2000000}
+    budget: {trials: 12, max_concurrent: 2, epochs: 4}
+    params:
+      n_layers: {type: int, low: 1, high: 4}
+      lr: {type: float, low: 3.0e-4, high: 3.0e-3, log: true}
+      d_model: {type: categorical, choices: [64, 128]}
+      dht_lambda: {type: float, low: 0.0, high: 1.0, when: {gating: dht}}
+    fixed: {dropout: 0.1}
+
+Every mistake raises :class:`archsearch.errors.UserError` naming the file and the dotted field
+(``default.yaml: params.n_layers.low: ...``). Unknown keys are errors, never ignored.
+
+The space converts to a Ray Tune param space (:meth:`SearchSpace.to_ray`), to Optuna
+distributions (:meth:`SearchSpace.to_optuna` / :meth:`SearchSpace.suggest`, define-by-run with
+conditions), and to and from the unit cube (:meth:`SearchSpace.encode` / :meth:`decode`),
+which the model-based searchers use.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from archsearch.errors import UserError
+
+#: Metric names (DESIGN.md), with the direction that makes each one "better".
+METRICS: dict[str, str] = {
+    "accuracy": "max",
+    "val_loss": "min",
+    "perplexity": "min",
+    "flops_per_sample": "min",
+    "params_total": "min",
+    "params_trainable": "min",
+    "latency_ms": "min",
+    "train_seconds": "min",
+}
+
+#: Config keys the trainable understands; anything else in ``params``/``fixed`` is an error.
+MODEL_KEYS = {
+    "n_layers", "d_model", "n_heads", "d_ffn", "d_ffn_mult", "dropout", "lr", "weight_decay",
+    "batch_size", "warmup_steps", "gating", "dht_lambda", "min_layers", "max_layers",
+    "min_heads", "gamma", "tying", "tying_k", "length_drop_p", "layer_drop_p", "init_from",
+    "label_smoothing",
+}
+
+Scalar = Union[int, float, str, bool]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntParam(_Strict):
+    """An integer in ``[low, high]`` (both inclusive), optionally on a log scale."""
+
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = 1
+    log: bool = False
+    when: dict[str, Union[Scalar, list[Scalar]]] | None = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) > high ({self.high})")
+        if self.step < 1:
+            raise ValueError("step must be >= 1")
+        if self.log and self.low <= 0:
+            raise ValueError("log scale needs low > 0")
+        return self
+
+
+class FloatParam(_Strict):
+    """A float in ``[low, high]``, optionally on a log scale."""
+
+    type: Literal["float"]
+    low: float
+    high: float
+    log: bool = False
+    when: dict[str, Union[Scalar, list[Scalar]]] | None = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            raise ValueError("low and high must be finite")
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) > high ({self.high})")
+        if self.log and self.low <= 0:
+            raise ValueError("log scale needs low > 0")
+        return self
+
+
+class CategoricalParam(_Strict):
+    """One of ``choices`` (numbers, strings or booleans)."""
+
+    type: Literal["categorical"]
+    choices: list[Scalar] = Field(min_length=1)
+    when: dict[str, Union[Scalar, list[Scalar]]] | None = None
+
+    @field_validator("choices")
+    @classmethod
+    def _unique(cls, v):
+        if len(set(map(repr, v))) != len(v):
+            raise ValueError("choices must be unique")
+        return v
+
+
+Param = Union[IntParam, FloatParam, CategoricalParam]
+
+
+class Objective(_Strict):
+    metric: str
+    mode: Literal["min", "max"]
+    ref: float | None = None  #: reference value for the hypervolume (default: from the data)
+
+    @field_validator("metric")
+    @classmethod
+    def _known(cls, v):
+        if v not in METRICS:
+            raise ValueError(f"unknown metric {v!r}; known: {', '.join(METRICS)}")
+        return v
+
+
+class Bound(_Strict):
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.min is None and self.max is None:
+            raise ValueError("give min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) > max ({self.max})")
+        return self
+
+
+class DatasetSpec(_Strict):
+    name: str = "rotten_tomatoes_sentences"
+    text_column: str | None = None
+    label_column: str | None = None
+    tokenizer: str = "bpe"  #: "bpe", "char" or a pretrained checkpoint directory
+    vocab_size: int = Field(8000, ge=64, le=1_000_000)
+    max_len: int = Field(48, ge=4, le=8192)
+    max_train_samples: int | None = Field(None, ge=1)
+
+
+class Budget(_Strict):
+    trials: int = Field(12, ge=1)
+    max_concurrent: int = Field(2, ge=1)
+    epochs: int = Field(4, ge=1)
+    steps_per_epoch: int | None = Field(None, ge=1)  #: LM: batches per epoch (default: one pass)
+    batch_size: int = Field(64, ge=1)
+    scheduler: Literal["none", "asha"] = "asha"
+    grace_period: int = Field(1, ge=1)  #: ASHA: epochs before a trial may be stopped
+    reduction_factor: int = Field(3, ge=2)
+    cpus_per_trial: float = Field(1.0, gt=0)
+    gpus_per_trial: float = Field(0.0, ge=0)
+    time_budget_s: float | None = Field(None, gt=0)
+    latency_batch_size: int = Field(32, ge=1)
+
+
+class SearchSpace(_Strict):
+    """A validated search space. Build it with :func:`load_space`."""
+
+    name: str
+    task: Literal["classification", "lm"] = "classification"
+    dataset: DatasetSpec = DatasetSpec()
+    objectives: list[Objective] = Field(min_length=1)
+    constraints: dict[str, Bound] = {}
+    budget: Budget = Budget()
+    params: dict[str, Param] = Field(min_length=1)
+    fixed: dict[str, Scalar] = {}
+    seed: int = 0
+    source: str | None = Field(None, exclude=True)  #: the YAML file it came from
+
+    @field_validator("constraints")
+    @classmethod
+    def _known_constraints(cls, v):
+        for k in v:
+            if k not in METRICS:
+                raise ValueError(f"unknown metric {k!r}; known: {', '.join(METRICS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _check_params(self):
+        names = set(self.params)
+        for key in list(self.params) + list(self.fixed):
+            if key not in MODEL_KEYS:
+                raise _FieldError(
+                    f"params.{key}" if key in self.params else f"fixed.{key}",
+                    f"unknown parameter {key!r}; known: {', '.join(sorted(MODEL_KEYS))}",
+                )
+        both = names & set(self.fixed)
+        if both:
+            raise _FieldError(f"fixed.{sorted(both)[0]}", "is both searched (params) and fixed")
+        for key, p in self.params.items():
+            for dep, val in (p.when or {}).items():
+                if dep not in names:
+                    raise _FieldError(f"params.{key}.when.{dep}", f"{dep!r} is not a param")
+                if dep == key:
+                    raise _FieldError(f"params.{key}.when", "a param cannot depend on itself")
+                dp = self.params[dep]
+                if not isinstance(dp, CategoricalParam):
+                    raise _FieldError(f"params.{key}.when.{dep}", "conditions must name a categorical param")
+                for v in val if isinstance(val, list) else [val]:
+                    if v not in dp.choices:
+                        raise _FieldError(f"params.{key}.when.{dep}", f"{v!r} is not one of {dp.choices}")
+        # conditions are only allowed on params declared before (so define-by-run order works)
+        order = list(self.params)
+        for key, p in self.params.items():
+            for dep in p.when or {}:
+                if order.index(dep) > order.index(key):
+                    raise _FieldError(f"params.{key}.when.{dep}", f"declare {dep!r} before {key!r}")
+        modes = {o.metric for o in self.objectives}
+        if len(modes) != len(self.objectives):
+            raise _FieldError("objectives", "an objective is listed twice")
+        return self
+
+    # ------------------------------------------------------------------ conditions
+    def active(self, key: str, config: dict[str, Any]) -> bool:
+        """Whether param ``key`` applies given the values already chosen in ``config``."""
+        for dep, val in (self.params[key].when or {}).items():
+            allowed = val if isinstance(val, list) else [val]
+            if dep not in config or config[dep] not in allowed:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ Optuna
+    def to_optuna(self) -> dict[str, Any]:
+        """All params as ``optuna.distributions`` (conditions ignored: see :meth:`suggest`)."""
+        import optuna.distributions as d
+
+        out: dict[str, Any] = {}
+        for key, p in self.params.items():
+            if isinstance(p, IntParam):
+                out[key] = d.IntDistribution(p.low, p.high, log=p.log, step=p.step)
+            elif isinstance(p, FloatParam):
+                out[key] = d.FloatDistribution(p.low, p.high, log=p.log)
+            else:
+                out[key] = d.CategoricalDistribution(p.choices)
+        return out
+
+    def suggest(self, trial) -> dict[str, Any]:
+        """Define-by-run sampling for an ``optuna.Trial``: only active params are suggested.
+
+        Returns the config (params only; :attr:`fixed` is added by the trainable).
+        """
+        config: dict[str, Any] = {}
+        for key, p in self.params.items():
+            if not self.active(key, config):
+                continue
+            if isinstance(p, IntParam):
+                config[key] = trial.suggest_int(key, p.low, p.high, step=p.step, log=p.log)
+            elif isinstance(p, FloatParam):
+                config[key] = trial.suggest_float(key, p.low, p.high, log=p.log)
+            else:
+                config[key] = trial.suggest_categorical(key, p.choices)
+        return config
+
+    # ------------------------------------------------------------------ Ray Tune
+    def to_ray(self) -> dict[str, Any]:
+        """A Ray Tune ``param_space``; a conditional param is ``None`` when inactive."""
+        from ray import tune
+
+        out: dict[str, Any] = {}
+        for key, p in self.params.items():
+            if isinstance(p, IntParam):
+                dom = (tune.lograndint(p.low, p.high + 1) if p.log
+                       else tune.qrandint(p.low, p.high, p.step) if p.step > 1
+                       else tune.randint(p.low, p.high + 1))
+            elif isinstance(p, FloatParam):
+                dom = tune.loguniform(p.low, p.high) if p.log else tune.uniform(p.low, p.high)
+            else:
+                dom = tune.choice(p.choices)
+            if p.when:
+                dom = tune.sample_from(_Conditional(self, key, dom))
+            out[key] = dom
+        return out
+
+    # ------------------------------------------------------------------ unit cube
+    def dims(self) -> list[tuple[str, Any]]:
+        """The unit-cube dimensions, in order: ``(param, None)`` for a numeric param and
+        ``(param, choice)`` for each one-hot column of a categorical one."""
+        out: list[tuple[str, Any]] = []
+        for key, p in self.params.items():
+            if isinstance(p, CategoricalParam):
+                out += [(key, c) for c in p.choices]
+            else:
+                out.append((key, None))
+        return out
+
+    def encode(self, config: dict[str, Any]) -> list[float]:
+        """Map a config to the unit cube: ints and floats scaled to [0, 1] (log scale when
+        ``log``), categoricals one-hot. Inactive params encode as 0 (numeric: their low)."""
+        x: list[float] = []
+        for key, p in self.params.items():
+            v = config.get(key)
+            if isinstance(p, CategoricalParam):
+                x += [1.0 if v == c else 0.0 for c in p.choices]
+            elif v is None:
+                x.append(0.0)
+            elif p.low == p.high:
+                x.append(0.0)
+            elif p.log:
+                x.append((math.log(v) - math.log(p.low)) / (math.log(p.high) - math.log(p.low)))
+            else:
+                x.append((v - p.low) / (p.high - p.low))
+        return x
+
+    def decode(self, x: list[float]) -> dict[str, Any]:
+        """Inverse of :meth:`encode`: rounds ints, takes the arg-max one-hot column, clips to
+        bounds and drops inactive params."""
+        config: dict[str, Any] = {}
+        i = 0
+        for key, p in self.params.items():
+            if isinstance(p, CategoricalParam):
+                cols = x[i:i + len(p.choices)]
+                value: Any = p.choices[max(range(len(cols)), key=cols.__getitem__)]
+                i += len(p.choices)
+            else:
+                u = min(max(float(x[i]), 0.0), 1.0)
+                i += 1
+                if p.log:
+                    value = math.exp(math.log(p.low) + u * (math.log(p.high) - math.log(p.low)))
+                else:
+                    value = p.low + u * (p.high - p.low)
+                if isinstance(p, IntParam):
+                    value = p.low + round((value - p.low) / p.step) * p.step
+                    value = int(min(max(value, p.low), p.high))
+            if self.active(key, config):
+                config[key] = value
+        return config
+
+    @property
+    def metric_names(self) -> list[str]:
+        return [o.metric for o in self.objectives]
+
+    @property
+    def modes(self) -> list[str]:
+        return [o.mode for o in self.objectives]
+
+
+class _Conditional:
+    """``tune.sample_from`` callable: sample ``dom`` only when ``key``'s condition holds."""
+
+    def __init__(self, space: SearchSpace, key: str, dom):
+        self.space, self.key, self.dom = space, key, dom
+
+    def __call__(self, spec):
+        cfg = dict(spec.config) if hasattr(spec, "config") else dict(spec)
+        return self.dom.sample() if self.space.active(self.key, cfg) else None
+
+
+class _FieldError(ValueError):
+    """Raised inside validators to point at an exact field."""
+
+    def __init__(self, field: str, message: str):
+        self.field, self.message = field, message
+        super().__init__(message)
+
+
+def _field_of(err: dict) -> str:
+    loc = [str(p) for p in err.get("loc", ())]
+    # pydantic puts the union member tag (e.g. "int", "float") into loc; drop it.
+    out = []
+    for i, p in enumerate(loc):
+        if i >= 2 and loc[0] == "params" and p in ("int", "float", "categorical") and i == 2:
+            continue
+        out.append(p)
+    return ".".join(out)
+
+
+def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
+    """Validate an already-parsed YAML mapping. Raises :class:`UserError` on any mistake."""
+    if not isinstance(data, dict):
+        raise UserError("the file must hold a mapping (key: value) at the top level", file=source)
+    params = data.get("params")
+    if isinstance(params, dict):
+        for key, p in params.items():
+            if not isinstance(p, dict):
+                raise UserError("must be a mapping with a 'type'", file=source, field=f"params.{key}")
+            t = p.get("type")
+            if t not in ("int", "float", "categorical"):
+                raise UserError(f"unknown parameter type {t!r}; use int, float or categorical",
+                                file=source, field=f"params.{key}.type")
+    try:
+        space = SearchSpace.model_validate({**data, "source": source})
+    except _FieldError as e:
+        raise UserError(e.message, file=source, field=e.field) from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        ctx_err = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_err, _FieldError):
+            raise UserError(ctx_err.message, file=source, field=ctx_err.field) from None
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        raise UserError(msg, file=source, field=_field_of(err) or None) from None
+    return space
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    """Read and validate a search-space YAML file (``yaml.safe_load``).
+
+    Raises:
+        UserError: missing/unreadable file, malformed YAML, or any invalid field; the message
+            names the file and the dotted field.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError("file not found", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read: {e.__class__.__name__}", file=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        problem = getattr(e, "problem", None) or "malformed YAML"
+        raise UserError(f"malformed YAML: {problem}", file=str(path), field=where) from None
+    return parse_space(data, source=str(path))

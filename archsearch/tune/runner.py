@@ -1,0 +1,371 @@
+"""Run a search: local Ray (or a cluster), a Ray Tune ``Tuner``, an Optuna study, a report.
+
+One run directory holds everything about a run::
+
+    RUN_DIR/
+      run.json          what was asked (space file, searcher, trials, seed) and wall time
+      space.yaml        a copy of the search space
+      optuna.db         the Optuna RDBStorage (SQLite) study, for `archsearch dashboard`
+      tune/             Ray Tune's experiment directory (results, checkpoints)
+      trials/ID.json    one record per trial: config, status, history, error
+
+and the report lands in ``reports/<run-name>/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from archsearch.errors import UserError
+from archsearch.space import SearchSpace
+
+SEARCHERS = ("random", "tpe", "nsga2")
+
+
+def ray_env() -> None:
+    """Environment for local and test Ray sessions (no token auth, no usage stats)."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # Ray Tune: do not print the big status table; we draw our own progress.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+
+
+def init_ray(address: str | None, *, num_cpus: int | None = None, dashboard: bool = False,
+             dashboard_host: str = "127.0.0.1") -> None:
+    """Start local Ray (``address=None``) or connect to a cluster.
+
+    Raises:
+        UserError: nothing answers at ``address``.
+    """
+    ray_env()
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address is None:
+        if dashboard_host not in ("127.0.0.1", "localhost"):
+            print(f"warning: Ray dashboard bound to {dashboard_host}: Ray has no authentication; "
+                  "anyone who can reach this port can run code on this machine", file=sys.stderr)
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(),
+                 include_dashboard=dashboard, dashboard_host=dashboard_host,
+                 log_to_driver=False, logging_level="ERROR")
+    else:
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        except Exception as e:  # Ray raises ConnectionError, RuntimeError or ValueError here
+            raise UserError(f"no Ray cluster answers there ({e.__class__.__name__})",
+                            file=address, field="--address") from None
+
+
+def make_searcher(name: str, space: SearchSpace, *, storage, study_name: str, seed: int):
+    """Ray Tune searcher for ``--searcher``: Optuna samplers through Ray's ``OptunaSearch``,
+    recording every trial in the Optuna ``storage`` (the dashboard reads it).
+
+    Raises:
+        UserError: unknown searcher name.
+    """
+    import optuna
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    if name == "random":
+        sampler = optuna.samplers.RandomSampler(seed=seed)
+    elif name == "tpe":
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(6, space.budget.trials),
+                                             multivariate=True)
+    elif name == "nsga2":
+        pop = max(4, min(20, space.budget.trials // 3))
+        sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=pop)
+    else:
+        raise UserError(f"unknown searcher {name!r}; choose one of {', '.join(SEARCHERS)}",
+                        field="--searcher")
+    metrics, modes = space.metric_names, space.modes
+    alg = OptunaSearch(space=space.suggest, metric=metrics if len(metrics) > 1 else metrics[0],
+                       mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
+                       storage=storage, study_name=study_name, seed=seed)
+    return ConcurrencyLimiter(alg, max_concurrent=space.budget.max_concurrent)
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _json_default(o):
+    try:
+        return float(o)
+    except Exception:
+        return str(o)
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def read_trials(run_dir: Path) -> list[dict]:
+    """All trial records of a run, in the order the trials started."""
+    out = []
+    for p in sorted((Path(run_dir) / "trials").glob("*.json")):
+        out.append(json.loads(p.read_text()))
+    out.sort(key=lambda r: (r.get("started", 0), r["trial_id"]))
+    return out
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    report_dir: Path
+    summary: dict
+    wall_seconds: float
+
+
+def make_callbacks(run_dir: Path, space: SearchSpace, progress: bool):
+    """Tune callbacks: one that records each trial to ``trials/ID.json`` and one that draws a
+    rich progress line (trials done / running / failed, best so far)."""
+    from ray.tune import Callback
+
+    metric_keys = ("accuracy", "val_loss", "perplexity", "flops_per_sample", "params_total",
+                   "params_trainable", "latency_ms", "train_seconds", "epoch", "train_loss")
+    epochs = space.budget.epochs
+
+    class Recorder(Callback):
+        def __init__(self):
+            self.records: dict[str, dict] = {}
+            (run_dir / "trials").mkdir(parents=True, exist_ok=True)
+            for r in read_trials(run_dir):
+                self.records[r["trial_id"]] = r
+
+        def _rec(self, trial) -> dict:
+            rec = self.records.get(trial.trial_id)
+            if rec is None:
+                rec = {"trial_id": trial.trial_id, "status": "RUNNING",
+                       "config": {k: v for k, v in trial.config.items() if v is not None},
+                       "metrics": {}, "history": [], "error": None, "started": time.time()}
+                self.records[trial.trial_id] = rec
+            return rec
+
+        def _write(self, rec):
+            _atomic_json(run_dir / "trials" / f"{rec['trial_id']}.json", rec)
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            self._write(self._rec(trial))
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            rec = self._rec(trial)
+            m = {k: _clean(result[k]) for k in metric_keys if k in result}
+            # a retried trial reports its epochs again: keep one entry per epoch
+            rec["history"] = [h for h in rec["history"] if h.get("epoch") != m.get("epoch")] + [m]
+            rec["metrics"] = m
+            self._write(rec)
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            rec = self._rec(trial)
+            done_epochs = rec["metrics"].get("epoch", 0) or 0
+            rec["status"] = "TERMINATED" if done_epochs >= epochs else "STOPPED"
+            self._write(rec)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            rec = self._rec(trial)
+            rec["status"] = "ERROR"
+            err = trial.get_error() or "unknown error"
+            lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+            rec["error"] = lines[-1] if lines else "unknown error"
+            self._write(rec)
+
+    class Progress(Callback):
+        def __init__(self, recorder: Recorder):
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress
+            from rich.progress import TextColumn, TimeElapsedColumn
+
+            self.recorder = recorder
+            self.bar = RichProgress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
+                                    TimeElapsedColumn(), TextColumn("{task.description}"),
+                                    console=Console(stderr=True), transient=False)
+            self.task = None
+
+        def _update(self):
+            recs = list(self.recorder.records.values())
+            done = [r for r in recs if r["status"] in ("TERMINATED", "STOPPED")]
+            failed = [r for r in recs if r["status"] == "ERROR"]
+            running = [r for r in recs if r["status"] == "RUNNING"]
+            best = ""
+            obj = space.objectives[0]
+            vals = [r["metrics"].get(obj.metric) for r in recs if r["status"] != "ERROR"]
+            vals = [v for v in vals if isinstance(v, (int, float))]
+            if vals:
+                b = max(vals) if obj.mode == "max" else min(vals)
+                best = f"best {obj.metric} {b:.4g}"
+            desc = f"running {len(running)}  failed {len(failed)}  {best}"
+            if self.task is None:
+                self.bar.start()
+                self.task = self.bar.add_task(desc, total=space.budget.trials)
+            self.bar.update(self.task, completed=len(done) + len(failed), description=desc)
+
+        def on_step_end(self, iteration, trials, **info):
+            if iteration % 20 == 0:
+                self._update()
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            self._update()
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self._update()
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self._update()
+
+        def on_experiment_end(self, trials, **info):
+            self._update()
+            self.bar.stop()
+
+    rec = Recorder()
+    return [rec, Progress(rec)] if progress else [rec]
+
+
+def settings_for(space: SearchSpace, cpus_per_trial: float | None = None) -> dict[str, Any]:
+    b = space.budget
+    cpus = cpus_per_trial or b.cpus_per_trial
+    return {"epochs": b.epochs, "batch_size": b.batch_size, "steps_per_epoch": b.steps_per_epoch,
+            "latency_batch_size": b.latency_batch_size, "seed": space.seed,
+            "threads": max(1, int(cpus)), "fixed": dict(space.fixed)}
+
+
+def prepare_data(space: SearchSpace):
+    """Load and tokenize the space's dataset once (cached on disk)."""
+    from archsearch.data import prepare
+
+    ds = space.dataset
+    return prepare(ds.name, vocab_size=ds.vocab_size, max_len=ds.max_len, tokenizer=ds.tokenizer,
+                   text_column=ds.text_column, label_column=ds.label_column, task=space.task)
+
+
+def check_run_dir(storage: str | Path, name: str) -> Path:
+    """The new run directory ``storage/name``.
+
+    Raises:
+        UserError: it exists already (a run is never appended to by accident) or
+            ``storage`` is not writable.
+    """
+    root = Path(storage).expanduser().resolve()
+    run_dir = root / name
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise UserError("a run with this name exists; pick another --name or resume it with "
+                        f"`archsearch resume {run_dir}`", file=str(run_dir), field="--name")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"storage path is not writable ({e.strerror})", file=str(root),
+                        field="--storage") from None
+    return run_dir
+
+
+def run_search(space: SearchSpace, *, searcher: str = "tpe", trials: int | None = None,
+               address: str | None = None, name: str | None = None, storage: str | Path = "runs",
+               reports: str | Path = "reports", progress: bool = True,
+               cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,
+               num_cpus: int | None = None, ray_dashboard: bool = False) -> RunResult:
+    """Run a whole search and write its report. See the module docstring for the layout.
+
+    Raises:
+        UserError: bad searcher, existing run name, unwritable storage, unreachable cluster,
+            unreadable dataset.
+    """
+    if searcher not in SEARCHERS:
+        raise UserError(f"unknown searcher {searcher!r}; choose one of {', '.join(SEARCHERS)}",
+                        field="--searcher")
+    if trials is not None:
+        space = space.model_copy(update={"budget": space.budget.model_copy(update={"trials": trials})})
+    name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = check_run_dir(storage, name)
+    t0 = time.time()
+    data = prepare_data(space)
+    if space.source:
+        shutil.copyfile(space.source, run_dir / "space.yaml")
+    info = {"name": name, "searcher": searcher, "space_file": space.source, "trials": space.budget.trials,
+            "seed": space.seed, "address": address, "started": t0, "argv": sys.argv}
+    _atomic_json(run_dir / "run.json", info)
+
+    init_ray(address, num_cpus=num_cpus, dashboard=ray_dashboard)
+    import optuna
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from archsearch.tune.trainable import train_trial
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage_obj = optuna.storages.RDBStorage(f"sqlite:///{run_dir / 'optuna.db'}")
+    alg = make_searcher(searcher, space, storage=storage_obj, study_name=name, seed=space.seed)
+    b = space.budget
+    scheduler = None
+    if b.scheduler == "asha" and b.epochs > b.grace_period:
+        obj = space.objectives[0]
+        scheduler = ASHAScheduler(metric=obj.metric, mode=obj.mode, time_attr="training_iteration",
+                                  max_t=b.epochs, grace_period=b.grace_period,
+                                  reduction_factor=b.reduction_factor)
+    cpus = cpus_per_trial or b.cpus_per_trial
+    gpus = gpus_per_trial if gpus_per_trial is not None else b.gpus_per_trial
+    trainable = tune.with_resources(
+        tune.with_parameters(train_trial, data=data, settings=settings_for(space, cpus)),
+        {"cpu": cpus, "gpu": gpus})
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(search_alg=alg, scheduler=scheduler, num_samples=b.trials,
+                                    reuse_actors=True, time_budget_s=b.time_budget_s),
+        run_config=tune.RunConfig(
+            name="tune", storage_path=str(run_dir), verbose=0,
+            callbacks=make_callbacks(run_dir, space, progress),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            failure_config=tune.FailureConfig(max_failures=0)),
+    )
+    tuner.fit()
+    wall = time.time() - t0
+    info["wall_seconds"] = wall
+    _atomic_json(run_dir / "run.json", info)
+    report_dir, summary = make_report(run_dir, reports)
+    return RunResult(run_dir, report_dir, summary, wall)
+
+
+def make_report(run_dir: str | Path, reports: str | Path = "reports",
+                out_dir: str | Path | None = None) -> tuple[Path, dict]:
+    """Write ``reports/<run-name>/`` from a run directory; returns (report dir, pareto.json).
+
+    Raises:
+        UserError: ``run_dir`` is not a run directory.
+    """
+    from archsearch.report import write_report
+    from archsearch.space import load_space
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "run.json").is_file():
+        raise UserError("not a run directory (no run.json)", file=str(run_dir))
+    info = json.loads((run_dir / "run.json").read_text())
+    space = load_space(run_dir / "space.yaml")
+    out = Path(out_dir) if out_dir else Path(reports) / info["name"]
+    out.mkdir(parents=True, exist_ok=True)
+    run_info = {**info, "space_file": info.get("space_file") or str(run_dir / "space.yaml"),
+                "run_dir": str(run_dir)}
+    summary = write_report(
+        read_trials(run_dir),
+        [o.model_dump(exclude_none=True) for o in space.objectives],
+        out,
+        constraints={k: v.model_dump(exclude_none=True) for k, v in space.constraints.items()},
+        run_info=run_info,
+    )
+    return out, summary

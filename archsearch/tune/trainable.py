@@ -1,0 +1,304 @@
+"""The Ray Tune trainable: build the model a trial's config asks for, train it, evaluate it each
+epoch and report the DESIGN.md metrics with a checkpoint.
+
+``train_trial(config, data=..., settings=...)`` is a Tune *function trainable*; the runner
+binds ``data`` (the run's :class:`archsearch.data.PreparedData`, tokenized once and shared
+through Ray's object store) and ``settings`` (the budget and fixed values) with
+``tune.with_parameters``. :func:`run_trial` is the same loop without Ray (tests, benchmarks).
+
+Reported each epoch (names and units from DESIGN.md): ``accuracy`` (classification),
+``val_loss`` (nats/token or nats/sample), ``perplexity`` (LM), ``flops_per_sample`` (FLOPs),
+``params_total``, ``params_trainable`` (counts), ``latency_ms`` (ms per sample at
+``latency_batch_size``), ``train_seconds`` (s, cumulative), plus ``epoch``.
+
+A trial whose loss becomes NaN or infinite raises :class:`FloatingPointError`; Tune records
+the trial as failed with that message and the search goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from typing import Any, Callable
+
+#: Defaults for config keys a space may leave out.
+DEFAULTS: dict[str, Any] = {
+    "n_layers": 2,
+    "d_model": 64,
+    "n_heads": 4,
+    "d_ffn_mult": 4,
+    "dropout": 0.1,
+    "lr": 1e-3,
+    "weight_decay": 0.01,
+    "warmup_steps": 50,
+    "label_smoothing": 0.0,
+    "gating": "static",
+    "tying": "none",
+}
+
+
+def model_config(cfg: dict[str, Any], data) -> "TransformerConfig":  # noqa: F821
+    """The :class:`TransformerConfig` for a trial config and the run's data."""
+    from archsearch.models.transformer import TransformerConfig
+
+    d_model = int(cfg["d_model"])
+    d_ffn = int(cfg["d_ffn"]) if cfg.get("d_ffn") else int(round(float(cfg["d_ffn_mult"]) * d_model))
+    kwargs = dict(
+        vocab_size=int(data.vocab_size),
+        max_len=int(data.max_len),
+        n_layers=int(cfg["n_layers"]),
+        d_model=d_model,
+        n_heads=int(cfg["n_heads"]),
+        d_ffn=d_ffn,
+        dropout=float(cfg["dropout"]),
+        task=data.task,
+        pad_id=int(data.pad_id),
+    )
+    if data.task == "classification":
+        kwargs["n_classes"] = int(data.n_classes)
+    return TransformerConfig(**kwargs)
+
+
+def _lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.05, 1.0 - (step - warmup) / max(1, total - warmup))
+    return f
+
+
+def _trim(ids, mask):
+    """Drop trailing all-padding columns of a batch: (B, T) -> (B, T') with T' = longest."""
+    t = int(mask.any(0).nonzero().max().item()) + 1 if bool(mask.any()) else 1
+    return ids[:, :t], mask[:, :t]
+
+
+class TrialLoop:
+    """Training state of one trial: model, optimizer, LR schedule, RNG and progress.
+
+    Args:
+        cfg: the trial config (searched params and fixed values).
+        data: :class:`archsearch.data.PreparedData`.
+        settings: budget values: ``epochs``, ``batch_size``, ``steps_per_epoch`` (LM),
+            ``latency_batch_size``, ``seed``, ``threads``.
+    """
+
+    def __init__(self, cfg: dict[str, Any], data, settings: dict[str, Any]):
+        import torch
+
+        from archsearch.models.transformer import Transformer
+
+        self.cfg = {**DEFAULTS, **settings.get("fixed", {}), **{k: v for k, v in cfg.items() if v is not None}}
+        self.data, self.settings = data, settings
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        seed = int(settings.get("seed", 0))
+        torch.manual_seed(seed)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.mcfg = model_config(self.cfg, data)
+        self.model = Transformer(self.mcfg).to(self.device)
+        self.batch_size = int(self.cfg.get("batch_size") or settings.get("batch_size", 64))
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=float(self.cfg["lr"]),
+                                     weight_decay=float(self.cfg["weight_decay"]))
+        total = self.steps_per_epoch() * int(settings["epochs"])
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, _lr_lambda(int(self.cfg["warmup_steps"]), total))
+        self.epoch = 0
+        self.train_seconds = 0.0
+        self.history: list[dict[str, float]] = []
+
+    # ------------------------------------------------------------------ data
+    def steps_per_epoch(self) -> int:
+        if self.data.task == "lm":
+            return int(self.settings.get("steps_per_epoch") or 200)
+        n = len(self.data.splits["train"]["labels"])
+        return math.ceil(n / self.batch_size)
+
+    def _train_batches(self):
+        import torch
+
+        if self.data.task == "lm":
+            stream = self.data.splits["train"]["ids"]
+            T = self.mcfg.max_len
+            for _ in range(self.steps_per_epoch()):
+                start = torch.randint(0, len(stream) - T - 1, (self.batch_size,), generator=self.gen)
+                idx = start[:, None] + torch.arange(T + 1)
+                chunk = stream[idx]  # (B, T+1)
+                yield chunk[:, :-1], None, chunk[:, 1:]
+        else:
+            split = self.data.splits["train"]
+            perm = torch.randperm(len(split["labels"]), generator=self.gen)
+            for i in range(0, len(perm), self.batch_size):
+                j = perm[i:i + self.batch_size]
+                ids, mask = _trim(split["input_ids"][j], split["attention_mask"][j])
+                yield ids, mask, split["labels"][j]
+
+    def _eval_batches(self, split_name: str = "validation", batch_size: int = 256):
+        if self.data.task == "lm":
+            stream = self.data.splits[split_name]["ids"]
+            T = self.mcfg.max_len
+            n_blocks = min((len(stream) - 1) // T, int(self.settings.get("eval_blocks", 256)))
+            for i in range(0, n_blocks, batch_size):
+                rows = [stream[b * T:(b + 1) * T + 1] for b in range(i, min(i + batch_size, n_blocks))]
+                import torch
+                chunk = torch.stack(rows)  # (B, T+1)
+                yield chunk[:, :-1], None, chunk[:, 1:]
+        else:
+            split = self.data.splits[split_name]
+            n = len(split["labels"])
+            for i in range(0, n, batch_size):
+                ids, mask = _trim(split["input_ids"][i:i + batch_size],
+                                  split["attention_mask"][i:i + batch_size])
+                yield ids, mask, split["labels"][i:i + batch_size]
+
+    # ------------------------------------------------------------------ loop
+    def _loss(self, logits, y):
+        import torch.nn.functional as F
+
+        if self.data.task == "lm":
+            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        return F.cross_entropy(logits, y, label_smoothing=float(self.cfg["label_smoothing"]))
+
+    def train_epoch(self) -> float:
+        """One epoch of training; returns the mean training loss (nats).
+
+        Raises:
+            FloatingPointError: the loss became NaN or infinite.
+        """
+        import torch
+
+        self.model.train()
+        t0 = time.perf_counter()
+        total, n = 0.0, 0
+        for step, (x, mask, y) in enumerate(self._train_batches()):
+            x, y = x.to(self.device), y.to(self.device)
+            mask = None if mask is None else mask.to(self.device)
+            loss = self._loss(self.model(x, mask), y)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"training loss is {loss.item()} at epoch {self.epoch + 1}, step {step} "
+                    f"(lr={self.cfg['lr']:.3g})")
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+            self.sched.step()
+            total += loss.item()
+            n += 1
+        self.train_seconds += time.perf_counter() - t0
+        self.epoch += 1
+        return total / max(n, 1)
+
+    def evaluate(self, split_name: str = "validation") -> dict[str, float]:
+        """Validation metrics (DESIGN.md names and units) of the current model."""
+        import torch
+
+        from archsearch.models import costs
+
+        self.model.eval()
+        loss_sum, correct, count, flops_sum, n_samples = 0.0, 0, 0, 0.0, 0
+        with torch.inference_mode():
+            for x, mask, y in self._eval_batches(split_name):
+                x, y = x.to(self.device), y.to(self.device)
+                mask = None if mask is None else mask.to(self.device)
+                logits = self.model(x, mask)
+                if self.data.task == "lm":
+                    loss_sum += float(self._loss(logits, y)) * y.numel()
+                    count += y.numel()
+                else:
+                    loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
+                    correct += int((logits.argmax(-1) == y).sum())
+                    count += len(y)
+                flops_sum += costs.flops_per_sample(self.mcfg, x.shape[1]) * x.shape[0]
+                n_samples += x.shape[0]
+        val_loss = loss_sum / max(count, 1)
+        metrics: dict[str, float] = {"val_loss": val_loss}
+        if self.data.task == "lm":
+            metrics["perplexity"] = math.exp(min(val_loss, 50.0))
+        else:
+            metrics["accuracy"] = correct / max(count, 1)
+        metrics["flops_per_sample"] = flops_sum / max(n_samples, 1)
+        metrics["params_total"] = costs.params_total(self.model)
+        metrics["params_trainable"] = costs.params_trainable(self.model)
+        metrics["latency_ms"] = self.latency_ms()
+        metrics["train_seconds"] = self.train_seconds
+        metrics["epoch"] = self.epoch
+        return metrics
+
+    def latency_ms(self) -> float:
+        """Median forward time per sample (ms) on a validation batch of ``latency_batch_size``."""
+        from archsearch.models import costs
+
+        bs = int(self.settings.get("latency_batch_size", 32))
+        x, mask, _ = next(iter(self._eval_batches("validation", batch_size=bs)))
+        return float(costs.latency_ms(self.model, x.to(self.device),
+                                      None if mask is None else mask.to(self.device),
+                                      repeats=5, warmup=1))
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, directory: str) -> None:
+        """Write model, optimizer, scheduler and progress to ``directory``."""
+        import torch
+
+        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
+                    "sched": self.sched.state_dict(), "gen": self.gen.get_state()},
+                   os.path.join(directory, "state.pt"))
+        with open(os.path.join(directory, "progress.json"), "w") as f:
+            json.dump({"epoch": self.epoch, "train_seconds": self.train_seconds,
+                       "history": self.history}, f)
+
+    def load(self, directory: str) -> None:
+        """Restore what :meth:`save` wrote (``torch.load(weights_only=True)``)."""
+        import torch
+
+        state = torch.load(os.path.join(directory, "state.pt"), map_location=self.device,
+                           weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+        self.sched.load_state_dict(state["sched"])
+        self.gen.set_state(state["gen"])
+        with open(os.path.join(directory, "progress.json")) as f:
+            progress = json.load(f)
+        self.epoch = progress["epoch"]
+        self.train_seconds = progress["train_seconds"]
+        self.history = progress["history"]
+
+
+def run_trial(cfg: dict[str, Any], data, settings: dict[str, Any],
+              on_epoch: Callable[[dict[str, float], "TrialLoop"], None] | None = None) -> list[dict]:
+    """Train one config for ``settings["epochs"]`` epochs without Ray; returns the history."""
+    loop = TrialLoop(cfg, data, settings)
+    while loop.epoch < int(settings["epochs"]):
+        train_loss = loop.train_epoch()
+        metrics = {**loop.evaluate(), "train_loss": train_loss}
+        loop.history.append(metrics)
+        if on_epoch:
+            on_epoch(metrics, loop)
+    return loop.history
+
+
+def train_trial(config: dict[str, Any], data=None, settings: dict[str, Any] | None = None) -> None:
+    """Ray Tune function trainable (bind ``data`` and ``settings`` with ``tune.with_parameters``).
+
+    Resumes from ``tune.get_checkpoint()`` when Tune restarts the trial.
+    """
+    import torch
+    from ray import tune
+
+    settings = settings or {}
+    threads = int(settings.get("threads", 1))
+    torch.set_num_threads(max(1, threads))
+    loop = TrialLoop(config, data, settings)
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            loop.load(d)
+    while loop.epoch < int(settings["epochs"]):
+        train_loss = loop.train_epoch()
+        metrics = {**loop.evaluate(), "train_loss": train_loss}
+        loop.history.append(metrics)
+        with tempfile.TemporaryDirectory() as d:
+            loop.save(d)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
