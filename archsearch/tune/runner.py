@@ -349,12 +349,12 @@ def make_report(run_dir: str | Path, reports: str | Path = "reports",
     Raises:
         UserError: ``run_dir`` is not a run directory.
     """
-    from archsearch.report import write_report
-    from archsearch.space import load_space
-
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").is_file():
         raise UserError("not a run directory (no run.json)", file=str(run_dir))
+    from archsearch.report import write_report
+    from archsearch.space import load_space
+
     info = json.loads((run_dir / "run.json").read_text())
     space = load_space(run_dir / "space.yaml")
     out = Path(out_dir) if out_dir else Path(reports) / info["name"]

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One entry point for a fresh clone: creates .venv, installs archsearch, then runs
+#   bash scripts/run.sh search [ARGS...]   the default search (or ARGS) on local Ray + report
+#   bash scripts/run.sh test   [ARGS...]   the test suite (pytest ARGS)
+# Set PYTHON to choose the interpreter (default python3, 3.10+). TORCH_SPEC picks the torch
+# build installed first (default torch==2.13.0: the CPU wheel; an unpinned torch pulls CUDA).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+VENV="${VENV:-.venv}"
+cmd="${1:-search}"; shift || true
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+stamp="$VENV/.archsearch-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  "$PY" -m pip install -q --upgrade pip
+  "$PY" -m pip install -q "$TORCH_SPEC"
+  "$PY" -m pip install -q -e ".[test]"
+  touch "$stamp"
+fi
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+export RAY_USAGE_STATS_ENABLED="${RAY_USAGE_STATS_ENABLED:-0}"
+
+case "$cmd" in
+  search)
+    if [ "$#" -eq 0 ]; then set -- search_spaces/default.yaml; fi
+    exec "$VENV/bin/archsearch" search "$@" ;;
+  test)
+    exec "$PY" -m pytest "$@" ;;
+  *)
+    exec "$VENV/bin/archsearch" "$cmd" "$@" ;;
+esac
