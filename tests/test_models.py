@@ -300,6 +300,8 @@ def test_latency_ms_is_positive_per_sample_and_restores_mode():
     ms = latency_ms(model, ids, batch_size=8, repeats=3, warmup=1)
     assert isinstance(ms, float) and 0 < ms < 1000
     assert model.training
+    gated = latency_ms(model, ids, batch_size=2, repeats=2, warmup=0, forward_kwargs={"n_layers": 1})
+    assert gated > 0
     with pytest.raises(ValueError):
         latency_ms(model, ids, batch_size=0)
 

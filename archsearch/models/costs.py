@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -180,6 +181,7 @@ def latency_ms(
     batch_size: int = 32,
     repeats: int = 20,
     warmup: int = 3,
+    forward_kwargs: Mapping[str, Any] | None = None,
 ) -> float:
     """Median wall-clock forward time PER SAMPLE, in milliseconds, on this machine.
 
@@ -190,12 +192,14 @@ def latency_ms(
     ``torch.get_num_threads()`` is set to; report it with the number.
 
     Args:
-        model: called as ``model(input_ids, attention_mask)``.
+        model: called as ``model(input_ids, attention_mask, **forward_kwargs)``.
         input_ids: ``N x T`` token ids.
         attention_mask: ``N x T`` or ``None``.
         batch_size: samples per forward call (report it: per-sample latency depends on it).
         repeats: timed forward calls (>= 1).
         warmup: untimed forward calls before timing (>= 0).
+        forward_kwargs: extra keyword arguments for the forward call, e.g.
+            ``{"n_layers": 2, "heads_per_layer": [[0, 1], [0, 1]]}`` to time a gated model.
 
     Raises:
         ValueError: ``batch_size < 1``, ``repeats < 1``, ``warmup < 0`` or empty ``input_ids``.
@@ -208,16 +212,17 @@ def latency_ms(
     rows = torch.arange(batch_size) % n
     ids = input_ids[rows]  # (batch_size, T)
     mask = None if attention_mask is None else attention_mask[rows]  # (batch_size, T)
+    kwargs = dict(forward_kwargs or {})
     was_training = model.training
     model.eval()
     times: list[float] = []
     try:
         with torch.inference_mode():
             for _ in range(warmup):
-                model(ids, mask)
+                model(ids, mask, **kwargs)
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                model(ids, mask)
+                model(ids, mask, **kwargs)
                 times.append(time.perf_counter() - t0)
     finally:
         model.train(was_training)
