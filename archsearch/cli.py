@@ -33,7 +33,7 @@ def search(
     reports: Path = typer.Option(Path("reports"), help="Where reports go."),
     cpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.cpus_per_trial."),
     gpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.gpus_per_trial."),
-    ray_dashboard: bool = typer.Option(False, help="Start the Ray dashboard on 127.0.0.1:8265."),
+    ray_dashboard: bool = typer.Option(True, help="Start the Ray dashboard on 127.0.0.1:8265 (local Ray only)."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ):
     """Run an architecture search and write its Pareto-front report."""

@@ -1,0 +1,90 @@
+"""A real, tiny Ray Tune search end to end: real data, real training, Optuna storage, report."""
+
+import json
+import math
+
+import pytest
+
+from archsearch.space import parse_space
+
+TINY = {
+    "name": "tiny",
+    "task": "classification",
+    "dataset": {"name": "rotten_tomatoes_sentences", "vocab_size": 1000, "max_len": 32,
+                "max_train_samples": 1024},
+    "objectives": [{"metric": "accuracy", "mode": "max"}, {"metric": "flops_per_sample", "mode": "min"}],
+    "constraints": {"params_trainable": {"max": 400000}},
+    "budget": {"trials": 3, "max_concurrent": 2, "epochs": 2, "batch_size": 64,
+               "scheduler": "none", "cpus_per_trial": 1},
+    "params": {
+        "n_layers": {"type": "int", "low": 1, "high": 2},
+        "d_model": {"type": "categorical", "choices": [16, 32]},
+        "n_heads": {"type": "categorical", "choices": [2]},
+        "lr": {"type": "float", "low": 1e-3, "high": 3e-3, "log": True},
+    },
+}
+
+
+def tiny_space(tmp_path, **changes):
+    import yaml
+
+    spec = json.loads(json.dumps(TINY))
+    spec.update(changes)
+    p = tmp_path / "tiny.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    from archsearch.space import load_space
+
+    return load_space(p)
+
+
+@pytest.mark.ray
+def test_tiny_search_end_to_end(tmp_path, ray_session, cache_dir):
+    import optuna
+
+    from archsearch.tune.runner import read_trials, run_search
+
+    space = tiny_space(tmp_path)
+    res = run_search(space, searcher="random", name="tiny-run", storage=tmp_path / "runs",
+                     reports=tmp_path / "reports", progress=False)
+    trials = read_trials(res.run_dir)
+    assert len(trials) == 3
+    for t in trials:
+        assert t["status"] == "TERMINATED", t
+        assert [h["epoch"] for h in t["history"]] == [1, 2]
+        m = t["metrics"]
+        assert 0.0 <= m["accuracy"] <= 1.0
+        assert m["flops_per_sample"] > 0 and m["params_trainable"] > 0 and m["latency_ms"] > 0
+        assert math.isfinite(m["val_loss"]) and m["train_seconds"] > 0
+    # Optuna storage holds one study with every trial and both objective values
+    storage = optuna.storages.RDBStorage(f"sqlite:///{res.run_dir / 'optuna.db'}")
+    study = optuna.load_study(study_name="tiny-run", storage=storage)
+    assert len(study.trials) == 3
+    assert all(t.state == optuna.trial.TrialState.COMPLETE and len(t.values) == 2 for t in study.trials)
+    # report files, and pareto.json in the documented shape
+    for f in ("index.html", "pareto.png", "trials.csv", "pareto.json"):
+        assert (res.report_dir / f).is_file(), f
+    pj = json.loads((res.report_dir / "pareto.json").read_text())
+    assert set(pj) == {"objectives", "reference_point", "hypervolume", "pareto", "n_trials", "n_failed"}
+    assert pj["n_trials"] == 3 and pj["n_failed"] == 0 and pj["hypervolume"] >= 0
+    assert pj["pareto"] and set(pj["pareto"][0]) == {"trial_id", "config", "metrics"}
+
+
+@pytest.mark.ray
+def test_nan_trial_is_recorded_as_failed_and_search_goes_on(tmp_path, ray_session, cache_dir):
+    from archsearch.tune.runner import read_trials, run_search
+
+    # lr 1e6 blows the loss up to NaN/inf within a few steps; the other trials are fine
+    space = tiny_space(tmp_path, params={
+        "n_layers": {"type": "int", "low": 1, "high": 1},
+        "d_model": {"type": "categorical", "choices": [16]},
+        "n_heads": {"type": "categorical", "choices": [2]},
+        "lr": {"type": "categorical", "choices": [1.0e6, 1.0e-3]},
+    }, budget={**TINY["budget"], "trials": 4, "epochs": 1})
+    res = run_search(space, searcher="random", name="nan-run", storage=tmp_path / "runs",
+                     reports=tmp_path / "reports", progress=False)
+    trials = read_trials(res.run_dir)
+    failed = [t for t in trials if t["status"] == "ERROR"]
+    ok = [t for t in trials if t["status"] == "TERMINATED"]
+    assert len(trials) == 4 and failed and ok
+    assert all("NaN" in t["error"] or "nan" in t["error"] or "inf" in t["error"] for t in failed)
+    assert res.summary["n_failed"] == len(failed)
