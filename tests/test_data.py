@@ -60,8 +60,8 @@ def test_list_datasets_matches_files():
 def test_bundled_files_match_manifest_and_are_small():
     manifest = json.loads((BUNDLED_DIR / "manifest.json").read_text())
     total = 0
-    for name, info in manifest["datasets"].items():
-        for split, f in info["splits"].items():
+    for info in manifest["datasets"].values():
+        for f in info["splits"].values():
             data = (BUNDLED_DIR / f["file"]).read_bytes()
             assert hashlib.sha256(data).hexdigest() == f["sha256"], f["file"]
             with gzip.open(BUNDLED_DIR / f["file"], "rt", encoding="utf-8") as fh:
@@ -178,6 +178,30 @@ def test_directory_saved_with_save_to_disk(tmp_path):
     load(RT).save_to_disk(str(tmp_path / "saved"))
     dd = load(str(tmp_path / "saved"))
     assert len(dd["train"]) == 8452 and dd["train"].features["label"].names == ["negative", "positive"]
+
+
+def test_hub_style_splits_are_normalised(tmp_path):
+    """GLUE-like layout: ClassLabel, unlabelled (-1) rows, a test split without labels, extras."""
+    import datasets
+
+    feats = datasets.Features({"sentence": datasets.Value("string"), "idx": datasets.Value("int32"),
+                               "label": datasets.ClassLabel(names=["neg", "pos"])})
+
+    def split(n, labels):
+        return datasets.Dataset.from_dict(
+            {"sentence": [f"s{i}" for i in range(n)], "idx": list(range(n)), "label": labels}, features=feats)
+
+    datasets.DatasetDict({
+        "train": split(91, [i % 2 if i != 5 else -1 for i in range(91)]),
+        "test": split(10, [-1] * 10),
+        "unsupervised": split(5, [-1] * 5),
+    }).save_to_disk(str(tmp_path / "glue_like"))
+    dd = load(str(tmp_path / "glue_like"))
+    assert list(dd) == ["train", "validation"]  # unlabelled test and extra split dropped
+    assert len(dd["train"]) + len(dd["validation"]) == 90  # the -1 row is gone
+    assert len(dd["validation"]) == 10  # 1/9 of train, seeded
+    assert dd["train"].column_names == ["text", "label"]
+    assert set(dd["train"]["label"]) == {0, 1}
 
 
 # ------------------------------------------------------------------------------------------

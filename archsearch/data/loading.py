@@ -471,7 +471,7 @@ def _encode_labels(dd: "datasets.DatasetDict", col: str, source: str) -> "datase
     if isinstance(feat, datasets.ClassLabel):
         out = {}
         for split, ds in dd.items():
-            labels = ds.data.column(col)
+            labels = _arrow_column(ds, col)
             n_unlabelled = pc.sum(pc.equal(labels, -1)).as_py() or 0
             if n_unlabelled == len(ds):
                 if split in ("train", "validation"):
@@ -490,7 +490,7 @@ def _encode_labels(dd: "datasets.DatasetDict", col: str, source: str) -> "datase
                             file=source, field="label_column")
         values = set()
         for ds in dd.values():
-            values.update(pc.unique(ds.data.column(col)).to_pylist())
+            values.update(pc.unique(_arrow_column(ds, col)).to_pylist())
         values.discard(None)
         if any(isinstance(v, float) for v in values):
             if not all(math.isfinite(v) and float(v).is_integer() for v in values):
@@ -522,12 +522,17 @@ def _encode_labels(dd: "datasets.DatasetDict", col: str, source: str) -> "datase
     return dd
 
 
+def _arrow_column(ds: "datasets.Dataset", col: str):
+    """The column as a pyarrow ChunkedArray, honouring an indices mapping left by ``select``."""
+    return ds.with_format("arrow")[col]
+
+
 def _drop_nulls(dd: "datasets.DatasetDict", cols: list[str]) -> "datasets.DatasetDict":
     import datasets
 
     out = {}
     for split, ds in dd.items():
-        if any(ds.data.column(c).null_count for c in cols):
+        if any(_arrow_column(ds, c).null_count for c in cols):
             ds = ds.filter(lambda *vals: all(v is not None for v in vals), input_columns=cols,
                            keep_in_memory=True)
         out[split] = ds

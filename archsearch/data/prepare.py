@@ -220,9 +220,10 @@ def prepare(
     kind = check_tokenizer_arg(tokenizer) if tokenizer is not None else None
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
         raise UserError(f"max_len must be an integer >= 2, got {max_len!r}", field="max_len")
-    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < MIN_VOCAB.get(kind or "bpe", 32):
-        raise UserError(f"vocab_size must be an integer >= {MIN_VOCAB.get(kind or 'bpe', 32)} for "
-                        f"the {kind or 'bpe'} tokenizer, got {vocab_size!r}", field="vocab_size")
+    min_vocab = MIN_VOCAB.get(kind or "bpe", 32)
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < min_vocab:
+        raise UserError(f"vocab_size must be an integer >= {min_vocab} for the {kind or 'bpe'} "
+                        f"tokenizer, got {vocab_size!r}", field="vocab_size")
     name = os.fspath(name)
     tok_path = str(Path(os.fspath(tokenizer)).expanduser().resolve()) if kind == "pretrained" else None
     key_obj = {
@@ -337,12 +338,14 @@ def _build(name: str, kind: str | None, tok_path: str | None, vocab_size: int, m
                 lengths[i] = len(seq)
             labels = np.asarray(ds["label"], dtype=np.int64)
             tensors[f"{split}.input_ids"] = torch.from_numpy(arr)
-            tensors[f"{split}.attention_mask"] = torch.arange(max_len)[None, :] < torch.from_numpy(lengths)[:, None]
+            mask = torch.arange(max_len)[None, :] < torch.from_numpy(lengths)[:, None]
+            tensors[f"{split}.attention_mask"] = mask
             tensors[f"{split}.labels"] = torch.from_numpy(labels)
+            n_special = len(tok.prefix) + len(tok.suffix)
             stats[split] = {
                 "rows": n, "tokens": int(lengths.sum()), "n_truncated": n_trunc,
                 "mean_len": float(lengths.mean()) if n else 0.0,
-                "full_len_mean": float(np.mean([len(x) for x in ids_list]) + len(tok.prefix) + len(tok.suffix)) if n else 0.0,
+                "full_len_mean": float(np.mean([len(x) for x in ids_list]) + n_special) if n else 0.0,
                 "label_counts": np.bincount(labels, minlength=len(label_names)).tolist(),
             }
     else:

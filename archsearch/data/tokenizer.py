@@ -234,7 +234,8 @@ def pretrained_identity(path: Path) -> list:
     return out
 
 
-def build_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, path: str | None = None) -> TextTokenizer:
+def build_tokenizer(kind: str, texts: Sequence[str], vocab_size: int,
+                    path: str | None = None) -> TextTokenizer:
     """Train (``bpe``/``wordpiece``/``char``) on ``texts`` or load a pretrained one from ``path``."""
     if kind == "char":
         return CharTokenizer.train(texts)
