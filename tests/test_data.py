@@ -297,6 +297,19 @@ def test_hub_offline_fails_fast(monkeypatch, name):
     assert "HF_HUB_OFFLINE" in _one_line(ei)
 
 
+def test_hub_unreachable_fails_fast(monkeypatch):
+    """Online mode but no Hub (a closed local port stands in for a machine without internet)."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    t0 = time.perf_counter()
+    with pytest.raises(UserError) as ei:
+        load("someone/some-dataset")
+    assert time.perf_counter() - t0 < 10
+    line = _one_line(ei)
+    assert line.startswith("someone/some-dataset: dataset: ") and "cannot be reached" in line
+    assert "HF_HUB_OFFLINE=1" in line
+
+
 def test_bad_task_and_tokenizer_args():
     with pytest.raises(UserError) as ei:
         load(RT, task="regression")

@@ -313,6 +313,11 @@ def _did_you_mean(name: str) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def _got_http_answer(exc: BaseException) -> bool:
+    """True when the Hub answered with an HTTP status (as opposed to a network failure)."""
+    return getattr(getattr(exc, "response", None), "status_code", None) is not None
+
+
 def _load_hub(name: str) -> "datasets.DatasetDict":
     """``datasets.load_dataset(repo, config)`` that fails fast and clearly without network.
 
@@ -329,16 +334,22 @@ def _load_hub(name: str) -> "datasets.DatasetDict":
         from huggingface_hub import HfApi
 
         try:
-            HfApi().dataset_info(repo, timeout=HUB_TIMEOUT_S)
+            # HF_ENDPOINT is read now (huggingface_hub reads it once, at import)
+            HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None).dataset_info(
+                repo, timeout=HUB_TIMEOUT_S)
         except Exception as e:
-            if _is_not_found(e):
+            if _got_http_answer(e) and not _is_not_found(e):
+                pass  # e.g. gated dataset: the Hub answered; load_dataset reports the details
+            elif _is_not_found(e):
                 raise UserError(f"not a bundled dataset ({bundled}){_did_you_mean(name)}, not a "
                                 "local file, and not found on the Hugging Face Hub",
                                 file=name, field="dataset") from e
-            raise UserError(f"not a bundled dataset ({bundled}){_did_you_mean(name)} nor a local "
-                            f"file, and the Hugging Face Hub cannot be reached ({_root_cause(e)}); "
-                            "set HF_HUB_OFFLINE=1 to use a copy in the local HF cache",
-                            file=name, field="dataset") from e
+            else:
+                raise UserError(
+                    f"not a bundled dataset ({bundled}){_did_you_mean(name)} nor a local file, and "
+                    f"the Hugging Face Hub cannot be reached ({_root_cause(e)}); set "
+                    "HF_HUB_OFFLINE=1 to use a copy in the local HF cache",
+                    file=name, field="dataset") from e
     try:
         with contextlib.ExitStack() as stack:
             if offline:
