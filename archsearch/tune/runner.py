@@ -115,6 +115,17 @@ def _clean(v):
     return v
 
 
+def error_line(trace: str) -> str:
+    """The ``SomeError: message`` line of a (Ray-wrapped) traceback, or its last line."""
+    import re
+
+    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.match(r"^[\w.]*(Error|Exception|Interrupt|Exit)(\([\w.]+\))?: ", ln):
+            return re.sub(r"\x1b\[[0-9;]*m", "", ln)
+    return lines[-1] if lines else "unknown error"
+
+
 def read_trials(run_dir: Path) -> list[dict]:
     """All trial records of a run, in the order the trials started."""
     out = []
@@ -180,9 +191,13 @@ def make_callbacks(run_dir: Path, space: SearchSpace, progress: bool):
         def on_trial_error(self, iteration, trials, trial, **info):
             rec = self._rec(trial)
             rec["status"] = "ERROR"
-            err = trial.get_error() or "unknown error"
-            lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-            rec["error"] = lines[-1] if lines else "unknown error"
+            err = None
+            local = getattr(trial, "error_file", None)  # written by Tune before this callback
+            if local and os.path.isfile(local):
+                with open(local) as f:
+                    err = f.read()
+            err = err or trial.get_error() or "unknown error"
+            rec["error"] = error_line(str(err))
             self._write(rec)
 
     class Progress(Callback):
@@ -248,9 +263,24 @@ def prepare_data(space: SearchSpace):
     """Load and tokenize the space's dataset once (cached on disk)."""
     from archsearch.data import prepare
 
+    import dataclasses
+
     ds = space.dataset
-    return prepare(ds.name, vocab_size=ds.vocab_size, max_len=ds.max_len, tokenizer=ds.tokenizer,
+    data = prepare(ds.name, vocab_size=ds.vocab_size, max_len=ds.max_len, tokenizer=ds.tokenizer,
                    text_column=ds.text_column, label_column=ds.label_column, task=space.task)
+    if data.task != space.task:
+        raise UserError(f"dataset {ds.name!r} is a {data.task} dataset but the space's task is "
+                        f"{space.task!r}", file=space.source, field="task")
+    n = ds.max_train_samples
+    if n is not None:  # a fixed subset of the training split (quick runs and tests)
+        train = data.train
+        if data.task == "lm":
+            train = train[:n]
+        else:
+            train = dataclasses.replace(train, input_ids=train.input_ids[:n],
+                                        attention_mask=train.attention_mask[:n], labels=train.labels[:n])
+        data = dataclasses.replace(data, data={**data.data, "train": train})
+    return data
 
 
 def check_run_dir(storage: str | Path, name: str) -> Path:

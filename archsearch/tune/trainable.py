@@ -113,14 +113,14 @@ class TrialLoop:
     def steps_per_epoch(self) -> int:
         if self.data.task == "lm":
             return int(self.settings.get("steps_per_epoch") or 200)
-        n = len(self.data.splits["train"]["labels"])
+        n = len(self.data.train)
         return math.ceil(n / self.batch_size)
 
     def _train_batches(self):
         import torch
 
         if self.data.task == "lm":
-            stream = self.data.splits["train"]["ids"]
+            stream = self.data.train  # (n_tokens,)
             T = self.mcfg.max_len
             for _ in range(self.steps_per_epoch()):
                 start = torch.randint(0, len(stream) - T - 1, (self.batch_size,), generator=self.gen)
@@ -128,16 +128,16 @@ class TrialLoop:
                 chunk = stream[idx]  # (B, T+1)
                 yield chunk[:, :-1], None, chunk[:, 1:]
         else:
-            split = self.data.splits["train"]
-            perm = torch.randperm(len(split["labels"]), generator=self.gen)
+            split = self.data.train
+            perm = torch.randperm(len(split), generator=self.gen)
             for i in range(0, len(perm), self.batch_size):
                 j = perm[i:i + self.batch_size]
-                ids, mask = _trim(split["input_ids"][j], split["attention_mask"][j])
-                yield ids, mask, split["labels"][j]
+                ids, mask = _trim(split.input_ids[j], split.attention_mask[j])  # (B, T')
+                yield ids, mask, split.labels[j]
 
     def _eval_batches(self, split_name: str = "validation", batch_size: int = 256):
         if self.data.task == "lm":
-            stream = self.data.splits[split_name]["ids"]
+            stream = self.data[split_name]  # (n_tokens,)
             T = self.mcfg.max_len
             n_blocks = min((len(stream) - 1) // T, int(self.settings.get("eval_blocks", 256)))
             for i in range(0, n_blocks, batch_size):
@@ -146,12 +146,12 @@ class TrialLoop:
                 chunk = torch.stack(rows)  # (B, T+1)
                 yield chunk[:, :-1], None, chunk[:, 1:]
         else:
-            split = self.data.splits[split_name]
-            n = len(split["labels"])
+            split = self.data[split_name]
+            n = len(split)
             for i in range(0, n, batch_size):
-                ids, mask = _trim(split["input_ids"][i:i + batch_size],
-                                  split["attention_mask"][i:i + batch_size])
-                yield ids, mask, split["labels"][i:i + batch_size]
+                ids, mask = _trim(split.input_ids[i:i + batch_size],
+                                  split.attention_mask[i:i + batch_size])  # (B, T')
+                yield ids, mask, split.labels[i:i + batch_size]
 
     # ------------------------------------------------------------------ loop
     def _loss(self, logits, y):
@@ -235,7 +235,7 @@ class TrialLoop:
         x, mask, _ = next(iter(self._eval_batches("validation", batch_size=bs)))
         return float(costs.latency_ms(self.model, x.to(self.device),
                                       None if mask is None else mask.to(self.device),
-                                      repeats=5, warmup=1))
+                                      batch_size=bs, repeats=5, warmup=1))
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, directory: str) -> None:
