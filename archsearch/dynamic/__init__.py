@@ -1,1 +1,48 @@
+"""The inner loop: how much of a trial's architecture budget each input actually uses.
 
+A *gating strategy* (``gating:`` in the search space) decides per sample or per batch which
+layers, heads or tokens are computed; a *tying controller* (``tying:``) decides which layers
+share weights during training. The trainable (:mod:`archsearch.tune.trainable`) talks to both
+only through the small interfaces in :mod:`archsearch.dynamic.base`, so each strategy lives in
+its own module and is registered here by name (imported lazily).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: ``gating:`` value -> "module:Class" implementing :class:`archsearch.dynamic.base.GatingStrategy`.
+GATING = {
+    "static": "archsearch.dynamic.base:StaticGating",
+    "dht": "archsearch.dynamic.dht:DHTGating",
+    "depth_predictor": "archsearch.dynamic.depth_predictor:DepthPredictorGating",
+    "length_drop": "archsearch.dynamic.length_drop:LengthDropGating",
+}
+
+#: ``tying:`` value -> "module:Class" implementing :class:`archsearch.dynamic.base.TyingController`.
+TYING = {
+    "none": "archsearch.dynamic.base:NoTying",
+    "rl": "archsearch.dynamic.tying:RLTying",
+    "all": "archsearch.dynamic.tying:AllTying",
+    "every_k": "archsearch.dynamic.tying:EveryKTying",
+}
+
+
+def _resolve(table: dict[str, str], kind: str, name: str):
+    if name not in table:
+        raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(table)}")
+    module, cls = table[name].split(":")
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{kind} {name!r} is not available in this version ({e})") from None
+
+
+def gating_class(name: str):
+    """The :class:`~archsearch.dynamic.base.GatingStrategy` subclass for ``gating: name``."""
+    return _resolve(GATING, "gating", name)
+
+
+def tying_class(name: str):
+    """The :class:`~archsearch.dynamic.base.TyingController` subclass for ``tying: name``."""
+    return _resolve(TYING, "tying", name)

@@ -29,6 +29,14 @@ from archsearch.space import SearchSpace
 
 SEARCHERS = ("random", "tpe", "nsga2")
 
+#: Keys Ray Tune adds to every result; everything else a trial reports is recorded.
+RAY_RESULT_KEYS = frozenset({
+    "time_this_iter_s", "time_total_s", "training_iteration", "timestamp", "date", "done",
+    "trial_id", "experiment_id", "pid", "hostname", "node_ip", "config", "time_since_restore",
+    "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint", "experiment_tag",
+    "timesteps_total", "episodes_total", "timesteps_since_restore",
+})
+
 
 def ray_env() -> None:
     """Environment for local and test Ray sessions (no token auth, no usage stats)."""
@@ -148,8 +156,6 @@ def make_callbacks(run_dir: Path, space: SearchSpace, progress: bool):
     rich progress line (trials done / running / failed, best so far)."""
     from ray.tune import Callback
 
-    metric_keys = ("accuracy", "val_loss", "perplexity", "flops_per_sample", "params_total",
-                   "params_trainable", "latency_ms", "train_seconds", "epoch", "train_loss")
     epochs = space.budget.epochs
 
     class Recorder(Callback):
@@ -176,7 +182,7 @@ def make_callbacks(run_dir: Path, space: SearchSpace, progress: bool):
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             rec = self._rec(trial)
-            m = {k: _clean(result[k]) for k in metric_keys if k in result}
+            m = {k: _clean(v) for k, v in result.items() if k not in RAY_RESULT_KEYS}
             # a retried trial reports its epochs again: keep one entry per epoch
             rec["history"] = [h for h in rec["history"] if h.get("epoch") != m.get("epoch")] + [m]
             rec["metrics"] = m
@@ -202,15 +208,23 @@ def make_callbacks(run_dir: Path, space: SearchSpace, progress: bool):
 
     class Progress(Callback):
         def __init__(self, recorder: Recorder):
+            self.recorder = recorder
+            self.bar = None  # created on first use: Tune pickles callbacks, rich holds locks
+            self.task = None
+
+        def __getstate__(self):
+            return {**self.__dict__, "bar": None, "task": None}
+
+        def _start(self, desc: str):
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress
             from rich.progress import TextColumn, TimeElapsedColumn
 
-            self.recorder = recorder
             self.bar = RichProgress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
                                     TimeElapsedColumn(), TextColumn("{task.description}"),
                                     console=Console(stderr=True), transient=False)
-            self.task = None
+            self.bar.start()
+            self.task = self.bar.add_task(desc, total=space.budget.trials)
 
         def _update(self):
             recs = list(self.recorder.records.values())
@@ -225,9 +239,8 @@ def make_callbacks(run_dir: Path, space: SearchSpace, progress: bool):
                 b = max(vals) if obj.mode == "max" else min(vals)
                 best = f"best {obj.metric} {b:.4g}"
             desc = f"running {len(running)}  failed {len(failed)}  {best}"
-            if self.task is None:
-                self.bar.start()
-                self.task = self.bar.add_task(desc, total=space.budget.trials)
+            if self.bar is None:
+                self._start(desc)
             self.bar.update(self.task, completed=len(done) + len(failed), description=desc)
 
         def on_step_end(self, iteration, trials, **info):
@@ -245,7 +258,8 @@ def make_callbacks(run_dir: Path, space: SearchSpace, progress: bool):
 
         def on_experiment_end(self, trials, **info):
             self._update()
-            self.bar.stop()
+            if self.bar is not None:
+                self.bar.stop()
 
     rec = Recorder()
     return [rec, Progress(rec)] if progress else [rec]
@@ -333,6 +347,14 @@ def run_search(space: SearchSpace, *, searcher: str = "tpe", trials: int | None 
     _atomic_json(run_dir / "run.json", info)
 
     init_ray(address, num_cpus=num_cpus, dashboard=ray_dashboard)
+    if progress:
+        import ray
+
+        url = ray.get_runtime_context().dashboard_url if hasattr(ray.get_runtime_context(), "dashboard_url") else None
+        url = url or getattr(ray.worker.global_worker.node, "webui_url", None) if address is None and ray_dashboard else url
+        if url:
+            print(f"Ray dashboard:    http://{url}", file=sys.stderr)
+        print(f"Optuna dashboard: archsearch dashboard {run_dir}", file=sys.stderr)
     import optuna
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler

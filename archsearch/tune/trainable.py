@@ -24,6 +24,9 @@ import tempfile
 import time
 from typing import Any, Callable
 
+from archsearch.dynamic import gating_class, tying_class
+from archsearch.dynamic.base import PredictModule
+
 #: Defaults for config keys a space may leave out.
 DEFAULTS: dict[str, Any] = {
     "n_layers": 2,
@@ -100,14 +103,39 @@ class TrialLoop:
         self.mcfg = model_config(self.cfg, data)
         self.model = Transformer(self.mcfg).to(self.device)
         self.batch_size = int(self.cfg.get("batch_size") or settings.get("batch_size", 64))
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=float(self.cfg["lr"]),
-                                     weight_decay=float(self.cfg["weight_decay"]))
-        total = self.steps_per_epoch() * int(settings["epochs"])
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, _lr_lambda(int(self.cfg["warmup_steps"]), total))
+        self.gating = gating_class(str(self.cfg["gating"]))(self.model, self.cfg, settings, loop=self)
+        self.tying = tying_class(str(self.cfg["tying"]))(self.model, self.cfg, settings, loop=self)
+        self.step = 0
+        self.rebuild_optimizer()
         self.epoch = 0
         self.train_seconds = 0.0
         self.history: list[dict[str, float]] = []
+
+    def trainable_parameters(self) -> list:
+        """Distinct trainable parameters of the model and the gating strategy's modules
+        (a Parameter shared by tied layers appears once)."""
+        seen, out = set(), []
+        mods = [self.model, *self.gating.extra_modules()]
+        for m in mods:
+            for p in m.parameters():
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    out.append(p)
+        return out
+
+    def rebuild_optimizer(self) -> None:
+        """A fresh AdamW over :meth:`trainable_parameters` with the LR schedule at the current
+        step (used at start and when a tying controller changes the parameter set but does not
+        carry the optimizer state over itself)."""
+        import torch
+
+        self.opt = torch.optim.AdamW(self.trainable_parameters(), lr=float(self.cfg["lr"]),
+                                     weight_decay=float(self.cfg["weight_decay"]))
+        total = self.steps_per_epoch() * int(self.settings["epochs"])
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, _lr_lambda(int(self.cfg["warmup_steps"]), total), last_epoch=-1)
+        for _ in range(self.step):  # fast-forward the schedule (cheap: a lambda per step)
+            self.sched.step()
 
     # ------------------------------------------------------------------ data
     def steps_per_epoch(self) -> int:
@@ -175,17 +203,21 @@ class TrialLoop:
         for step, (x, mask, y) in enumerate(self._train_batches()):
             x, y = x.to(self.device), y.to(self.device)
             mask = None if mask is None else mask.to(self.device)
-            loss = self._loss(self.model(x, mask), y)
+            loss = self.gating.training_loss(x, mask, y, self._loss)
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"training loss is {loss.item()} at epoch {self.epoch + 1}, step {step} "
                     f"(lr={self.cfg['lr']:.3g})")
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), 1.0)
             self.opt.step()
             self.sched.step()
-            total += loss.item()
+            self.step += 1
+            loss_value = loss.item()
+            self.gating.after_step(loss_value)
+            self.tying.after_step(self.step, loss_value)
+            total += loss_value
             n += 1
         self.train_seconds += time.perf_counter() - t0
         self.epoch += 1
@@ -203,7 +235,7 @@ class TrialLoop:
             for x, mask, y in self._eval_batches(split_name):
                 x, y = x.to(self.device), y.to(self.device)
                 mask = None if mask is None else mask.to(self.device)
-                logits = self.model(x, mask)
+                logits, flops = self.gating.predict(x, mask)  # (B, ...), (B,) FLOPs executed
                 if self.data.task == "lm":
                     loss_sum += float(self._loss(logits, y)) * y.numel()
                     count += y.numel()
@@ -211,7 +243,7 @@ class TrialLoop:
                     loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
                     correct += int((logits.argmax(-1) == y).sum())
                     count += len(y)
-                flops_sum += costs.flops_per_sample(self.mcfg, x.shape[1]) * x.shape[0]
+                flops_sum += float(flops.sum())
                 n_samples += x.shape[0]
         val_loss = loss_sum / max(count, 1)
         metrics: dict[str, float] = {"val_loss": val_loss}
@@ -225,6 +257,8 @@ class TrialLoop:
         metrics["latency_ms"] = self.latency_ms()
         metrics["train_seconds"] = self.train_seconds
         metrics["epoch"] = self.epoch
+        metrics.update(self.gating.metrics())
+        metrics.update(self.tying.metrics())
         return metrics
 
     def latency_ms(self) -> float:
@@ -233,7 +267,7 @@ class TrialLoop:
 
         bs = int(self.settings.get("latency_batch_size", 32))
         x, mask, _ = next(iter(self._eval_batches("validation", batch_size=bs)))
-        return float(costs.latency_ms(self.model, x.to(self.device),
+        return float(costs.latency_ms(PredictModule(self.gating), x.to(self.device),
                                       None if mask is None else mask.to(self.device),
                                       batch_size=bs, repeats=5, warmup=1))
 
@@ -243,10 +277,11 @@ class TrialLoop:
         import torch
 
         torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                    "sched": self.sched.state_dict(), "gen": self.gen.get_state()},
+                    "sched": self.sched.state_dict(), "gen": self.gen.get_state(),
+                    "gating": self.gating.state_dict(), "tying": self.tying.state_dict()},
                    os.path.join(directory, "state.pt"))
         with open(os.path.join(directory, "progress.json"), "w") as f:
-            json.dump({"epoch": self.epoch, "train_seconds": self.train_seconds,
+            json.dump({"epoch": self.epoch, "step": self.step, "train_seconds": self.train_seconds,
                        "history": self.history}, f)
 
     def load(self, directory: str) -> None:
@@ -255,12 +290,16 @@ class TrialLoop:
 
         state = torch.load(os.path.join(directory, "state.pt"), map_location=self.device,
                            weights_only=True)
+        with open(os.path.join(directory, "progress.json")) as f:
+            progress = json.load(f)
+        self.step = progress.get("step", 0)
+        self.tying.load_state_dict(state.get("tying", {}))  # re-creates the sharing first
         self.model.load_state_dict(state["model"])
+        self.gating.load_state_dict(state.get("gating", {}))
+        self.rebuild_optimizer()  # the parameter set may differ from a fresh model's
         self.opt.load_state_dict(state["opt"])
         self.sched.load_state_dict(state["sched"])
         self.gen.set_state(state["gen"])
-        with open(os.path.join(directory, "progress.json")) as f:
-            progress = json.load(f)
         self.epoch = progress["epoch"]
         self.train_seconds = progress["train_seconds"]
         self.history = progress["history"]
@@ -273,6 +312,8 @@ def run_trial(cfg: dict[str, Any], data, settings: dict[str, Any],
     while loop.epoch < int(settings["epochs"]):
         train_loss = loop.train_epoch()
         metrics = {**loop.evaluate(), "train_loss": train_loss}
+        if loop.epoch == int(settings["epochs"]):
+            metrics.update(loop.gating.finalize())
         loop.history.append(metrics)
         if on_epoch:
             on_epoch(metrics, loop)
@@ -298,6 +339,8 @@ def train_trial(config: dict[str, Any], data=None, settings: dict[str, Any] | No
     while loop.epoch < int(settings["epochs"]):
         train_loss = loop.train_epoch()
         metrics = {**loop.evaluate(), "train_loss": train_loss}
+        if loop.epoch == int(settings["epochs"]):
+            metrics.update(loop.gating.finalize())
         loop.history.append(metrics)
         with tempfile.TemporaryDirectory() as d:
             loop.save(d)
