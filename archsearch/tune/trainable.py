@@ -132,10 +132,12 @@ class TrialLoop:
         self.opt = torch.optim.AdamW(self.trainable_parameters(), lr=float(self.cfg["lr"]),
                                      weight_decay=float(self.cfg["weight_decay"]))
         total = self.steps_per_epoch() * int(self.settings["epochs"])
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, _lr_lambda(int(self.cfg["warmup_steps"]), total), last_epoch=-1)
-        for _ in range(self.step):  # fast-forward the schedule (cheap: a lambda per step)
-            self.sched.step()
+        lam = _lr_lambda(int(self.cfg["warmup_steps"]), total)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lam)
+        if self.step:  # continue the schedule where it was
+            self.sched.last_epoch = self.step
+            for g in self.opt.param_groups:
+                g["lr"] = g["initial_lr"] * lam(self.step)
 
     # ------------------------------------------------------------------ data
     def steps_per_epoch(self) -> int:
