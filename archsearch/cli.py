@@ -75,6 +75,22 @@ def _print_summary(summary: dict, report_dir: Path, run_dir: Path | None, wall: 
 
 
 @app.command()
+def resume(
+    run_dir: Path = typer.Argument(..., help="The run directory of a stopped search (runs/NAME)."),
+    address: Optional[str] = typer.Option(None, help="Ray cluster (default: the run's own, or local)."),
+    reports: Path = typer.Option(Path("reports"), help="Where reports go."),
+    ray_dashboard: bool = typer.Option(True, help="Start the Ray dashboard on 127.0.0.1:8265 (local Ray only)."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+):
+    """Continue a stopped search (driver killed, Ctrl-C) with the searcher's state restored."""
+    from archsearch.tune.runner import resume_search
+
+    res = resume_search(run_dir, address=address, reports=reports, progress=progress,
+                        ray_dashboard=ray_dashboard)
+    _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds)
+
+
+@app.command()
 def report(
     run_dir: Path = typer.Argument(..., help="A run directory (runs/NAME)."),
     out: Optional[Path] = typer.Option(None, help="Report directory (default reports/NAME)."),

@@ -165,6 +165,10 @@ def make_callbacks(run_dir: Path, space: SearchSpace, progress: bool):
             for r in read_trials(run_dir):
                 self.records[r["trial_id"]] = r
 
+        def __setstate__(self, state):
+            self.__dict__.update(state)
+            self.records = {r["trial_id"]: r for r in read_trials(run_dir)}  # disk is the truth
+
         def _rec(self, trial) -> dict:
             rec = self.records.get(trial.trial_id)
             if rec is None:
@@ -347,19 +351,40 @@ def run_search(space: SearchSpace, *, searcher: str = "tpe", trials: int | None 
     _atomic_json(run_dir / "run.json", info)
 
     init_ray(address, num_cpus=num_cpus, dashboard=ray_dashboard)
-    if progress:
+    _print_dashboards(run_dir, address, ray_dashboard, progress)
+    tuner = _new_tuner(space, run_dir, name, searcher, data, progress, cpus_per_trial, gpus_per_trial)
+    tuner.fit()
+    return _finish(run_dir, info, reports, t0)
+
+
+def _print_dashboards(run_dir: Path, address: str | None, ray_dashboard: bool, progress: bool) -> None:
+    if not progress:
+        return
+    if address is None and ray_dashboard:
         import ray
 
-        url = ray.get_runtime_context().dashboard_url if hasattr(ray.get_runtime_context(), "dashboard_url") else None
-        url = url or getattr(ray.worker.global_worker.node, "webui_url", None) if address is None and ray_dashboard else url
-        if url:
-            print(f"Ray dashboard:    http://{url}", file=sys.stderr)
-        print(f"Optuna dashboard: archsearch dashboard {run_dir}", file=sys.stderr)
+        url = getattr(ray.get_runtime_context(), "dashboard_url", None) or "127.0.0.1:8265"
+        print(f"Ray dashboard:    http://{url}", file=sys.stderr)
+    print(f"Optuna dashboard: archsearch dashboard {run_dir}", file=sys.stderr)
+
+
+def _trainable(space: SearchSpace, data, cpus_per_trial, gpus_per_trial):
+    from ray import tune
+
+    from archsearch.tune.trainable import train_trial
+
+    b = space.budget
+    cpus = cpus_per_trial or b.cpus_per_trial
+    gpus = gpus_per_trial if gpus_per_trial is not None else b.gpus_per_trial
+    return tune.with_resources(
+        tune.with_parameters(train_trial, data=data, settings=settings_for(space, cpus)),
+        {"cpu": cpus, "gpu": gpus})
+
+
+def _new_tuner(space, run_dir, name, searcher, data, progress, cpus_per_trial, gpus_per_trial):
     import optuna
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
-
-    from archsearch.tune.trainable import train_trial
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage_obj = optuna.storages.RDBStorage(f"sqlite:///{run_dir / 'optuna.db'}")
@@ -371,13 +396,8 @@ def run_search(space: SearchSpace, *, searcher: str = "tpe", trials: int | None 
         scheduler = ASHAScheduler(metric=obj.metric, mode=obj.mode, time_attr="training_iteration",
                                   max_t=b.epochs, grace_period=b.grace_period,
                                   reduction_factor=b.reduction_factor)
-    cpus = cpus_per_trial or b.cpus_per_trial
-    gpus = gpus_per_trial if gpus_per_trial is not None else b.gpus_per_trial
-    trainable = tune.with_resources(
-        tune.with_parameters(train_trial, data=data, settings=settings_for(space, cpus)),
-        {"cpu": cpus, "gpu": gpus})
-    tuner = tune.Tuner(
-        trainable,
+    return tune.Tuner(
+        _trainable(space, data, cpus_per_trial, gpus_per_trial),
         tune_config=tune.TuneConfig(search_alg=alg, scheduler=scheduler, num_samples=b.trials,
                                     reuse_actors=True, time_budget_s=b.time_budget_s),
         run_config=tune.RunConfig(
@@ -386,12 +406,58 @@ def run_search(space: SearchSpace, *, searcher: str = "tpe", trials: int | None 
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             failure_config=tune.FailureConfig(max_failures=0)),
     )
-    tuner.fit()
+
+
+def _finish(run_dir: Path, info: dict, reports, t0: float) -> RunResult:
     wall = time.time() - t0
-    info["wall_seconds"] = wall
+    info["wall_seconds"] = info.get("wall_seconds_before_resume", 0.0) + wall
     _atomic_json(run_dir / "run.json", info)
     report_dir, summary = make_report(run_dir, reports)
-    return RunResult(run_dir, report_dir, summary, wall)
+    return RunResult(run_dir, report_dir, summary, info["wall_seconds"])
+
+
+def resume_search(run_dir: str | Path, *, address: str | None = None,
+                  reports: str | Path = "reports", progress: bool = True,
+                  num_cpus: int | None = None, ray_dashboard: bool = False) -> RunResult:
+    """Continue a search whose driver stopped (Ctrl-C, SIGKILL, a lost head node).
+
+    Ray Tune restores the experiment from ``RUN_DIR/tune`` (trial table, searcher state,
+    checkpoints): finished trials are kept, unfinished ones continue from their last checkpoint,
+    and the searcher resumes with its saved state.
+
+    Raises:
+        UserError: ``run_dir`` is not a resumable run directory.
+    """
+    from archsearch.space import load_space
+
+    run_dir = Path(run_dir).expanduser().resolve()
+    if not (run_dir / "run.json").is_file() or not (run_dir / "space.yaml").is_file():
+        raise UserError("not a run directory (no run.json / space.yaml)", file=str(run_dir))
+    tune_dir = run_dir / "tune"
+    if not (tune_dir / "tuner.pkl").is_file():
+        raise UserError("the search never started (no tune/tuner.pkl): start it again with "
+                        "`archsearch search`", file=str(run_dir))
+    info = json.loads((run_dir / "run.json").read_text())
+    space = load_space(run_dir / "space.yaml")
+    t0 = time.time()
+    info["wall_seconds_before_resume"] = info.get("wall_seconds") or (
+        max(0.0, _last_activity(run_dir) - info.get("started", t0)))
+    info.setdefault("resumed", []).append(t0)
+    _atomic_json(run_dir / "run.json", info)
+    data = prepare_data(space)
+    init_ray(address or info.get("address"), num_cpus=num_cpus, dashboard=ray_dashboard)
+    _print_dashboards(run_dir, address, ray_dashboard, progress)
+    from ray import tune
+
+    tuner = tune.Tuner.restore(str(tune_dir), trainable=_trainable(space, data, None, None),
+                               resume_unfinished=True, resume_errored=False, restart_errored=False)
+    tuner.fit()
+    return _finish(run_dir, info, reports, t0)
+
+
+def _last_activity(run_dir: Path) -> float:
+    times = [p.stat().st_mtime for p in (run_dir / "trials").glob("*.json")]
+    return max(times) if times else time.time()
 
 
 def make_report(run_dir: str | Path, reports: str | Path = "reports",
