@@ -1,0 +1,320 @@
+"""Adaptive depth: a structure predictor with RevPC and per-sample early exit (``gating: depth_predictor``).
+
+Source: Li, Li and Wang, "From Static to Dynamic: A Deeper, Faster, and Adaptive Language
+Modeling Approach" (structure predictor, RevPC, the gamma-weighted depth penalty; ALBERT-base
+1.68x faster at a GLUE average of 85.3 against 84.4). Our specification is the adaptive-depth
+section of DESIGN.md:
+
+* Every sample runs the first ``n_fixed`` blocks. The hidden state of its *first token* (the
+  ``<cls>`` a trained tokenizer puts first) goes through a small MLP (:class:`DepthPredictor`)
+  and a softmax over the allowed depths ``n_fixed .. n_layers``: ``probs`` (``B x D``,
+  ``D = n_layers - n_fixed + 1``).
+* RevPC (:func:`revpc`): ``p_k = sum_{j >= k} probs_j`` (reverse, cumulative sum, reverse back)
+  is the probability that the depth is at least ``n_fixed + k``, i.e. that block
+  ``n_fixed + k`` (1-based) is needed. ``p_0 = 1``.
+* Training (:meth:`DepthPredictorGating.scaled_forward`) scales each residual branch of every
+  block after the fixed group by its ``p``: ``H~ = H + p * MHA(LN(H))``,
+  ``H = H~ + p * FFN(LN(H~))``; blocks' own sub-modules are reused, so with all ``p = 1`` it is
+  exactly the model's forward.
+* Loss: ``CE + gamma * E[depth] / n_layers`` with ``E[depth] = sum_d d * probs_d`` (blocks)
+  averaged over the batch. Normalising by ``n_layers`` puts the penalty in ``[n_fixed/n_layers,
+  1]`` whatever the model depth, so one ``gamma`` means the same trade-off for every depth the
+  outer loop picks (the seed's ablation: gamma 0.1 slow, 0.9 fast and less accurate).
+* Inference (:meth:`DepthPredictorGating.predict`): each sample exits at its arg-max depth.
+  Samples are grouped by depth and each group runs as one real batch through only its blocks
+  (``Transformer.run_layers`` + ``head_logits``): skipped blocks are not computed.
+
+Classification only: first-token pooling is meaningless for a causal LM (the first token sees
+only itself).
+
+Config keys read from the trial config: ``gamma`` (float >= 0, default 0.5, searchable),
+``min_layers`` (= ``n_fixed``, default 1). Programmatic-only keys (not in the search-space
+schema; pass them in ``settings["fixed"]``): ``depth_warmup_steps`` (default 0: training steps
+with all ``p = 1`` and no penalty before the predictor takes over) and ``predictor_hidden``
+(MLP width, default 64).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from archsearch.dynamic.base import GatingStrategy, LossFn
+from archsearch.models import costs
+
+
+def revpc(probs: torch.Tensor) -> torch.Tensor:
+    """Reverse cumulative sum (RevPC) of a distribution over depths.
+
+    ``p[..., k] = sum_{j >= k} probs[..., j]``: reverse, cumulative sum, reverse back. For
+    ``probs`` over the depths ``n_fixed .. n_layers``, ``p[..., k]`` is the probability that block
+    ``n_fixed + k`` (1-based) is needed; ``p[..., 0]`` is the total mass (1 for a softmax). The
+    result is non-increasing along the last axis for non-negative ``probs``.
+
+    Args:
+        probs: ``... x D`` tensor of non-negative probabilities (rows sum to 1).
+
+    Returns:
+        ``... x D`` tensor, same dtype.
+
+    Source: Li, Li and Wang, "From Static to Dynamic" (RevPC).
+    """
+    return probs.flip(-1).cumsum(-1).flip(-1)  # (..., D)
+
+
+class DepthPredictor(nn.Module):
+    """The structure predictor: LayerNorm -> Linear -> GELU -> Linear over the allowed depths.
+
+    Args:
+        d_model: width ``d`` of the pooled hidden state.
+        n_depths: number of allowed depths ``D``.
+        hidden: MLP width.
+
+    The output bias is zero at start (uniform ``probs``).
+    """
+
+    def __init__(self, d_model: int, n_depths: int, hidden: int = 64):
+        super().__init__()
+        self.d_model, self.n_depths, self.hidden = d_model, n_depths, hidden
+        self.ln = nn.LayerNorm(d_model)
+        self.fc1 = nn.Linear(d_model, hidden)
+        self.fc2 = nn.Linear(hidden, n_depths)
+        nn.init.normal_(self.fc1.weight, std=0.02)
+        nn.init.zeros_(self.fc1.bias)
+        nn.init.normal_(self.fc2.weight, std=0.02)
+        nn.init.zeros_(self.fc2.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """``B x d`` pooled hidden state -> ``B x D`` logits over depths."""
+        return self.fc2(F.gelu(self.fc1(self.ln(h))))  # (B, D)
+
+    def flops_per_sample(self) -> int:
+        """FLOPs of one prediction (the two matrix multiplies, multiply-add = 2 FLOPs), counted
+        like :func:`archsearch.models.costs.flops_per_sample` (no LayerNorm/GELU/bias)."""
+        return 2 * self.d_model * self.hidden + 2 * self.hidden * self.n_depths
+
+
+class DepthPredictorGating(GatingStrategy):
+    """Per-sample adaptive depth with a learned structure predictor (``gating: depth_predictor``).
+
+    See the module docstring for the algorithm and the config keys.
+
+    Args:
+        model: a classification :class:`~archsearch.models.transformer.Transformer`.
+        cfg: the trial config (``gamma``, ``min_layers``, ``depth_warmup_steps``,
+            ``predictor_hidden``).
+        settings: the trial budget (unused).
+        loop: the :class:`~archsearch.tune.trainable.TrialLoop`, or ``None``; when given,
+            :meth:`metrics` reads the validation split from ``loop.data``.
+
+    Raises:
+        ValueError: an LM model, ``gamma < 0``, ``min_layers`` outside ``[1, n_layers]``,
+            negative warm-up, ``predictor_hidden < 1``.
+    """
+
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any], loop=None):
+        super().__init__(model, cfg, settings, loop)
+        config = model.config
+        if config.task != "classification":
+            raise ValueError("gating 'depth_predictor' needs a classification model "
+                             f"(first-token pooling), got task {config.task!r}")
+        self.n_layers = int(config.n_layers)
+        self.n_fixed = int(cfg.get("min_layers") or 1)
+        if not 1 <= self.n_fixed <= self.n_layers:
+            raise ValueError(f"min_layers (n_fixed) must be in [1, n_layers={self.n_layers}], got {self.n_fixed}")
+        gamma = cfg.get("gamma")
+        self.gamma = 0.5 if gamma is None else float(gamma)
+        if not self.gamma >= 0.0:
+            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
+        self.warmup_steps = int(cfg.get("depth_warmup_steps") or 0)
+        if self.warmup_steps < 0:
+            raise ValueError(f"depth_warmup_steps must be >= 0, got {self.warmup_steps}")
+        hidden = int(cfg.get("predictor_hidden") or 64)
+        if hidden < 1:
+            raise ValueError(f"predictor_hidden must be >= 1, got {hidden}")
+        self.n_depths = self.n_layers - self.n_fixed + 1
+        self.predictor = DepthPredictor(config.d_model, self.n_depths, hidden)
+        device = next(model.parameters()).device
+        self.predictor.to(device)
+        self.depths = torch.arange(self.n_fixed, self.n_layers + 1, device=device)  # (D,) blocks
+        self.steps = 0  # training steps taken (for the warm-up)
+        self._hist = torch.zeros(self.n_depths, dtype=torch.long)  # counts since reset_stats()
+        self._expected_sum = 0.0
+        self._last_train = {"expected_depth": float("nan"), "depth_penalty": float("nan")}
+
+    # ------------------------------------------------------------------ the interface
+    def extra_modules(self) -> list[nn.Module]:
+        """The structure predictor (its parameters join the trial's optimizer)."""
+        return [self.predictor]
+
+    def _front(self, x: torch.Tensor, mask: torch.Tensor | None):
+        """Embed, run the fixed blocks and predict: ``(h, pad_mask, depth_logits)`` with ``h``
+        ``B x T x d`` after block ``n_fixed`` and ``depth_logits`` ``B x D``."""
+        pad_mask = self.model.padding_mask(x, mask)  # (B, T)
+        h = self.model.embed(x)  # (B, T, d)
+        h = self.model.run_layers(h, pad_mask, 0, self.n_fixed)  # (B, T, d)
+        self.predictor.train(self.model.training)
+        return h, pad_mask, self.predictor(h[:, 0])  # first token (<cls>) -> (B, D)
+
+    def scaled_forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, full: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training forward: every block after the fixed group runs with its residual
+        branches scaled by the RevPC probability ``p`` that the block is needed.
+
+        Args:
+            x: ``B x T`` token ids.
+            mask: ``B x T`` bool, True = real token (or ``None``: derived from ``pad_id``).
+            full: use ``p = 1`` for every block (warm-up); the result then equals
+                ``model(x, mask)`` exactly.
+
+        Returns:
+            ``(logits, probs)``: ``B x C`` class logits and ``B x D`` depth probabilities.
+        """
+        h, pad_mask, depth_logits = self._front(x, mask)
+        probs = depth_logits.softmax(-1)  # (B, D)
+        p = torch.ones_like(probs) if full else revpc(probs)  # (B, D); p[:, k] scales block n_fixed+k
+        attn_mask = self.model._attn_mask(pad_mask, x.shape[1])  # same mask run_layers builds
+        for i in range(self.n_fixed, self.n_layers):
+            blk = self.model.blocks[i]
+            s = p[:, i - self.n_fixed + 1].view(-1, 1, 1)  # (B, 1, 1)
+            h = h + s * blk.attn(blk.ln1(h), attn_mask)  # (B, T, d)
+            h = h + s * blk.ffn(blk.ln2(h))  # (B, T, d)
+        return self.model.head_logits(h, pad_mask), probs  # (B, C), (B, D)
+
+    def expected_depth(self, probs: torch.Tensor) -> torch.Tensor:
+        """``B x D`` depth probabilities -> ``B`` expected number of blocks executed."""
+        return probs @ self.depths.to(probs.dtype)  # (B,)
+
+    def training_loss(self, x, mask, y, loss_fn: LossFn) -> torch.Tensor:
+        """``loss_fn(logits, y) + gamma * mean(E[depth]) / n_layers`` (scalar); during the
+        warm-up (``depth_warmup_steps``) all ``p = 1`` and there is no penalty."""
+        if self.steps < self.warmup_steps:
+            logits, probs = self.scaled_forward(x, mask, full=True)
+            return loss_fn(logits, y)
+        logits, probs = self.scaled_forward(x, mask)
+        exp_depth = self.expected_depth(probs).mean()  # blocks
+        penalty = exp_depth / self.n_layers
+        self._last_train = {"expected_depth": float(exp_depth.detach()),
+                            "depth_penalty": float(penalty.detach())}
+        return loss_fn(logits, y) + self.gamma * penalty
+
+    def after_step(self, loss: float) -> None:
+        self.steps += 1
+
+    @torch.no_grad()
+    def predict_depths(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The exit depth (blocks, ``n_fixed .. n_layers``) the predictor picks for each sample:
+        ``B`` int64 (arg-max of ``probs``)."""
+        _, _, depth_logits = self._front(x, mask)
+        return self.n_fixed + depth_logits.argmax(-1)  # (B,)
+
+    @torch.no_grad()
+    def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inference with per-sample early exit.
+
+        Each sample exits at its arg-max depth ``k``; samples with the same ``k`` run as one batch
+        through blocks ``n_fixed .. k-1`` only (nothing is computed for skipped blocks), then
+        the final LayerNorm and head.
+
+        Args:
+            x: ``B x T`` token ids; mask: ``B x T`` bool or ``None``.
+
+        Returns:
+            ``(logits, flops)``: ``B x C`` logits in the input order, and ``B`` float FLOPs
+            executed per sample (``costs.flops_per_sample(config, T, n_layers=k)`` plus the
+            predictor's own).
+        """
+        h, pad_mask, depth_logits = self._front(x, mask)
+        probs = depth_logits.softmax(-1)  # (B, D)
+        k_idx = depth_logits.argmax(-1)  # (B,) index into depths
+        B, T = x.shape
+        logits = h.new_empty(B, self.model.config.n_classes)  # (B, C)
+        flops = torch.empty(B, dtype=torch.float64)
+        extra = self.predictor.flops_per_sample()
+        for k in torch.unique(k_idx).tolist():
+            rows = (k_idx == k).nonzero(as_tuple=True)[0]  # (B_k,)
+            depth = self.n_fixed + int(k)
+            pm = None if pad_mask is None else pad_mask[rows]  # (B_k, T)
+            hk = self.model.run_layers(h[rows], pm, self.n_fixed, depth)  # (B_k, T, d)
+            logits[rows] = self.model.head_logits(hk, pm)  # (B_k, C)
+            flops[rows.cpu()] = float(costs.flops_per_sample(self.model.config, T, n_layers=depth) + extra)
+        self._hist += torch.bincount(k_idx.cpu(), minlength=self.n_depths)
+        self._expected_sum += float(self.expected_depth(probs).sum())
+        return logits, flops.to(torch.float32)
+
+    # ------------------------------------------------------------------ reporting
+    def reset_stats(self) -> None:
+        """Forget the depth counts accumulated by :meth:`predict`."""
+        self._hist.zero_()
+        self._expected_sum = 0.0
+
+    def depth_stats(self, split=None, batch_size: int = 256) -> dict[str, Any]:
+        """Predicted-depth statistics.
+
+        Args:
+            split: a :class:`~archsearch.data.ClassificationSplit` to run the predictor on
+                (embedding, fixed blocks and predictor only, eval mode), or ``None`` for the
+                counts accumulated by :meth:`predict` since :meth:`reset_stats`.
+            batch_size: rows per forward when ``split`` is given.
+
+        Returns:
+            ``{"depth_histogram": {"k": count}, "expected_depth": float, "mean_exit_depth": float}``
+            with depths in blocks (keys are strings so the dict round-trips through JSON);
+            ``expected_depth`` is the mean of ``sum_d d * probs_d``, ``mean_exit_depth`` the
+            mean arg-max depth actually executed.
+        """
+        if split is None:
+            hist, exp_sum = self._hist.clone(), self._expected_sum
+        else:
+            hist, exp_sum = torch.zeros(self.n_depths, dtype=torch.long), 0.0
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                with torch.inference_mode():
+                    dev = self.depths.device
+                    for i in range(0, len(split), batch_size):
+                        ids = split.input_ids[i:i + batch_size].to(dev)  # (b, T)
+                        m = split.attention_mask[i:i + batch_size].to(dev)  # (b, T)
+                        _, _, dl = self._front(ids, m)
+                        hist += torch.bincount(dl.argmax(-1).cpu(), minlength=self.n_depths)
+                        exp_sum += float(self.expected_depth(dl.softmax(-1)).sum())
+            finally:
+                self.model.train(was_training)
+                self.predictor.train(was_training)
+        n = int(hist.sum())
+        depths = list(range(self.n_fixed, self.n_layers + 1))
+        return {
+            "depth_histogram": {str(d): int(c) for d, c in zip(depths, hist.tolist())},
+            "expected_depth": exp_sum / n if n else float("nan"),
+            "mean_exit_depth": float(sum(d * c for d, c in zip(depths, hist.tolist())) / n) if n else float("nan"),
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        """Per-epoch results: the predicted-depth histogram on the validation split
+        (``depth_histogram``, ``expected_depth``, ``mean_exit_depth``; see :meth:`depth_stats`)
+        and the last training batch's ``train_expected_depth``.
+
+        With a ``loop`` the statistics are recomputed on ``loop.data.validation`` (the split
+        :meth:`TrialLoop.evaluate` scores), so latency timing calls to :meth:`predict` do not
+        count; without one they are the counts since the last :meth:`reset_stats`.
+        """
+        split = None
+        if self.loop is not None and getattr(self.loop, "data", None) is not None:
+            split = self.loop.data.validation
+        out = self.depth_stats(split)
+        out["train_expected_depth"] = self._last_train["expected_depth"]
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Predictor weights and the step count (tensors and numbers only)."""
+        return {"predictor": self.predictor.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        self.predictor.load_state_dict(state["predictor"])
+        self.steps = int(state.get("steps", 0))
