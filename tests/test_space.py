@@ -1,5 +1,6 @@
 """Search-space validation: every user mistake is one line naming the file and the field."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -139,3 +140,38 @@ def test_help_is_fast_and_imports_no_heavy_library():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "search" in proc.stdout
+
+
+def test_impossible_constraint_is_refused_before_launch(tmp_path, cache_dir):
+    from archsearch.tune.runner import run_search
+
+    text = BASE.replace("params:\n", "constraints:\n  params_trainable: {max: 1000}\n"
+                        "dataset: {vocab_size: 500, max_len: 16, max_train_samples: 64}\nparams:\n")
+    space = load_space(write(tmp_path, text))
+    with pytest.raises(UserError) as ei:
+        run_search(space, storage=tmp_path / "runs", progress=False)
+    assert "constraints.params_trainable.max" in ei.value.one_line()
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_existing_run_name_and_unwritable_storage(tmp_path):
+    from archsearch.tune.runner import check_run_dir
+
+    run = check_run_dir(tmp_path / "runs", "a")
+    (run / "run.json").write_text("{}")
+    with pytest.raises(UserError, match="--name"):
+        check_run_dir(tmp_path / "runs", "a")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):  # running as root: permissions are not enforced
+            blocker = tmp_path / "file"
+            blocker.write_text("x")
+            with pytest.raises(UserError, match="--storage"):
+                check_run_dir(blocker, "a")
+        else:
+            with pytest.raises(UserError, match="--storage"):
+                check_run_dir(ro, "a")
+    finally:
+        ro.chmod(0o700)

@@ -301,6 +301,63 @@ def prepare_data(space: SearchSpace):
     return data
 
 
+def smallest_config(space: SearchSpace) -> dict[str, Any]:
+    """The config with every numeric param at its low end and every numeric categorical at its
+    smallest choice (non-numeric categoricals: the first choice): the cheapest architecture
+    the space can produce, since params and FLOPs grow with every size knob."""
+    from archsearch.space import CategoricalParam
+
+    cfg: dict[str, Any] = {}
+    for key, p in space.params.items():
+        if not space.active(key, cfg):
+            continue
+        if isinstance(p, CategoricalParam):
+            nums = [c for c in p.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+            cfg[key] = min(nums) if len(nums) == len(p.choices) else p.choices[0]
+        else:
+            cfg[key] = p.low
+    return cfg
+
+
+COST_METRICS = ("params_total", "params_trainable", "flops_per_sample")
+
+
+def check_constraints(space: SearchSpace, data) -> None:
+    """Refuse constraints that no configuration can meet, before anything is launched.
+
+    Only the costs the cost model knows without training are checked (``params_total``,
+    ``params_trainable``, ``flops_per_sample`` at full length, untied): the smallest
+    architecture of the space must satisfy every ``max``.
+
+    Raises:
+        UserError: naming ``constraints.METRIC.max``, with the smallest achievable value.
+    """
+    wanted = {m: b for m, b in space.constraints.items() if m in COST_METRICS and b.max is not None}
+    if not wanted:
+        return
+    from archsearch.models import costs
+    from archsearch.models.transformer import Transformer
+    from archsearch.tune.trainable import DEFAULTS, model_config
+
+    cfg = {**DEFAULTS, **space.fixed, **smallest_config(space)}
+    try:
+        mcfg = model_config(cfg, data)
+    except ValueError as e:
+        raise UserError(f"the smallest architecture is invalid: {e}", file=space.source,
+                        field="params") from None
+    values = {"flops_per_sample": costs.flops_per_sample(mcfg, mcfg.max_len)}
+    model = Transformer(mcfg)
+    values["params_total"] = costs.params_total(model)
+    values["params_trainable"] = costs.params_trainable(model)
+    if str(cfg.get("tying", "none")) != "none":
+        values.pop("params_trainable")  # tying can lower it below the untied count
+    for metric, bound in wanted.items():
+        if metric in values and values[metric] > bound.max:
+            raise UserError(f"no configuration can meet max {bound.max:g}: the smallest "
+                            f"architecture in params has {values[metric]:,.0f}",
+                            file=space.source, field=f"constraints.{metric}.max")
+
+
 def check_run_dir(storage: str | Path, name: str) -> Path:
     """The new run directory ``storage/name``.
 
@@ -341,11 +398,16 @@ def run_search(space: SearchSpace, *, searcher: str = "tpe", trials: int | None 
     if trials is not None:
         space = space.model_copy(update={"budget": space.budget.model_copy(update={"trials": trials})})
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = check_run_dir(storage, name)
     t0 = time.time()
     data = prepare_data(space)
+    check_constraints(space, data)
+    run_dir = check_run_dir(storage, name)
     if space.source:
         shutil.copyfile(space.source, run_dir / "space.yaml")
+    else:
+        import yaml
+
+        (run_dir / "space.yaml").write_text(yaml.safe_dump(space.model_dump(mode="json")))
     info = {"name": name, "searcher": searcher, "space_file": space.source, "trials": space.budget.trials,
             "seed": space.seed, "address": address, "started": t0, "argv": sys.argv}
     _atomic_json(run_dir / "run.json", info)
