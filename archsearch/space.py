@@ -57,6 +57,7 @@ MODEL_KEYS = {
     "batch_size", "warmup_steps", "gating", "dht_lambda", "min_layers", "max_layers",
     "min_heads", "gamma", "tying", "tying_k", "length_drop_p", "layer_drop_p", "init_from",
     "label_smoothing",
+    "tying_every",
 }
 
 Scalar = Union[int, float, str, bool]
