@@ -37,15 +37,24 @@ def tiny_space(tmp_path, **changes):
     return load_space(p)
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, ray_session, cache_dir):
+    """One real tiny search (3 trials x 2 epochs on 1,024 real sentences), shared by tests."""
+    from archsearch.tune.runner import run_search
+
+    tmp_path = tmp_path_factory.mktemp("tiny")
+    space = tiny_space(tmp_path)
+    return run_search(space, searcher="random", name="tiny-run", storage=tmp_path / "runs",
+                      reports=tmp_path / "reports", progress=False)
+
+
 @pytest.mark.ray
-def test_tiny_search_end_to_end(tmp_path, ray_session, cache_dir):
+def test_tiny_search_end_to_end(tiny_run):
     import optuna
 
-    from archsearch.tune.runner import read_trials, run_search
+    from archsearch.tune.runner import read_trials
 
-    space = tiny_space(tmp_path)
-    res = run_search(space, searcher="random", name="tiny-run", storage=tmp_path / "runs",
-                     reports=tmp_path / "reports", progress=False)
+    res = tiny_run
     trials = read_trials(res.run_dir)
     assert len(trials) == 3
     for t in trials:
@@ -88,3 +97,55 @@ def test_nan_trial_is_recorded_as_failed_and_search_goes_on(tmp_path, ray_sessio
     assert len(trials) == 4 and failed and ok
     assert all("NaN" in t["error"] or "nan" in t["error"] or "inf" in t["error"] for t in failed)
     assert res.summary["n_failed"] == len(failed)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.ray
+def test_optuna_dashboard_serves_the_run(tiny_run):
+    """`archsearch dashboard RUN_DIR` on 127.0.0.1: /api/studies lists the study and its trials."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "archsearch.cli", "dashboard", str(tiny_run.run_dir),
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        body, deadline = None, time.time() + 60
+        while time.time() < deadline and body is None:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2).read()
+            except OSError:
+                time.sleep(0.5)
+        assert body is not None, "optuna-dashboard did not answer"
+        studies = json.loads(body)["study_summaries"]
+        assert [s["study_name"] for s in studies] == ["tiny-run"]
+        sid = studies[0]["study_id"]
+        detail = json.loads(urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/api/studies/{sid}?after=0", timeout=5).read())
+        assert len(detail["trials"]) == 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.mark.ray
+def test_report_command_rewrites_the_report(tiny_run, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "again"
+    proc = subprocess.run([sys.executable, "-m", "archsearch.cli", "report", str(tiny_run.run_dir),
+                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "pareto.json").read_text())["n_trials"] == 3
+    assert "hypervolume" in proc.stdout
