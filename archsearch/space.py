@@ -58,6 +58,8 @@ MODEL_KEYS = {
     "min_heads", "gamma", "tying", "tying_k", "length_drop_p", "layer_drop_p", "init_from",
     "label_smoothing",
     "tying_every",
+    "evolution_iterations", "evolution_mutations", "evolution_crossovers", "evolution_val_samples",
+    "dht_warmup_steps", "n_fixed",
 }
 
 Scalar = Union[int, float, str, bool]
@@ -175,6 +177,7 @@ class Budget(_Strict):
     gpus_per_trial: float = Field(0.0, ge=0)
     time_budget_s: float | None = Field(None, gt=0)
     latency_batch_size: int = Field(32, ge=1)
+    max_failures: int = Field(1, ge=0)  #: retries of a failed trial from its last checkpoint
 
 
 class SearchSpace(_Strict):

@@ -466,7 +466,7 @@ def _new_tuner(space, run_dir, name, searcher, data, progress, cpus_per_trial, g
             name="tune", storage_path=str(run_dir), verbose=0,
             callbacks=make_callbacks(run_dir, space, progress),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-            failure_config=tune.FailureConfig(max_failures=0)),
+            failure_config=tune.FailureConfig(max_failures=b.max_failures)),
     )
 
 
