@@ -63,6 +63,11 @@ class TransformerConfig:
         attention_impl: ``"sdpa"`` (``torch.nn.functional.scaled_dot_product_attention``) or
             ``"math"`` (explicit matmul + softmax; same result, slower, but visible to
             ``FlopCounterMode``, which counts 0 FLOPs for SDPA on CPU).
+        norm_position: ``"pre"`` (default: ``x + f(LN(x))``, final LayerNorm before the head)
+            or ``"post"`` (BERT: ``LN(x + f(x))``, no final LayerNorm).
+        embedding_norm: LayerNorm on the embeddings (BERT); default off.
+        type_vocab_size: number of token-type embeddings (BERT segment ids; 0 = none). Only
+            type 0 is used: single-segment inputs.
 
     Raises:
         ValueError: on any invalid value (non-positive sizes, ``d_model % n_heads != 0``,
@@ -83,6 +88,9 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5
     pooling: Literal["mean"] = "mean"
     attention_impl: AttentionImpl = "sdpa"
+    norm_position: Literal["pre", "post"] = "pre"
+    embedding_norm: bool = False
+    type_vocab_size: int = 0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "n_layers", "d_model", "n_heads", "d_ffn", "n_classes", "pad_id"):
@@ -108,6 +116,11 @@ class TransformerConfig:
             raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
         if self.pooling not in _POOLINGS:
             raise ValueError(f"pooling must be one of {_POOLINGS}, got {self.pooling!r}")
+        if self.norm_position not in ("pre", "post"):
+            raise ValueError(f"norm_position must be 'pre' or 'post', got {self.norm_position!r}")
+        if isinstance(self.type_vocab_size, bool) or not isinstance(self.type_vocab_size, int) \
+                or self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be an int >= 0, got {self.type_vocab_size!r}")
         if self.attention_impl not in _ATTENTION_IMPLS:
             raise ValueError(
                 f"attention_impl must be one of {_ATTENTION_IMPLS}, got {self.attention_impl!r}"
@@ -242,10 +255,14 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN transformer block: ``x + MHA(LN(x))``, then ``x + FFN(LN(x))``."""
+    """Pre-LN transformer block: ``x + MHA(LN(x))``, then ``x + FFN(LN(x))``.
+
+    With ``norm_position="post"`` (BERT): ``LN1(x + MHA(x))``, then ``LN2(x + FFN(x))``.
+    """
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
+        self.post_norm = config.norm_position == "post"
         self.ln1 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.attn = MultiHeadAttention(config)
         self.ln2 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
@@ -258,6 +275,9 @@ class Block(nn.Module):
         heads: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """``B x T x d`` -> ``B x T x d``; ``mask`` and ``heads`` as in :class:`MultiHeadAttention`."""
+        if self.post_norm:
+            x = self.ln1(x + self.attn(x, mask, heads))  # (B, T, d)
+            return self.ln2(x + self.ffn(x))  # (B, T, d)
         x = x + self.attn(self.ln1(x), mask, heads)  # (B, T, d)
         x = x + self.ffn(self.ln2(x))  # (B, T, d)
         return x
@@ -283,6 +303,12 @@ class Transformer(nn.Module):
         self.emb_dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln_f = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        if config.norm_position == "post":
+            self.ln_f = nn.Identity()  # post-LN blocks already end in a LayerNorm
+        if config.type_vocab_size:
+            self.type_emb = nn.Embedding(config.type_vocab_size, config.d_model)
+        if config.embedding_norm:
+            self.emb_ln = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         if config.task == "classification":
             self.head = nn.Linear(config.d_model, config.n_classes)
         else:
@@ -346,6 +372,10 @@ class Transformer(nn.Module):
             raise ValueError(f"sequence length {T} exceeds max_len {self.config.max_len}")
         pos = torch.arange(T, device=input_ids.device)  # (T,)
         x = self.tok_emb(input_ids) + self.pos_emb(pos)  # (B, T, d)
+        if self.config.type_vocab_size:
+            x = x + self.type_emb.weight[0]  # (B, T, d): single segment, token type 0
+        if self.config.embedding_norm:
+            x = self.emb_ln(x)  # (B, T, d)
         return self.emb_dropout(x)
 
     def _attn_mask(self, pad_mask: torch.Tensor | None, T: int) -> torch.Tensor | None:

@@ -101,7 +101,14 @@ class TrialLoop:
         torch.manual_seed(seed)
         self.gen = torch.Generator().manual_seed(seed)
         self.mcfg = model_config(self.cfg, data)
-        self.model = Transformer(self.mcfg).to(self.device)
+        if self.cfg.get("init_from"):  # a local BERT-style checkpoint defines the architecture
+            from archsearch.models.pretrained import transformer_for_data
+
+            self.model = transformer_for_data(str(self.cfg["init_from"]), data,
+                                              dropout=float(self.cfg["dropout"])).to(self.device)
+            self.mcfg = self.model.config
+        else:
+            self.model = Transformer(self.mcfg).to(self.device)
         self.batch_size = int(self.cfg.get("batch_size") or settings.get("batch_size", 64))
         self.gating = gating_class(str(self.cfg["gating"]))(self.model, self.cfg, settings, loop=self)
         self.tying = tying_class(str(self.cfg["tying"]))(self.model, self.cfg, settings, loop=self)
