@@ -1,0 +1,251 @@
+"""Adaptive depth (``gating: depth_predictor``): RevPC, residual scaling, grouped early exit, and a
+real training run through the trainable."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from archsearch.dynamic import gating_class
+from archsearch.dynamic.depth_predictor import DepthPredictorGating, revpc
+from archsearch.models import costs
+from archsearch.models.transformer import Transformer, TransformerConfig
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models on a shared 2-core machine: one thread avoids oversubscription stalls."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def make_model(n_layers=4, dropout=0.0, seed=0):
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(vocab_size=50, max_len=12, n_layers=n_layers, d_model=32, n_heads=4,
+                            d_ffn=64, dropout=dropout)
+    return Transformer(cfg)
+
+
+def make_batch(B=16, T=12, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(4, 50, (B, T), generator=g)  # (B, T)
+    x[:, 0] = 2  # <cls> first, as the trained tokenizers do
+    lengths = torch.randint(3, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
+    x[~mask] = 0
+    return x, mask
+
+
+def spread_depths(gating, seed=0):
+    """Random, large predictor output weights and a first block whose <cls> output depends
+    strongly on the other tokens: predictions then differ across samples."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        attn = gating.model.blocks[0].attn
+        for lin in (attn.q, attn.k, attn.v, attn.o):
+            lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) * 0.5)
+        w = gating.predictor.fc2.weight
+        w.copy_(torch.randn(w.shape, generator=g) * 20.0)
+
+
+def force_depth(gating, depth):
+    """Make the predictor put (numerically) all its mass on ``depth``."""
+    with torch.no_grad():
+        gating.predictor.fc2.weight.zero_()
+        gating.predictor.fc2.bias.fill_(-1e4)
+        gating.predictor.fc2.bias[depth - gating.n_fixed] = 1e4
+
+
+def test_registered_under_gating_name():
+    assert gating_class("depth_predictor") is DepthPredictorGating
+
+
+def test_revpc_exact_values_and_non_increasing():
+    # dyadic probabilities: every partial sum is exact in binary floating point
+    probs = torch.tensor([[0.125, 0.25, 0.125, 0.5], [0.5, 0.0, 0.25, 0.25]])
+    expected = torch.tensor([[1.0, 0.875, 0.625, 0.5], [1.0, 0.5, 0.5, 0.25]])
+    assert torch.equal(revpc(probs), expected)
+    p = revpc(torch.randn(64, 7, generator=torch.Generator().manual_seed(0)).softmax(-1))
+    assert torch.allclose(p[:, 0], torch.ones(64))
+    assert bool((p[:, 1:] <= p[:, :-1] + 1e-7).all())  # non-increasing along the depth axis
+    assert bool((p >= 0).all())
+
+
+def test_all_p_one_scaled_forward_equals_model_forward():
+    for training in (False, True):  # dropout 0, so train mode must match too
+        model = make_model()
+        model.train(training)
+        gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
+        spread_depths(gating)
+        x, mask = make_batch()
+        logits, probs = gating.scaled_forward(x, mask, full=True)
+        assert probs.shape == (16, 4)
+        torch.testing.assert_close(logits, model(x, mask), rtol=0, atol=0)
+
+
+def test_one_hot_depth_scaled_forward_equals_early_exit():
+    model = make_model().eval()
+    gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
+    x, mask = make_batch()
+    for depth in (1, 2, 3, 4):
+        force_depth(gating, depth)
+        logits, _ = gating.scaled_forward(x, mask)  # p = 1 up to depth, 0 after
+        torch.testing.assert_close(logits, model(x, mask, n_layers=depth), rtol=1e-5, atol=1e-6)
+
+
+def test_training_loss_adds_gamma_times_normalised_expected_depth():
+    model = make_model().eval()
+    gating = DepthPredictorGating(model, {"gamma": 0.7}, {})
+    spread_depths(gating)
+    x, mask = make_batch()
+    y = torch.randint(0, 2, (16,))
+    ce = torch.nn.functional.cross_entropy
+    loss = gating.training_loss(x, mask, y, ce)
+    logits, probs = gating.scaled_forward(x, mask)
+    exp_depth = (probs * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum(-1).mean()
+    torch.testing.assert_close(loss, ce(logits, y) + 0.7 * exp_depth / 4)
+    loss.backward()
+    assert gating.predictor.fc2.weight.grad is not None and gating.predictor.fc2.weight.grad.abs().sum() > 0
+
+
+def test_warmup_uses_full_depth_without_penalty():
+    model = make_model().eval()
+    gating = DepthPredictorGating(model, {"gamma": 0.9, "depth_warmup_steps": 1}, {})
+    force_depth(gating, 1)
+    x, mask = make_batch()
+    y = torch.randint(0, 2, (16,))
+    ce = torch.nn.functional.cross_entropy
+    torch.testing.assert_close(gating.training_loss(x, mask, y, ce), ce(model(x, mask), y))
+    gating.after_step(0.0)
+    torch.testing.assert_close(gating.training_loss(x, mask, y, ce),
+                               ce(model(x, mask, n_layers=1), y) + 0.9 * 1 / 4, rtol=1e-5, atol=1e-5)
+
+
+def test_early_exit_runs_exactly_the_predicted_blocks():
+    model = make_model().eval()
+    gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
+    spread_depths(gating)
+    x, mask = make_batch(B=32)
+    depths = gating.predict_depths(x, mask)  # (B,)
+    assert len(set(depths.tolist())) >= 3, depths  # the test needs several groups
+    rows_seen = [0] * 4
+    hooks = [blk.register_forward_hook(lambda m, a, out, i=i: rows_seen.__setitem__(i, rows_seen[i] + out.shape[0]))
+             for i, blk in enumerate(model.blocks)]
+    try:
+        _, flops = gating.predict(x, mask)
+        for i in range(4):  # block i (0-based) runs for exactly the samples with depth > i
+            assert rows_seen[i] == int((depths > i).sum()), (i, rows_seen, depths)
+        # one sample at a time: exactly `depth` block calls each
+        for b in range(8):
+            rows_seen[:] = [0] * 4
+            gating.predict(x[b:b + 1], mask[b:b + 1])
+            assert sum(rows_seen) == int(depths[b])
+            assert rows_seen[:int(depths[b])] == [1] * int(depths[b])
+    finally:
+        for h in hooks:
+            h.remove()
+    extra = gating.predictor.flops_per_sample()
+    for b in range(32):
+        assert flops[b] == costs.flops_per_sample(model.config, 12, n_layers=int(depths[b])) + extra
+
+
+def test_grouped_inference_equals_per_sample_inference():
+    model = make_model().eval()
+    gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
+    spread_depths(gating, seed=3)
+    x, mask = make_batch(B=24, seed=5)
+    assert len(set(gating.predict_depths(x, mask).tolist())) >= 3
+    logits, flops = gating.predict(x, mask)
+    for b in range(24):
+        lb, fb = gating.predict(x[b:b + 1], mask[b:b + 1])
+        torch.testing.assert_close(logits[b:b + 1], lb, rtol=1e-5, atol=1e-6)
+        assert flops[b] == fb[0]
+        depth = int(gating.predict_depths(x[b:b + 1], mask[b:b + 1]))
+        torch.testing.assert_close(lb, model(x[b:b + 1], mask[b:b + 1], n_layers=depth), rtol=1e-5, atol=1e-6)
+
+
+def test_stats_histogram_counts_predictions_and_state_round_trip(tmp_path):
+    model = make_model().eval()
+    gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
+    spread_depths(gating)
+    x, mask = make_batch(B=32)
+    depths = gating.predict_depths(x, mask)
+    gating.reset_stats()
+    gating.predict(x, mask)
+    st = gating.depth_stats()
+    assert st["depth_histogram"] == {str(d): int((depths == d).sum()) for d in (1, 2, 3, 4)}
+    assert st["mean_exit_depth"] == pytest.approx(depths.double().mean().item())
+    assert 1.0 <= st["expected_depth"] <= 4.0
+    # checkpoint: plain tensors and numbers, readable with weights_only=True
+    gating.after_step(1.0)
+    torch.save(gating.state_dict(), tmp_path / "g.pt")
+    other_model = make_model(seed=1).eval()
+    other_model.load_state_dict(model.state_dict())
+    other = DepthPredictorGating(other_model, {"gamma": 0.5}, {})
+    other.load_state_dict(torch.load(tmp_path / "g.pt", weights_only=True))
+    assert other.steps == 1
+    assert torch.equal(other.predict_depths(x, mask), depths)
+
+
+def test_invalid_settings_raise():
+    with pytest.raises(ValueError, match="classification"):
+        torch.manual_seed(0)
+        lm = Transformer(TransformerConfig(vocab_size=50, max_len=12, n_layers=2, d_model=32, n_heads=4,
+                                           d_ffn=64, task="lm"))
+        DepthPredictorGating(lm, {}, {})
+    with pytest.raises(ValueError, match="gamma"):
+        DepthPredictorGating(make_model(), {"gamma": -0.1}, {})
+    with pytest.raises(ValueError, match="min_layers"):
+        DepthPredictorGating(make_model(), {"min_layers": 5}, {})
+
+
+def test_search_space_file_is_valid():
+    from pathlib import Path
+
+    from archsearch.space import load_space
+
+    space = load_space(Path(__file__).resolve().parents[1] / "search_spaces" / "depth_predictor.yaml")
+    assert space.fixed["gating"] == "depth_predictor"
+    assert "gamma" in space.params and space.params["gamma"].type == "float"
+    assert space.metric_names == ["accuracy", "flops_per_sample"]
+
+
+def test_real_training_through_trial_loop_reports_histogram(cache_dir, tmp_path):
+    from archsearch.data import prepare
+    from archsearch.tune.trainable import TrialLoop
+
+    data = prepare("rotten_tomatoes_sentences", vocab_size=1000, max_len=32)
+    tr = data.train
+    n = 768
+    data = dataclasses.replace(data, data={**data.data, "train": dataclasses.replace(
+        tr, input_ids=tr.input_ids[:n], attention_mask=tr.attention_mask[:n], labels=tr.labels[:n])})
+    settings = {"epochs": 2, "batch_size": 64, "seed": 0,
+                "fixed": {"n_layers": 3, "d_model": 32, "n_heads": 2, "gating": "depth_predictor",
+                          "gamma": 0.9, "warmup_steps": 5}}
+    loop = TrialLoop({}, data, settings)
+    assert isinstance(loop.gating, DepthPredictorGating)
+    # the optimizer trains the predictor too
+    opt_params = {id(p) for g in loop.opt.param_groups for p in g["params"]}
+    assert all(id(p) in opt_params for p in loop.gating.predictor.parameters())
+    before = loop.gating.predictor.fc2.weight.detach().clone()
+    loop.train_epoch()
+    metrics = loop.evaluate()
+    assert not torch.equal(before, loop.gating.predictor.fc2.weight)
+    hist = metrics["depth_histogram"]
+    assert set(hist) == {"1", "2", "3"}
+    assert sum(hist.values()) == len(data.validation)
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and math.isfinite(metrics["val_loss"])
+    full = costs.flops_per_sample(loop.mcfg, 32) + loop.gating.predictor.flops_per_sample()
+    one = costs.flops_per_sample(loop.mcfg, 1, n_layers=1)
+    assert one < metrics["flops_per_sample"] <= full
+    assert 1.0 <= metrics["expected_depth"] <= 3.0 and 1.0 <= metrics["mean_exit_depth"] <= 3.0
+    # checkpoint round trip through the trainable (weights_only=True)
+    loop.save(str(tmp_path))
+    again = TrialLoop({}, data, settings)
+    again.load(str(tmp_path))
+    assert torch.equal(again.gating.predictor.fc2.weight, loop.gating.predictor.fc2.weight)
+    assert again.gating.steps == loop.gating.steps == loop.step
+    assert again.evaluate()["depth_histogram"] == hist
