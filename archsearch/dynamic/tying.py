@@ -130,6 +130,30 @@ def set_layer(model: nn.Module, i: int, j: int) -> bool:
     return True
 
 
+def next_map(s: Sequence[int], i: int, j: int) -> list[int]:
+    """The tying state after :func:`set_layer` ``(i, j)`` on a model in state ``s`` (pure).
+
+    Block ``i`` moves to block ``j``'s group (``j < i``) or to a group of its own (``j == i``);
+    if block ``i`` owned weights that later blocks share, those blocks keep the weights and the
+    first of them becomes their owner.
+
+    Raises:
+        ValueError: ``s`` is not a valid map, or not ``0 <= j <= i < len(s)``.
+    """
+    s = check_map(s, len(s))
+    if not 0 <= j <= i < len(s):
+        raise ValueError(f"need 0 <= j <= i < {len(s)}, got i={i}, j={j}")
+    target = s[j] if j < i else i
+    if target == s[i]:
+        return s
+    out = list(s)
+    out[i] = target
+    followers = [k for k in range(len(s)) if s[k] == i and k != i]
+    for k in followers:  # block i owned these weights: the first follower now owns them
+        out[k] = followers[0]
+    return out
+
+
 def check_map(s: Sequence[int], n_layers: int) -> list[int]:
     """Validate a tying state: ``n_layers`` ints, ``0 <= s[i] <= i``, ``s[s[i]] == s[i]``.
 
