@@ -1,0 +1,552 @@
+"""Length-Adaptive Transformer: LengthDrop training, drop-and-restore, sub-network inference.
+
+Source: Kim & Cho, "Length-Adaptive Transformer: Train Once with Length Drop, Use Anytime with
+Search", arXiv 2010.07003 (section 3: LengthDrop, LayerDrop, sandwich rule with in-place
+distillation, drop-and-restore; section 4: evolutionary search, see
+:mod:`archsearch.dynamic.evolution`). Our specification: the Length-Adaptive section of
+DESIGN.md.
+
+**Length configuration.** A tuple ``(l_1, ..., l_L)`` (one int per block, non-increasing,
+``l_i >= min_tokens``, ``l_1 <= n``) in tokens *of a full sequence of ``n = max_len`` tokens*:
+``l_i`` tokens leave block ``i`` and go on to block ``i + 1``. A sequence with ``m`` real tokens
+keeps ``k_i = clamp(ceil(l_i * m / n), min(min_tokens, m), m)`` of them (proportional scaling),
+so a configuration means the same *fraction* of every sentence whatever its length; padding is
+never a kept token. For the causal LM ``m`` is the block length ``T`` of the batch.
+
+**Padding (classification).** Samples of a batch keep different counts; the batch runs at
+``K_i = max_s k_i(s)`` slots per layer, the slots of a sample beyond its ``k_i(s)`` are padding
+(masked out of attention keys and pooling). The FLOPs returned per sample are the FLOPs the batch
+*executed*, ``(T, K_1, ..., K_L)``, divided evenly over its samples: the same convention as the
+static model (``flops_per_sample`` of the padded length the model runs on). Batches with little
+padding (e.g. sorted by length) make executed FLOPs approach the real-token FLOPs.
+
+**Which tokens stay (encoder).** As in the paper's code, block ``i`` computes its self-attention
+over the ``K_{i-1}`` current tokens with an explicit ``softmax(Q K^T / sqrt(dh))`` (the block's own
+``ln1``/``q``/``k``/``v`` modules and weights), scores each token by the attention it *receives*
+(probabilities summed over heads and real queries), keeps the top ``k_i`` per sample, and computes
+``A V``, the O projection, the residual and the FFN only for the kept tokens (gathered into a
+shorter tensor: really removed, not masked). Blocks that drop nothing run the model's own
+:class:`~archsearch.models.transformer.Block` (SDPA).
+
+**Which tokens stay (causal LM).** Content-based top-k selection would let future tokens decide
+which past tokens survive (a query at position ``t' > t`` adds to token ``t``'s score, and the set
+that survives is visible to predictions before ``t'``): a leak of the future into perplexity. The
+LM therefore keeps an evenly spaced subset of the current positions (always the last one), a rule
+that depends on positions only; kept tokens stay in position order, so the model's block runs
+them with plain causal attention. Dropping happens before a block: block ``i`` runs on ``k_i``
+tokens.
+
+**Drop-and-restore.** A dropped token's vector skips the remaining blocks and is written back at
+its position after the last block (the last state it had), so the final LayerNorm and the head
+see every position: the LM predicts every next token; the classifier's mean pooling covers every
+real token (dropped ones with their earlier state).
+
+**Training** (:class:`LengthDropGating`, ``gating: length_drop``): per minibatch the sandwich
+rule: the full model (cross-entropy), the smallest sub-model (every ``l_{i+1} =
+ceil((1 - p) l_i)``) and ``n_sandwich`` (2) random sub-models (LengthDrop, ``l_{i+1} ~
+U{ceil((1 - p) l_i), l_i}``, ``l_0 = n``, plus LayerDrop: each block skipped with probability
+``layer_drop_p``); each sub-model is distilled in place, KL(full model's detached softmax ||
+sub-model's); the sum of the ``n_sandwich + 2`` losses is divided by ``n_sandwich + 2``.
+
+Shapes: ``B`` batch, ``T`` padded length, ``K`` current slots, ``d`` d_model, ``H`` heads,
+``dh`` head width, ``C`` classes, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from archsearch.dynamic.base import GatingStrategy
+from archsearch.models import costs
+from archsearch.models.transformer import Block, Transformer, TransformerConfig
+
+DEFAULT_P = 0.2
+DEFAULT_LAYER_DROP_P = 0.2
+MIN_TOKENS = 2
+
+
+# ---------------------------------------------------------------------------------- configs
+
+
+def _ceil_frac(p_keep: float, n: int) -> int:
+    """``ceil(p_keep * n)`` robust to float noise (0.8 * 40 must give 32, not 33)."""
+    return math.ceil(round(p_keep * n, 9))
+
+
+def check_length_config(length_config: Sequence[int], n_layers: int, n: int,
+                        min_tokens: int = MIN_TOKENS) -> tuple[int, ...]:
+    """Validate a length configuration and return it as a tuple of ints.
+
+    Raises:
+        ValueError: wrong number of entries, an entry outside ``[min(min_tokens, n), n]`` or
+            a length larger than the previous one.
+    """
+    cfg = tuple(int(v) for v in length_config)
+    if len(cfg) != n_layers:
+        raise ValueError(f"length config has {len(cfg)} entries, expected one per layer ({n_layers})")
+    lo = min(min_tokens, n)
+    prev = n
+    for i, v in enumerate(cfg):
+        if not lo <= v <= prev:
+            raise ValueError(f"length config {list(cfg)}: entry {i} = {v} must be in [{lo}, {prev}] "
+                             f"(non-increasing, at least {lo}, at most n={n})")
+        prev = v
+    return cfg
+
+
+def smallest_length_config(n_layers: int, n: int, p: float = DEFAULT_P,
+                           min_tokens: int = MIN_TOKENS) -> tuple[int, ...]:
+    """The smallest LengthDrop sub-model: ``l_{i+1} = max(min_tokens, ceil((1 - p) l_i))``,
+    ``l_0 = n`` (Kim & Cho 2020, sec. 3.2, sandwich rule)."""
+    out, prev = [], n
+    for _ in range(n_layers):
+        prev = min(prev, max(min_tokens, _ceil_frac(1.0 - p, prev)))
+        out.append(prev)
+    return tuple(out)
+
+
+def sample_length_config(n_layers: int, n: int, p: float = DEFAULT_P, *,
+                         min_tokens: int = MIN_TOKENS,
+                         generator: torch.Generator | None = None) -> tuple[int, ...]:
+    """LengthDrop: ``l_{i+1} ~ Uniform{ceil((1 - p) l_i), ..., l_i}`` (integers), ``l_0 = n``,
+    never below ``min_tokens`` (Kim & Cho 2020, sec. 3.1).
+
+    Args:
+        n_layers: number of blocks ``L``.
+        n: reference sequence length (``max_len``).
+        p: LengthDrop probability, ``0 <= p < 1``.
+        min_tokens: lower bound of every length.
+        generator: torch RNG (reproducible sampling).
+
+    Returns:
+        ``L`` non-increasing ints.
+
+    Raises:
+        ValueError: ``p`` outside ``[0, 1)`` or ``n < 1``.
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"length drop p must be in [0, 1), got {p}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    out, prev = [], n
+    for _ in range(n_layers):
+        lo = min(prev, max(min_tokens, _ceil_frac(1.0 - p, prev)))
+        prev = int(torch.randint(lo, prev + 1, (1,), generator=generator))
+        out.append(prev)
+    return tuple(out)
+
+
+def constant_ratio_config(n_layers: int, n: int, keep: float,
+                          min_tokens: int = MIN_TOKENS) -> tuple[int, ...]:
+    """Every block keeps the fraction ``keep`` of its input tokens:
+    ``l_i = max(min_tokens, ceil(keep * l_{i-1}))``, ``l_0 = n`` (the paper's initial
+    population, sec. 4).
+
+    Raises:
+        ValueError: ``keep`` outside ``[0, 1]``.
+    """
+    if not 0.0 <= keep <= 1.0:
+        raise ValueError(f"keep must be in [0, 1], got {keep}")
+    return smallest_length_config(n_layers, n, 1.0 - keep, min_tokens)
+
+
+def scale_counts(length: int, real: torch.Tensor, n: int, min_tokens: int = MIN_TOKENS) -> torch.Tensor:
+    """Per-sample kept counts ``clamp(ceil(length * m / n), min(min_tokens, m), m)``.
+
+    Args:
+        length: ``l_i`` in tokens of a full ``n``-token sequence.
+        real: ``(B,)`` int64 real-token counts ``m``.
+        n: reference length.
+
+    Returns:
+        ``(B,)`` int64 counts.
+    """
+    k = (length * real + n - 1) // n  # (B,) ceil
+    return torch.maximum(k, real.clamp(max=min_tokens)).minimum(real)  # (B,)
+
+
+# ---------------------------------------------------------------------------------- FLOPs
+
+
+def length_config_flops(config: TransformerConfig, lengths: Sequence[int],
+                        layers: Sequence[bool] | None = None) -> int:
+    """Analytic forward FLOPs of one sample run with executed lengths ``lengths``.
+
+    Counts the same matrix multiplies as :func:`archsearch.models.costs.flops_per_sample`
+    (multiply-add = 2 FLOPs) and equals it when every length is ``T``.
+
+    Args:
+        config: the model's config.
+        lengths: ``[l_0, l_1, ..., l_L]``: ``l_0`` the input length ``T``, ``l_i`` the tokens
+            leaving block ``i``. Encoder block ``i`` (``a = l_{i-1}``, ``b = l_i``): Q/K/V
+            ``3 * 2*a*d*d``, scores ``2*a*a*d``, ``A V`` ``2*b*a*d``, O ``2*b*d*d``, FFN
+            ``4*b*d*d_ffn``. Causal LM block ``i`` runs entirely on ``l_i`` tokens; its head
+            projects all ``l_0`` restored positions (``2*l_0*d*V``).
+        layers: per block, whether it ran (LayerDrop); ``None`` = all ran.
+
+    Returns:
+        FLOPs per sample (int).
+
+    Raises:
+        ValueError: wrong number of lengths or layers.
+    """
+    L, d, f = config.n_layers, config.d_model, config.d_ffn
+    if len(lengths) != L + 1:
+        raise ValueError(f"need {L + 1} lengths (input + one per block), got {len(lengths)}")
+    ran = [True] * L if layers is None else list(layers)
+    if len(ran) != L:
+        raise ValueError(f"layers has {len(ran)} entries, expected {L}")
+    total = 0
+    for i in range(1, L + 1):
+        if not ran[i - 1]:
+            continue
+        a, b = int(lengths[i - 1]), int(lengths[i])
+        if config.task == "lm":
+            a = b  # the LM drops before the block
+        total += 3 * 2 * a * d * d + 2 * a * a * d + 2 * b * a * d + 2 * b * d * d + 4 * b * d * f
+    T = int(lengths[0])
+    if config.task == "classification":
+        total += 2 * d * config.n_classes
+    else:
+        total += 2 * T * d * config.vocab_size
+    return total
+
+
+# ---------------------------------------------------------------------------------- forward
+
+
+def significance(block: Block, x: torch.Tensor, key_mask: torch.Tensor, query_mask: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Self-attention probabilities of ``block`` and the attention each token receives.
+
+    Args:
+        block: a model block (its ``ln1`` and ``attn.q/k/v`` are used).
+        x: ``B x K x d`` block input.
+        key_mask: ``B x K`` bool, keys that may be attended.
+        query_mask: ``B x K`` bool, queries whose attention counts (real tokens).
+
+    Returns:
+        ``probs`` ``B x H x K x K`` (before attention dropout), ``v`` ``B x H x K x dh`` and
+        ``score`` ``B x K``: ``probs`` summed over heads and real queries (Kim & Cho 2020,
+        sec. 3.1, significance score).
+    """
+    attn = block.attn
+    xn = block.ln1(x)  # (B, K, d)
+    q = attn._project(attn.q, xn, slice(None))  # (B, H, K, dh)
+    k = attn._project(attn.k, xn, slice(None))  # (B, H, K, dh)
+    v = attn._project(attn.v, xn, slice(None))  # (B, H, K, dh)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(attn.d_head))  # (B, H, K, K)
+    att = att.masked_fill(~key_mask[:, None, None, :], float("-inf"))  # (B, H, K, K)
+    probs = F.softmax(att, dim=-1)  # (B, H, K, K)
+    score = (probs * query_mask[:, None, :, None].to(probs.dtype)).sum(dim=(1, 2))  # (B, K)
+    return probs, v, score
+
+
+def _drop_block(block: Block, h: torch.Tensor, cur: torch.Tensor, keep: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run encoder block ``block`` keeping ``keep[s]`` tokens of sample ``s``.
+
+    Args:
+        h: ``B x K x d`` current token vectors; cur: ``B x K`` bool, real current tokens;
+        keep: ``(B,)`` int64 tokens each sample keeps (``<=`` its real count).
+
+    Returns:
+        ``(h_out, order, new_mask)``: ``B x K' x d`` vectors of the kept slots
+        (``K' = keep.max()``), ``B x K'`` slot -> current index, ``B x K'`` bool real kept.
+    """
+    attn = block.attn
+    B, K, d = h.shape
+    Kn = int(keep.max())
+    keys = cur | ~cur.any(dim=1, keepdim=True)  # (B, K) no fully masked row
+    probs, v, score = significance(block, h, keys, cur)
+    score = score.masked_fill(~cur, float("-inf"))  # (B, K) padding never wins
+    order = score.topk(Kn, dim=1).indices  # (B, K')
+    new_mask = torch.arange(Kn, device=h.device)[None, :] < keep[:, None]  # (B, K')
+    rows = order[:, None, :, None].expand(B, probs.shape[1], Kn, K)  # (B, H, K', K)
+    p_kept = attn.attn_dropout(probs.gather(2, rows))  # (B, H, K', K) kept queries only
+    y = p_kept @ v  # (B, H, K', dh)
+    y = y.transpose(1, 2).reshape(B, Kn, d)  # (B, K', d)
+    y = attn.resid_dropout(attn.o(y))  # (B, K', d)
+    x = h.gather(1, order[:, :, None].expand(B, Kn, d)) + y  # (B, K', d)
+    x = x + block.ffn(block.ln2(x))  # (B, K', d)
+    return x, order, new_mask
+
+
+def length_drop_forward(
+    model: Transformer,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    length_config: Sequence[int] | None,
+    *,
+    layers: Sequence[bool] | None = None,
+    min_tokens: int = MIN_TOKENS,
+) -> tuple[torch.Tensor, list[int]]:
+    """Forward pass with per-layer token dropping and drop-and-restore.
+
+    Args:
+        model: a :class:`Transformer` (its modules and weights are used as they are).
+        input_ids: ``B x T`` token ids.
+        attention_mask: ``B x T`` bool (True = real token) or ``None`` (see
+            ``Transformer.padding_mask``).
+        length_config: ``L`` lengths in tokens of an ``n = max_len`` sequence (see the module
+            docstring), or ``None`` for full length.
+        layers: per block, whether it runs (LayerDrop); ``None`` = all.
+        min_tokens: at least this many tokens (or all real ones, if fewer) stay.
+
+    Returns:
+        ``(logits, lengths)``: ``B x C`` or ``B x T x V`` logits, and the executed slot counts
+        ``[T, K_1, ..., K_L]`` (a skipped block repeats the previous count).
+
+    Raises:
+        ValueError: invalid length config or ``layers`` length.
+    """
+    cfg = model.config
+    L, n = cfg.n_layers, cfg.max_len
+    lengths_cfg = (n,) * L if length_config is None else check_length_config(length_config, L, n, min_tokens)
+    ran = [True] * L if layers is None else [bool(v) for v in layers]
+    if len(ran) != L:
+        raise ValueError(f"layers has {len(ran)} entries, expected {L}")
+    pad_mask = model.padding_mask(input_ids, attention_mask)  # (B, T) or None
+    h = model.embed(input_ids)  # (B, T, d)
+    B, T, d = h.shape
+    dev = h.device
+    idx = torch.arange(T, device=dev).expand(B, T)  # (B, K) current slot -> position
+    executed = [T]
+    restored = h  # (B, T, d) last state of every position
+    if cfg.task == "lm":
+        cur_pos = torch.arange(T, device=dev)  # (K,) shared by the batch (no per-sample lengths)
+        for i in range(L):
+            K = cur_pos.shape[0]
+            k = int(scale_counts(lengths_cfg[i], torch.tensor([T]), n, min_tokens)[0])
+            if not ran[i]:
+                executed.append(K)
+                continue
+            if k < K:
+                restored = restored.index_copy(1, cur_pos, h)  # (B, T, d) save before dropping
+                sel = (torch.arange(1, k + 1, device=dev) * K) // k - 1  # (k,) evenly spaced, last kept
+                cur_pos = cur_pos[sel]  # (k,)
+                h = h[:, sel]  # (B, k, d)
+            mask = None if pad_mask is None else model._attn_mask(pad_mask[:, cur_pos], h.shape[1])
+            h = model.blocks[i](h, mask)  # (B, k, d)
+            executed.append(h.shape[1])
+        restored = restored.index_copy(1, cur_pos, h)  # (B, T, d)
+        return model.head_logits(restored, pad_mask), executed
+
+    real_mask = pad_mask if pad_mask is not None else torch.ones(B, T, dtype=torch.bool, device=dev)
+    cur = real_mask  # (B, K) real current tokens
+    real = real_mask.sum(dim=1)  # (B,)
+    count = real  # (B,) current real count per sample
+    dropped = False
+    for i in range(L):
+        if not ran[i]:
+            executed.append(h.shape[1])
+            continue
+        keep = scale_counts(lengths_cfg[i], real, n, min_tokens).minimum(count)  # (B,)
+        if bool((keep == count).all()):
+            keys = cur | ~cur.any(dim=1, keepdim=True)  # (B, K)
+            h = model.blocks[i](h, keys[:, None, None, :])  # (B, K, d) nothing dropped: SDPA
+        else:
+            upd = torch.where(cur[:, :, None], h, restored.gather(1, idx[:, :, None].expand(-1, -1, d)))
+            restored = restored.scatter(1, idx[:, :, None].expand(-1, -1, d), upd)  # (B, T, d)
+            h, order, cur = _drop_block(model.blocks[i], h, cur, keep)  # (B, K', d)
+            idx = idx.gather(1, order)  # (B, K')
+            count, dropped = keep, True
+        executed.append(h.shape[1])
+    if not dropped:
+        restored = h  # (B, T, d)
+    else:
+        upd = torch.where(cur[:, :, None], h, restored.gather(1, idx[:, :, None].expand(-1, -1, d)))
+        restored = restored.scatter(1, idx[:, :, None].expand(-1, -1, d), upd)  # (B, T, d)
+    return model.head_logits(restored, pad_mask), executed
+
+
+# ---------------------------------------------------------------------------------- gating
+
+
+def distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """In-place distillation: ``KL(softmax(teacher) || softmax(student))`` averaged over samples
+    (classification, ``B x C``) or tokens (LM, ``B x T x V``); ``teacher`` is detached."""
+    s = F.log_softmax(student.reshape(-1, student.shape[-1]), dim=-1)  # (N, C)
+    t = F.log_softmax(teacher.detach().reshape(-1, teacher.shape[-1]), dim=-1)  # (N, C)
+    return F.kl_div(s, t, reduction="batchmean", log_target=True)
+
+
+def validation_subset(loop, limit: int, seed: int = 0, batch_size: int = 256) -> list[tuple]:
+    """A fixed validation subset as evaluation batches ``[(x, mask, y), ...]``.
+
+    Classification: ``limit`` samples drawn at random (seeded; validation files are often sorted
+    by label), in batches of ``batch_size`` trimmed to their longest sample like the trainable's
+    evaluation batches. LM: the first ``limit`` blocks of ``loop._eval_batches``.
+    """
+    dev = loop.device
+    if loop.data.task == "lm":
+        out, seen = [], 0
+        for x, mask, y in loop._eval_batches("validation", batch_size=batch_size):
+            take = min(len(x), limit - seen)
+            out.append((x[:take].to(dev), None, y[:take].to(dev)))
+            seen += take
+            if seen >= limit:
+                break
+        return out
+    split = loop.data["validation"]
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randperm(len(split), generator=g)[:limit]
+    out = []
+    for i in range(0, len(rows), batch_size):
+        j = rows[i:i + batch_size]
+        mask = split.attention_mask[j]  # (b, T)
+        t = max(1, int(mask.sum(1).max()))
+        out.append((split.input_ids[j][:, :t].to(dev), mask[:, :t].to(dev), split.labels[j].to(dev)))
+    return out
+
+
+class LengthDropGating(GatingStrategy):
+    """``gating: length_drop``: LengthDrop + LayerDrop training with the sandwich rule, inference
+    at a selected length configuration, evolutionary search of sub-networks after training
+    (Kim & Cho 2020, arXiv 2010.07003).
+
+    Config keys (``cfg``): ``length_drop_p`` (default 0.2), ``layer_drop_p`` (0.2),
+    ``evolution_iterations`` / ``evolution_mutations`` / ``evolution_crossovers`` (30 each),
+    ``evolution_val_samples`` (validation samples per candidate evaluation; default 1024
+    classification samples / LM blocks). ``settings["evolution_store"]``: optional JSON path
+    that makes the search resumable.
+
+    Attributes:
+        length_config: the configuration :meth:`predict` runs (``None`` = full length).
+    """
+
+    n_sandwich = 2
+
+    def __init__(self, model, cfg, settings, loop=None):
+        super().__init__(model, cfg, settings, loop)
+        self.p = float(cfg.get("length_drop_p", DEFAULT_P) or DEFAULT_P)
+        self.layer_drop_p = float(cfg.get("layer_drop_p", DEFAULT_LAYER_DROP_P)
+                                  if cfg.get("layer_drop_p") is not None else DEFAULT_LAYER_DROP_P)
+        if not 0.0 <= self.p < 1.0 or not 0.0 <= self.layer_drop_p < 1.0:
+            raise ValueError(f"length_drop_p and layer_drop_p must be in [0, 1), got {self.p}, "
+                             f"{self.layer_drop_p}")
+        self.gen = torch.Generator().manual_seed(int(settings.get("seed", 0)) + 7919)
+        self.length_config: tuple[int, ...] | None = None
+        self.last_curve: list[dict[str, Any]] = []
+
+    # -- training ---------------------------------------------------------------------------
+
+    def _layer_drop(self) -> list[bool]:
+        L = self.model.config.n_layers
+        keep = (torch.rand(L, generator=self.gen) >= self.layer_drop_p).tolist()
+        return [bool(v) for v in keep]
+
+    def training_loss(self, x, mask, y, loss_fn):
+        """Sandwich rule: full model (task loss) + smallest + ``n_sandwich`` random sub-models
+        (KL to the full model's detached logits), summed and divided by ``n_sandwich + 2``."""
+        cfg = self.model.config
+        full = self.model(x, mask)  # (B, C) or (B, T, V)
+        loss = loss_fn(full, y)
+        subs = [(smallest_length_config(cfg.n_layers, cfg.max_len, self.p), None)]
+        for _ in range(self.n_sandwich):
+            subs.append((sample_length_config(cfg.n_layers, cfg.max_len, self.p, generator=self.gen),
+                         self._layer_drop()))
+        for length_config, layers in subs:
+            logits, _ = length_drop_forward(self.model, x, mask, length_config, layers=layers)
+            loss = loss + distill_loss(logits, full)
+        return loss / (self.n_sandwich + 2)
+
+    # -- inference --------------------------------------------------------------------------
+
+    def set_length_config(self, length_config: Sequence[int] | None) -> None:
+        """Select the configuration :meth:`predict` runs (``None`` = full length).
+
+        Raises:
+            ValueError: invalid configuration.
+        """
+        cfg = self.model.config
+        self.length_config = (None if length_config is None
+                              else check_length_config(length_config, cfg.n_layers, cfg.max_len))
+
+    def predict(self, x, mask):
+        """``(logits, flops)`` at :attr:`length_config`; ``flops`` ``(B,)``: FLOPs the batch
+        executed, per sample (see the module docstring for padding)."""
+        if self.length_config is None:
+            logits = self.model(x, mask)
+            f = costs.flops_per_sample(self.model.config, x.shape[1])
+        else:
+            logits, lengths = length_drop_forward(self.model, x, mask, self.length_config)
+            f = length_config_flops(self.model.config, lengths)
+        return logits, torch.full((x.shape[0],), float(f))
+
+    # -- search -----------------------------------------------------------------------------
+
+    def evaluate_config(self, batches, length_config) -> tuple[float, float]:
+        """``(metric, flops_per_sample)`` of ``length_config`` on ``batches``
+        (``[(x, mask, y), ...]``): accuracy (classification) or perplexity (LM)."""
+        self.model.eval()
+        lm = self.model.config.task == "lm"
+        total, count, flops, n = 0.0, 0, 0.0, 0
+        with torch.inference_mode():
+            for x, mask, y in batches:
+                logits, lengths = length_drop_forward(self.model, x, mask, length_config)
+                if lm:
+                    total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                                   reduction="sum"))
+                    count += y.numel()
+                else:
+                    total += float((logits.argmax(-1) == y).sum())
+                    count += len(y)
+                flops += length_config_flops(self.model.config, lengths) * x.shape[0]
+                n += x.shape[0]
+        metric = math.exp(min(total / max(count, 1), 50.0)) if lm else total / max(count, 1)
+        return metric, flops / max(n, 1)
+
+    def finalize(self) -> dict[str, Any]:
+        """Evolutionary search of length configurations on a fixed validation subset; returns
+        ``{"anytime_curve": [{"flops_per_sample", "accuracy" | "perplexity", "latency_ms",
+        "length_config"}, ...]}`` (the Pareto set, sorted by FLOPs)."""
+        from archsearch.dynamic.evolution import EvolutionarySearch
+
+        if self.loop is None:
+            return {}
+        cfg = self.model.config
+        lm = cfg.task == "lm"
+        limit = int(self.cfg.get("evolution_val_samples") or 1024)
+        batches = validation_subset(self.loop, limit, seed=int(self.settings.get("seed", 0)))
+        search = EvolutionarySearch(
+            lambda c: self.evaluate_config(batches, c),
+            n_layers=cfg.n_layers, n=cfg.max_len, mode="min" if lm else "max",
+            iterations=int(self.cfg.get("evolution_iterations") or 30),
+            mutations=int(self.cfg.get("evolution_mutations") or 30),
+            crossovers=int(self.cfg.get("evolution_crossovers") or 30),
+            store_path=self.settings.get("evolution_store"),
+            seed=int(self.settings.get("seed", 0)),
+        )
+        front = search.run()
+        saved = self.length_config
+        name = "perplexity" if lm else "accuracy"
+        curve = []
+        try:
+            for point in front:
+                self.length_config = tuple(point["length_config"])
+                curve.append({"flops_per_sample": point["flops_per_sample"], name: point["metric"],
+                              "latency_ms": self.loop.latency_ms(),
+                              "length_config": list(point["length_config"])})
+        finally:
+            self.length_config = saved
+        self.last_curve = curve
+        return {"anytime_curve": curve}
+
+    def metrics(self) -> dict[str, Any]:
+        return {} if self.length_config is None else {"length_config": list(self.length_config)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"length_config": None if self.length_config is None else list(self.length_config),
+                "gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "length_config" in state:
+            self.set_length_config(state["length_config"])
+        if "gen" in state:
+            self.gen.set_state(state["gen"])

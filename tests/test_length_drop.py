@@ -1,0 +1,309 @@
+"""Tests for archsearch.dynamic.length_drop: LengthDrop sampling, token dropping that really
+shortens the computation, drop-and-restore, FLOPs, and the gating strategy on real data."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from archsearch.dynamic import gating_class
+from archsearch.dynamic.length_drop import (
+    LengthDropGating,
+    check_length_config,
+    constant_ratio_config,
+    length_config_flops,
+    length_drop_forward,
+    sample_length_config,
+    scale_counts,
+    significance,
+    smallest_length_config,
+)
+from archsearch.models.costs import count_flops_torch, flops_per_sample
+from archsearch.models.transformer import Transformer, TransformerConfig
+
+VOCAB = 60
+N = 16  # max_len
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine two threads contend and run ~10x slower."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def make_model(task: str = "classification", n_layers: int = 3, **kw) -> Transformer:
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=VOCAB, max_len=N, n_layers=n_layers, d_model=32, n_heads=4,
+                            d_ffn=64, dropout=0.0, task=task, **kw)
+    return Transformer(cfg).eval()
+
+
+def ids(B: int = 3, T: int = N, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, VOCAB, (B, T), generator=g)  # (B, T), no pad id inside
+
+
+def record_lengths(model: Transformer, module: str = "ffn"):
+    """Forward hooks that record the token count entering each block's FFN (or block)."""
+    seen: list[int] = []
+    hooks = [getattr(b, module).register_forward_hook(lambda m, i, o: seen.append(i[0].shape[1]))
+             if module else b.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[1]))
+             for b in model.blocks]
+    return seen, hooks
+
+
+# -- LengthDrop sampling ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_layers,n,p", [(4, 48, 0.2), (6, 16, 0.5), (12, 5, 0.9), (3, 2, 0.2)])
+def test_sampled_lengths_are_non_increasing_at_least_two_and_within_the_drop_bound(n_layers, n, p):
+    g = torch.Generator().manual_seed(0)
+    seen = set()
+    for _ in range(300):
+        cfg = sample_length_config(n_layers, n, p, generator=g)
+        assert len(cfg) == n_layers
+        prev = n
+        for v in cfg:
+            assert min(2, n) <= v <= prev
+            assert v >= min(prev, max(2, math.ceil(round((1 - p) * prev, 9))))
+            prev = v
+        seen.add(cfg)
+    assert len(seen) > 1 or n == 2  # it is random
+
+
+def test_smallest_config_is_the_lower_bound_and_constant_ratio_spans():
+    assert smallest_length_config(4, 40, 0.2) == (32, 26, 21, 17)
+    assert smallest_length_config(5, 4, 0.5) == (2, 2, 2, 2, 2)
+    assert constant_ratio_config(3, 48, 1.0) == (48, 48, 48)
+    assert constant_ratio_config(3, 48, 0.0) == (2, 2, 2)
+    with pytest.raises(ValueError):
+        check_length_config((10, 12, 4), 3, 16)  # increasing
+    with pytest.raises(ValueError):
+        check_length_config((10, 1, 1), 3, 16)  # below 2
+    with pytest.raises(ValueError):
+        check_length_config((10, 8), 3, 16)  # wrong count
+
+
+def test_scale_counts_is_proportional_and_keeps_at_least_two_real_tokens():
+    real = torch.tensor([16, 8, 3, 1, 0])
+    assert scale_counts(8, real, 16).tolist() == [8, 4, 2, 1, 0]
+    assert scale_counts(2, real, 16).tolist() == [2, 2, 2, 1, 0]
+    assert scale_counts(16, real, 16).tolist() == real.tolist()
+
+
+# -- forward ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["classification", "lm"])
+def test_full_length_equals_the_model_forward(task):
+    model = make_model(task)
+    x = ids()
+    mask = None
+    if task == "classification":
+        mask = torch.ones_like(x, dtype=torch.bool)
+        mask[1, 9:] = False
+        x = x.masked_fill(~mask, 0)
+    logits, lengths = length_drop_forward(model, x, mask, None)
+    assert torch.allclose(logits, model(x, mask), atol=1e-5)
+    assert lengths == [N] * 4
+
+
+@pytest.mark.parametrize("task,module", [("classification", "ffn"), ("lm", None)])
+def test_a_sampled_configuration_executes_exactly_those_lengths(task, module):
+    model = make_model(task, n_layers=4)
+    g = torch.Generator().manual_seed(3)
+    for _ in range(5):
+        cfg = sample_length_config(4, N, 0.4, generator=g)
+        seen, hooks = record_lengths(model, module)
+        try:
+            _, lengths = length_drop_forward(model, ids(), None, cfg)
+        finally:
+            for h in hooks:
+                h.remove()
+        # the FFN of encoder block i (the whole block i for the LM) runs on exactly l_i tokens
+        assert seen == list(cfg), (seen, cfg)
+        assert lengths == [N, *cfg]
+
+
+def test_padded_batch_keeps_per_sample_counts_of_real_tokens_and_never_padding():
+    model = make_model("classification")
+    x = ids(B=3)
+    mask = torch.ones_like(x, dtype=torch.bool)
+    mask[1, 8:] = False  # 8 real tokens
+    mask[2, 2:] = False  # 2 real tokens
+    x = x.masked_fill(~mask, 0)
+    cfg = (12, 8, 4)
+    seen, hooks = record_lengths(model)
+    try:
+        logits, lengths = length_drop_forward(model, x, mask, cfg)
+    finally:
+        for h in hooks:
+            h.remove()
+    # slots = the longest sample's kept count; sample 1 keeps ceil(l * 8 / 16), sample 2 keeps 2
+    assert lengths == [N, 12, 8, 4] and seen == [12, 8, 4]
+    assert torch.isfinite(logits).all()
+    # padding never changes the result: sample 1 alone (unpadded, 8 tokens) gives the same logits
+    alone, alone_lengths = length_drop_forward(model, x[1:2, :8], None, cfg)
+    assert alone_lengths == [8, 6, 4, 2]
+    assert torch.allclose(alone, logits[1:2], atol=1e-5)
+
+
+def test_significance_is_attention_received_and_kept_tokens_are_the_most_attended():
+    model = make_model("classification", n_layers=1)
+    x = ids(B=2)
+    h = model.embed(x)
+    full = torch.ones(2, N, dtype=torch.bool)
+    probs, _, score = significance(model.blocks[0], h, full, full)
+    assert probs.shape == (2, 4, N, N)
+    assert torch.allclose(probs.sum(-1), torch.ones(2, 4, N), atol=1e-5)
+    assert torch.allclose(score, probs.sum(dim=(1, 2)), atol=1e-5)
+    assert torch.allclose(score.sum(1), torch.full((2,), 4.0 * N), atol=1e-3)
+    # with one block and 5 kept tokens, the pooled output is the mean over the 5 most attended
+    # tokens (after the block) and the 11 others (restored: their embeddings)
+    keep = score.topk(5, dim=1).indices  # (2, 5)
+    seen = []
+    hook = model.blocks[0].ffn.register_forward_hook(lambda m, i, o: seen.append(i[0]))
+    try:
+        logits, _ = length_drop_forward(model, x, None, (5,))
+    finally:
+        hook.remove()
+    assert seen[0].shape == (2, 5, 32)
+    out = model.blocks[0](h)  # full-length block: kept tokens' attention over all 16 keys is equal
+    restored = h.clone()
+    for b in range(2):
+        restored[b, keep[b]] = out[b, keep[b]]
+    assert torch.allclose(logits, model.head_logits(restored, full), atol=1e-5)
+
+
+def test_drop_and_restore_lm_returns_every_position_and_stays_causal():
+    model = make_model("lm", n_layers=3)
+    x = ids(B=2)
+    cfg = (8, 4, 2)
+    logits, lengths = length_drop_forward(model, x, None, cfg)
+    assert logits.shape == (2, N, VOCAB) and lengths == [N, 8, 4, 2]
+    assert torch.isfinite(logits).all()
+    # positions dropped before block 1 skip every block: their logits come from the embedding
+    kept1 = (torch.arange(1, 9) * N) // 8 - 1
+    dropped = sorted(set(range(N)) - set(kept1.tolist()))
+    from_emb = model.head_logits(model.embed(x), None)
+    assert torch.allclose(logits[:, dropped], from_emb[:, dropped], atol=1e-5)
+    assert not torch.allclose(logits[:, kept1], from_emb[:, kept1], atol=1e-3)
+    assert N - 1 in kept1.tolist()  # the last position is always kept
+    # changing the last token changes no earlier prediction (selection depends on positions only)
+    y = x.clone()
+    y[:, -1] = (y[:, -1] % (VOCAB - 1)) + 1
+    logits_y, _ = length_drop_forward(model, y, None, cfg)
+    assert torch.allclose(logits[:, :-1], logits_y[:, :-1], atol=1e-5)
+
+
+# -- FLOPs --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["classification", "lm"])
+def test_flops_match_flop_counter_on_the_reduced_computation(task):
+    model = make_model(task, n_layers=4)
+    cfg = (13, 9, 9, 3)
+    x = ids(B=2)
+    for b in model.blocks:
+        b.attn.attention_impl = "math"  # FlopCounterMode counts 0 for SDPA on CPU
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        _, lengths = length_drop_forward(model, x, None, cfg)
+    assert counter.get_total_flops() // 2 == length_config_flops(model.config, lengths)
+    full = length_config_flops(model.config, [N] * 5)
+    assert full == flops_per_sample(model.config, N) == count_flops_torch(model, x)
+    assert length_config_flops(model.config, lengths) < 0.7 * full
+
+
+# -- the gating strategy on real data -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rt_data(cache_dir):
+    import dataclasses
+
+    from archsearch.data import prepare
+
+    data = prepare("rotten_tomatoes_sentences", vocab_size=600, max_len=32, task="classification")
+    tr = data.train
+    small = dataclasses.replace(tr, input_ids=tr.input_ids[:768], attention_mask=tr.attention_mask[:768],
+                                labels=tr.labels[:768])
+    return dataclasses.replace(data, data={**data.data, "train": small})
+
+
+def test_gating_is_registered_and_trains_with_the_sandwich_then_searches(rt_data, tmp_path):
+    from archsearch.tune.trainable import TrialLoop
+
+    assert gating_class("length_drop") is LengthDropGating
+    cfg = {"n_layers": 2, "d_model": 32, "n_heads": 2, "gating": "length_drop", "length_drop_p": 0.4,
+           "evolution_iterations": 2, "evolution_mutations": 4, "evolution_crossovers": 4,
+           "evolution_val_samples": 256}
+    store = tmp_path / "search.json"
+    loop = TrialLoop(cfg, rt_data, {"epochs": 2, "batch_size": 64, "seed": 0, "latency_batch_size": 16,
+                                    "evolution_store": str(store)})
+    gating = loop.gating
+    x, mask, y = next(loop._train_batches())
+    loop.model.train()
+    loss = gating.training_loss(x, mask, y, loop._loss)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    # the sandwich: (CE(full) + 3 KL terms) / 4 >= CE(full) / 4, and every sub-model gets gradient
+    loss.backward()
+    assert all(p.grad is not None for p in loop.model.blocks[1].ffn.parameters())
+    loop.opt.zero_grad(set_to_none=True)
+    losses = [loop.train_epoch() for _ in range(2)]
+    assert losses[1] < losses[0]
+    full = loop.evaluate()
+    assert 0.0 <= full["accuracy"] <= 1.0
+    # a selected configuration runs in predict() with fewer FLOPs
+    gating.set_length_config((12, 6))
+    small = loop.evaluate()
+    assert small["flops_per_sample"] < 0.6 * full["flops_per_sample"]
+    assert small["length_config"] == [12, 6]
+    gating.set_length_config(None)
+    state = gating.state_dict()
+    gating.set_length_config((8, 4))
+    gating.load_state_dict(state)
+    assert gating.length_config is None
+    # finalize: the evolutionary search's Pareto set, sorted by FLOPs, accuracy increasing
+    out = gating.finalize()
+    curve = out["anytime_curve"]
+    assert curve and store.is_file()
+    import json
+
+    evaluated = json.loads(store.read_text())["evaluated"]
+    assert len(evaluated) > 10
+    for e in evaluated:  # every evaluated configuration is weakly dominated by a curve point
+        assert any(c["flops_per_sample"] <= e["flops_per_sample"] and c["accuracy"] >= e["metric"]
+                   for c in curve)
+    f = [c["flops_per_sample"] for c in curve]
+    a = [c["accuracy"] for c in curve]
+    assert f == sorted(f) and all(a2 > a1 for a1, a2 in zip(a, a[1:]))
+    for c in curve:
+        assert set(c) == {"flops_per_sample", "accuracy", "latency_ms", "length_config"}
+        check_length_config(c["length_config"], 2, 32)
+        assert c["latency_ms"] > 0
+    assert gating.length_config is None  # finalize does not change the selection
+
+
+def test_language_model_trains_and_evaluates_with_drop_and_restore(cache_dir):
+    from archsearch.data import prepare
+    from archsearch.tune.trainable import TrialLoop
+
+    data = prepare("shakespeare", max_len=32, task="lm")
+    cfg = {"n_layers": 2, "d_model": 32, "n_heads": 2, "gating": "length_drop", "lr": 3e-3}
+    loop = TrialLoop(cfg, data, {"epochs": 1, "batch_size": 16, "steps_per_epoch": 30, "seed": 0,
+                                 "eval_blocks": 32, "latency_batch_size": 8})
+    before = loop.evaluate()["perplexity"]
+    loop.train_epoch()
+    full = loop.evaluate()
+    assert full["perplexity"] < before
+    loop.gating.set_length_config((16, 8))
+    half = loop.evaluate()
+    assert math.isfinite(half["perplexity"]) and half["flops_per_sample"] < full["flops_per_sample"]
+    ppl, flops = loop.gating.evaluate_config(list(loop._eval_batches()), (16, 8))
+    assert ppl == pytest.approx(half["perplexity"]) and flops == pytest.approx(half["flops_per_sample"])
