@@ -303,6 +303,24 @@ class DHTGating(GatingStrategy):
                 self._eval_heads[1] += n * len(g["counts"])
         return out, flops
 
+    def plan(self, x, mask) -> list[tuple[int, list[int], list]]:
+        """The greedy inference choices for a batch, as :meth:`predict` would run them.
+
+        Args:
+            x: ``B x T`` token ids; ``mask``: ``B x T`` bool or ``None``.
+
+        Returns:
+            One ``(depth, sample_indices, heads_per_layer)`` per group; ``heads_per_layer`` has
+            one entry per gated block ``n_fixed..depth-1`` (head indices or ``None`` = all),
+            as ``Transformer.run_layers`` takes it.
+        """
+        with torch.no_grad():
+            h, pad = self._trunk(x, mask, self.force_depth)
+            groups = self._plan(h, pad, greedy=True)
+        B = x.shape[0]
+        return [(g["depth"], list(range(B)) if g["idx"] is None else g["idx"].tolist(), list(g["heads"]))
+                for g in groups]
+
     # ------------------------------------------------------------------ reporting, state
     def metrics(self) -> dict[str, Any]:
         """``dht_depth_hist`` (fraction of evaluated samples per depth, keys are depths as

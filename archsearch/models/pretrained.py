@@ -178,12 +178,16 @@ def transformer_for_data(path: str | Path, data, *, dropout: float | None = None
     from ``data``, which must be tokenized with the checkpoint's own tokenizer.
 
     Raises:
-        ValueError: ``data`` is not a classification dataset, or its vocabulary does not fit the
-            checkpoint (tokenize with ``tokenizer: PATH``), plus what
+        ValueError: ``data`` is not a classification dataset, was tokenized by a trained
+            tokenizer (bpe / wordpiece / char), or its vocabulary does not fit the checkpoint
+            (tokenize with ``tokenizer: PATH``), plus what
             :func:`transformer_from_pretrained` raises.
     """
     if data.task != "classification":
         raise ValueError(f"init_from supports classification only, the data is {data.task!r}")
+    if str(getattr(data, "tokenizer", "")) in ("bpe", "wordpiece", "char"):
+        raise ValueError(f"init_from needs data tokenized with the checkpoint's own tokenizer "
+                         f"(dataset.tokenizer: {path}), got {data.tokenizer!r}")
     vocab = int(read_bert_config(path)["vocab_size"])
     if int(data.vocab_size) > vocab:
         raise ValueError(f"the data's vocabulary ({data.vocab_size}) does not fit the checkpoint "

@@ -1,0 +1,129 @@
+"""Bandits on synthetic problems: regret, best-k identification, determinism, state round trip."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from archsearch.dynamic.bandits import UCB1, CombinatorialTS, LinUCB
+
+
+def linear_problem(seed=0, K=4, d=6):
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(size=(K, d))
+    theta /= np.linalg.norm(theta, axis=1, keepdims=True)
+    return rng, theta
+
+
+def run_linucb(seed, T=2000, decay=1.0):
+    rng, theta = linear_problem(seed)
+    K, d = theta.shape
+    bandit = LinUCB(K, d, alpha=0.5, decay=decay)
+    regret = np.zeros(T)
+    choices = []
+    for t in range(T):
+        x = rng.normal(size=(1, d))
+        x /= np.linalg.norm(x)
+        means = (x @ theta.T)[0]  # (K,)
+        a = int(bandit.select(x)[0])
+        choices.append(a)
+        bandit.update(x, [a], means[a] + 0.1 * rng.normal())
+        regret[t] = means.max() - means[a]
+    return regret, choices, bandit
+
+
+def test_linucb_regret_is_sublinear_on_a_linear_problem():
+    regret, _, _ = run_linucb(0)
+    first, second = regret[:1000].sum(), regret[1000:].sum()
+    assert second < 0.5 * first, (first, second)
+    # and it beats picking arms uniformly at random by far
+    rng, theta = linear_problem(0)
+    x = rng.normal(size=(2000, theta.shape[1]))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    m = x @ theta.T  # (T, K)
+    random_regret = (m.max(axis=1) - m.mean(axis=1)).sum()
+    assert regret.sum() < 0.2 * random_regret
+
+
+def test_linucb_batched_select_matches_rowwise_and_ties_go_to_the_last_arm():
+    b = LinUCB(3, 4, alpha=1.0)
+    X = np.random.default_rng(1).normal(size=(5, 4))
+    assert b.select(X).tolist() == [2] * 5  # untrained: identical scores, deepest arm
+    b.update(X[:3], [0, 1, 0], [1.0, -1.0, 0.5])
+    batched = b.select(X)
+    rowwise = [int(b.select(X[i:i + 1])[0]) for i in range(5)]
+    assert batched.tolist() == rowwise
+    with pytest.raises(ValueError):
+        b.select(np.zeros((2, 3)))
+
+
+def test_ucb1_finds_the_best_arm_per_row():
+    rng = np.random.default_rng(0)
+    means = np.array([[0.2, 0.5, 0.8], [0.9, 0.1, 0.3]])
+    b = UCB1(3, n_rows=2, c=1.0)
+    for _ in range(1500):
+        arms = b.select()
+        b.update([0, 1], arms, rng.random(2) < means[[0, 1], arms])
+    assert b.select(greedy=True).tolist() == [2, 0]
+    assert b.counts[0, 2] > 0.7 * b.counts[0].sum() and b.counts[1, 0] > 0.7 * b.counts[1].sum()
+
+
+def test_thompson_sampling_finds_the_best_k_of_n_bernoulli_arms():
+    rng = np.random.default_rng(0)
+    p = np.array([0.1, 0.7, 0.3, 0.9, 0.5, 0.2, 0.8, 0.4, 0.6, 0.15])
+    ts = CombinatorialTS(10, seed=3)
+    for _ in range(1500):
+        chosen = ts.select(None, 3)  # (1, 10) mask
+        assert chosen.sum() == 3
+        # semi-bandit feedback: each played arm succeeds with its own probability
+        for arm in np.flatnonzero(chosen[0]):
+            ts.update([0], (np.arange(10) == arm)[None, :], bool(rng.random() < p[arm]))
+    best = set(np.flatnonzero(ts.select(None, 3, greedy=True)[0]).tolist())
+    assert best == {3, 6, 1}
+
+
+def test_bandits_are_deterministic_with_a_seed():
+    a = run_linucb(5)[1]
+    b = run_linucb(5)[1]
+    assert a == b
+    t1, t2, t3 = CombinatorialTS(8, n_rows=3, seed=11), CombinatorialTS(8, n_rows=3, seed=11), CombinatorialTS(8, n_rows=3, seed=12)
+    k = np.array([2, 4, 6])
+    s1 = [t1.select(None, k) for _ in range(20)]
+    s2 = [t2.select(None, k) for _ in range(20)]
+    s3 = [t3.select(None, k) for _ in range(20)]
+    assert all((x == y).all() for x, y in zip(s1, s2))
+    assert not all((x == y).all() for x, y in zip(s1, s3))
+    assert [m.sum(axis=1).tolist() for m in s1] == [[2, 4, 6]] * 20
+
+
+def test_state_dicts_round_trip_through_weights_only_torch_load():
+    _, _, lin = run_linucb(0, T=50, decay=0.99)
+    ucb = UCB1(4, n_rows=2, decay=0.9)
+    ucb.update([0, 1, 1], [1, 2, 2], [0.5, 1.0, -1.0])
+    ts = CombinatorialTS(5, n_rows=2, seed=4)
+    ts.update([0], ts.select([0], 2), True)
+    buf = io.BytesIO()
+    torch.save({"lin": lin.state_dict(), "ucb": ucb.state_dict(), "ts": ts.state_dict()}, buf)
+    buf.seek(0)
+    state = torch.load(buf, weights_only=True)
+    lin2, ucb2, ts2 = LinUCB(4, 6), UCB1(4, n_rows=2), CombinatorialTS(5, n_rows=2)
+    lin2.load_state_dict(state["lin"])
+    ucb2.load_state_dict(state["ucb"])
+    ts2.load_state_dict(state["ts"])
+    X = np.random.default_rng(0).normal(size=(7, 6))
+    np.testing.assert_allclose(lin2.scores(X), lin.scores(X))
+    assert lin2.decay == 0.99 and ucb2.decay == 0.9
+    assert (ucb2.select() == ucb.select()).all()
+    assert (ts2.select(None, 2) == ts.select(None, 2)).all()  # same RNG state -> same samples
+
+
+def test_invalid_arguments_raise():
+    with pytest.raises(ValueError):
+        UCB1(0)
+    with pytest.raises(ValueError):
+        LinUCB(2, 3, alpha=-1)
+    with pytest.raises(ValueError):
+        CombinatorialTS(3, decay=0)
+    with pytest.raises(ValueError):
+        CombinatorialTS(3).select(None, 4)

@@ -1,0 +1,260 @@
+"""DHT gating: forced gates equal the static model, forced depth runs exactly k blocks, sliced
+heads equal masked heads, grouped inference equals per-sample runs and executes only the
+counted FLOPs, real training on real data, determinism, checkpoint state, and a tiny DHT search
+through the CLI."""
+
+import copy
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from archsearch.dynamic import gating_class
+from archsearch.dynamic.dht import DHTGating
+from archsearch.models import costs
+from archsearch.models.transformer import MultiHeadAttention, Transformer, TransformerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def tiny():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
+                            dropout=0.0)
+    model = Transformer(cfg).eval()
+    x = torch.randint(1, 60, (8, 12))
+    mask = torch.ones(8, 12, dtype=torch.bool)
+    mask[2, 7:] = False
+    mask[5, 4:] = False
+    x[~mask] = 0
+    return model, x, mask
+
+
+def flops_counted(fn, model):
+    """FlopCounterMode FLOPs of ``fn()`` with explicit-matmul attention (SDPA counts 0 on CPU)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    mods = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    for m in mods:
+        m.attention_impl = "math"
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as c:
+            fn()
+    finally:
+        for m in mods:
+            m.attention_impl = "sdpa"
+    return c.get_total_flops()
+
+
+def test_registered_as_gating_dht():
+    assert gating_class("dht") is DHTGating
+
+
+def test_gates_forced_open_equal_the_static_model(tiny):
+    model, x, mask = tiny
+    dht = DHTGating(model, {"dht_lambda": 0.5}, {"seed": 0})
+    dht.force_depth = 4
+    logits, flops = dht.predict(x, mask)
+    torch.testing.assert_close(logits, model(x, mask), rtol=0, atol=1e-6)
+    assert flops.tolist() == [float(costs.flops_per_sample(model.config, 12))] * 8
+    # an untrained DHT (no bandit update yet) also runs the full model
+    dht.force_depth = None
+    torch.testing.assert_close(dht.predict(x, mask)[0], model(x, mask), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_forcing_depth_k_executes_exactly_k_layers(tiny, k):
+    model, x, mask = tiny
+    calls = [0] * 4
+    hooks = [b.register_forward_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
+             for i, b in enumerate(model.blocks)]
+    dht = DHTGating(model, {}, {"seed": 0})
+    dht.force_depth = k
+    try:
+        logits, flops = dht.predict(x, mask)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert calls == [1] * k + [0] * (4 - k)
+    torch.testing.assert_close(logits, model(x, mask, n_layers=k), rtol=0, atol=1e-6)
+    expected = costs.flops_per_sample(model.config, 12, n_layers=k)
+    assert flops.tolist() == [float(expected)] * 8
+    measured = flops_counted(lambda: dht.predict(x, mask), model) / 8
+    assert abs(measured - expected) / expected < 0.02
+
+
+def test_sliced_heads_equal_masked_heads(tiny):
+    model, x, mask = tiny
+    heads = [[0, 2], [1, 3, 0], [3], None]
+    pad = model.padding_mask(x, mask)
+    h = model.embed(x)
+    sliced = model.run_layers(h, pad, heads_per_layer=heads)
+    masked_model = copy.deepcopy(model)  # zero the O-projection columns of unselected heads
+    with torch.no_grad():
+        for blk, hs in zip(masked_model.blocks, heads):
+            if hs is None:
+                continue
+            w = blk.attn.o.weight.view(32, 4, 8)  # (d, H, dh)
+            for j in range(4):
+                if j not in hs:
+                    w[:, j] = 0.0
+    masked = masked_model.run_layers(h, pad)
+    torch.testing.assert_close(sliced, masked, rtol=1e-5, atol=1e-5)
+    # and DHT's forced head choice runs exactly that path (n_fixed = 1: block 0 keeps all heads)
+    dht = DHTGating(model, {"n_fixed": 1}, {"seed": 0})
+    dht.force_depth, dht.force_heads = 4, heads[1:]
+    torch.testing.assert_close(dht.predict(x, mask)[0],
+                               model(x, mask, heads_per_layer=[None, *heads[1:]]), rtol=0, atol=1e-6)
+
+
+def make_mixed(model, seed=0):
+    """A DHT whose greedy bandits send different samples to different depths and drop heads."""
+    dht = DHTGating(model, {"n_fixed": 1, "min_heads": 1}, {"seed": seed})
+    rng = np.random.default_rng(seed)
+    dht.lin.b = 50.0 * rng.normal(size=dht.lin.b.shape)  # arm preferences differ by context
+    dht.lin._refresh()
+    rows = np.arange(dht.n_gated)
+    dht.ucb.update(rows, np.array([1, 0, 2]), 1.0)  # greedy head counts 2, 1, 3
+    dht.updates = 1
+    return dht
+
+
+def test_grouped_inference_equals_per_sample_runs_and_counts_only_executed_flops(tiny):
+    model, x, mask = tiny
+    dht = make_mixed(model)
+    groups = dht.plan(x, mask)
+    assert len(groups) >= 2, groups  # the batch really is split by depth
+    logits, flops = dht.predict(x, mask)
+    for depth, idx, heads in groups:
+        assert len(heads) == depth - 1
+        for i in idx:
+            ref = model(x[i:i + 1], mask[i:i + 1], n_layers=depth, heads_per_layer=[None, *heads])
+            torch.testing.assert_close(logits[i:i + 1], ref, rtol=1e-5, atol=1e-5)
+            counts = [4] + [4 if hs is None else len(hs) for hs in heads]
+            assert flops[i] == costs.flops_per_sample(model.config, 12, n_layers=depth, heads_per_layer=counts)
+    assert any(hs is not None and len(hs) < 4 for _, _, heads in groups for hs in heads)
+    # nothing beyond the counted FLOPs is computed: no zero masks, no skipped-but-run layers
+    measured = flops_counted(lambda: dht.predict(x, mask), model) / 8
+    assert abs(measured - float(flops.mean())) / float(flops.mean()) < 0.02
+    assert float(flops.mean()) < costs.flops_per_sample(model.config, 12)
+    m = dht.metrics()
+    assert abs(sum(m["dht_depth_hist"].values()) - 1) < 1e-9 and 1 <= m["dht_mean_depth"] <= 4
+    assert 1 <= m["dht_mean_heads"] <= 3
+
+
+def test_bad_config_raises(tiny):
+    model = tiny[0]
+    with pytest.raises(ValueError, match="min_heads"):
+        DHTGating(model, {"min_heads": 5}, {})
+    with pytest.raises(ValueError, match="n_fixed"):
+        DHTGating(model, {"n_fixed": 5}, {})
+    with pytest.raises(ValueError, match="dht_lambda"):
+        DHTGating(model, {"dht_lambda": -1}, {})
+    # depth limits are clamped into [n_fixed, n_layers]
+    assert DHTGating(model, {"n_fixed": 2, "min_layers": 1, "max_layers": 9}, {}).depths == [2, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def small_data(cache_dir):
+    import dataclasses
+
+    from archsearch.data import prepare
+
+    data = prepare("rotten_tomatoes_sentences", vocab_size=1000, max_len=32)
+    tr, va = data.train, data["validation"]
+    tr = dataclasses.replace(tr, input_ids=tr.input_ids[:640], attention_mask=tr.attention_mask[:640],
+                             labels=tr.labels[:640])
+    va = dataclasses.replace(va, input_ids=va.input_ids[:256], attention_mask=va.attention_mask[:256],
+                             labels=va.labels[:256])
+    return dataclasses.replace(data, data={**data.data, "train": tr, "validation": va})
+
+
+def train_dht(data, lam, seed=0):
+    from archsearch.tune.trainable import TrialLoop
+
+    torch.set_num_threads(1)
+    cfg = {"gating": "dht", "n_layers": 3, "d_model": 32, "n_heads": 4, "dht_lambda": lam,
+           "dht_warmup_steps": 3, "warmup_steps": 5}
+    loop = TrialLoop(cfg, data, {"epochs": 1, "batch_size": 32, "seed": seed})
+    loop.train_epoch()
+    return loop, loop.evaluate()
+
+
+def test_real_training_with_a_large_lambda_learns_cheaper_paths_deterministically(small_data):
+    loop, m = train_dht(small_data, lam=5.0)
+    static_flops = costs.flops_per_sample(loop.mcfg, 32)  # validation batches are <= 32 tokens
+    assert m["flops_per_sample"] < 0.8 * static_flops
+    assert m["dht_mean_depth"] < 3 and 0.0 <= m["accuracy"] <= 1.0
+    assert sum(m["dht_train_depth_hist"].values()) == pytest.approx(1.0)
+    assert 0 < m["dht_bandit_overhead_pct"] < 100
+    # the same seed gives the same bandit state and the same choices
+    loop2, m2 = train_dht(small_data, lam=5.0)
+    assert m2["flops_per_sample"] == m["flops_per_sample"] and m2["dht_depth_hist"] == m["dht_depth_hist"]
+    s1, s2 = loop.gating.state_dict(), loop2.gating.state_dict()
+    assert torch.equal(s1["lin"]["A"], s2["lin"]["A"]) and torch.equal(s1["ts"]["alpha"], s2["ts"]["alpha"])
+    # checkpoint state: weights_only loadable, restores the same greedy choices
+    buf = io.BytesIO()
+    torch.save(s1, buf)
+    buf.seek(0)
+    fresh = DHTGating(loop.model, loop.cfg, {"seed": 99})
+    fresh.load_state_dict(torch.load(buf, weights_only=True))
+    x, mask = small_data["validation"].input_ids[:64], small_data["validation"].attention_mask[:64]
+    assert fresh.plan(x, mask) == loop.gating.plan(x, mask)
+    torch.testing.assert_close(fresh.predict(x, mask)[1], loop.gating.predict(x, mask)[1])
+
+
+def test_shipped_dht_space_validates():
+    from archsearch.space import load_space
+
+    space = load_space(ROOT / "search_spaces" / "dht.yaml")
+    assert space.params["gating"].choices == ["static", "dht"]
+    assert space.params["dht_lambda"].when == {"gating": "dht"}
+
+
+@pytest.mark.ray
+def test_tiny_dht_search_through_the_cli(tmp_path, cache_dir):
+    import yaml
+
+    spec = {
+        "name": "tiny-dht",
+        "task": "classification",
+        "dataset": {"name": "rotten_tomatoes_sentences", "vocab_size": 1000, "max_len": 32,
+                    "max_train_samples": 256},
+        "objectives": [{"metric": "accuracy", "mode": "max"}, {"metric": "flops_per_sample", "mode": "min"}],
+        "budget": {"trials": 2, "max_concurrent": 2, "epochs": 1, "batch_size": 32,
+                   "scheduler": "none", "cpus_per_trial": 1},
+        "params": {
+            "gating": {"type": "categorical", "choices": ["dht"]},
+            "dht_lambda": {"type": "float", "low": 0.1, "high": 2.0, "log": True, "when": {"gating": "dht"}},
+            "min_layers": {"type": "int", "low": 1, "high": 2, "when": {"gating": "dht"}},
+            "min_heads": {"type": "int", "low": 1, "high": 2, "when": {"gating": "dht"}},
+        },
+        "fixed": {"n_layers": 2, "d_model": 16, "n_heads": 2, "dht_warmup_steps": 2, "n_fixed": 1},
+    }
+    space = tmp_path / "tiny.yaml"
+    space.write_text(yaml.safe_dump(spec, sort_keys=False))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "ARCHSEARCH_CACHE": str(cache_dir)}
+    exe = Path(sys.executable).parent / "archsearch"  # the installed console script
+    cmd = [str(exe) if exe.exists() else "archsearch", "search", str(space), "--trials", "2",
+           "--searcher", "random", "--name", "tiny-dht", "--storage", str(tmp_path / "runs"),
+           "--reports", str(tmp_path / "reports"), "--no-progress", "--no-ray-dashboard"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    from archsearch.tune.runner import read_trials
+
+    trials = read_trials(tmp_path / "runs" / "tiny-dht")
+    assert len(trials) == 2
+    for t in trials:
+        assert t["status"] == "TERMINATED", t
+        assert t["config"]["gating"] == "dht"
+        m = t["metrics"]
+        assert 0 <= m["accuracy"] <= 1 and m["flops_per_sample"] > 0 and m["latency_ms"] > 0
+        assert "dht_mean_depth" in json.dumps(m)
