@@ -92,3 +92,68 @@ def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path, cache
     assert len(study.trials) == 4, states
     pj = json.loads((tmp_path / "reports" / "r" / "pareto.json").read_text())
     assert pj["n_trials"] == 4 and pj["n_failed"] == 0
+
+
+NODE_FAILURE_SCRIPT = r"""
+import json, sys, threading, time
+from pathlib import Path
+import yaml
+from ray.cluster_utils import Cluster
+from archsearch.space import load_space
+from archsearch.tune.runner import init_ray, run_search, read_trials
+
+tmp = Path(sys.argv[1])
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+cluster.wait_for_nodes()
+init_ray(cluster.address)
+space = load_space(tmp / "faults.yaml")
+out = {}
+def run():
+    out["res"] = run_search(space, searcher="random", name="nodes", storage=tmp / "runs",
+                            reports=tmp / "reports", progress=False, address=cluster.address)
+t = threading.Thread(target=run, daemon=True)
+t.start()
+run_dir = tmp / "runs" / "nodes"
+deadline = time.time() + 300
+killed = None
+while time.time() < deadline and killed is None:
+    recs = read_trials(run_dir) if (run_dir / "trials").exists() else []
+    busy = [r for r in recs if r["status"] == "RUNNING" and len(r["history"]) >= 1]
+    if len(busy) >= 1 and sum(r["status"] == "RUNNING" for r in recs) >= 2:
+        cluster.remove_node(workers[0], allow_graceful=False)   # a worker node dies mid-trial
+        killed = time.time()
+    time.sleep(0.2)
+assert killed is not None, "never saw two trials running"
+cluster.add_node(num_cpus=1)   # capacity comes back, as an autoscaler would add a node
+t.join(600)
+assert not t.is_alive(), "search did not finish"
+print(json.dumps({"n_failed": out["res"].summary["n_failed"]}), flush=True)
+import os, ray
+ray.shutdown()
+cluster.shutdown()
+os._exit(0)
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_worker_node_killed_mid_trial_is_retried_from_checkpoint(tmp_path, cache_dir):
+    spec = json.loads(json.dumps(TINY))
+    spec["budget"].update({"max_concurrent": 2, "trials": 3, "max_failures": 2})
+    spec["dataset"]["max_train_samples"] = 3000  # epochs of a few seconds: time to kill a node
+    (tmp_path / "faults.yaml").write_text(yaml.safe_dump(spec))
+    script = tmp_path / "node_failure.py"
+    script.write_text(NODE_FAILURE_SCRIPT)
+    env = {**os.environ, "ARCHSEARCH_CACHE": str(cache_dir)}
+    res = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == {"n_failed": 0}
+    recs = _records(tmp_path / "runs" / "nodes")
+    assert len(recs) == 3 and all(r["status"] == "TERMINATED" for r in recs), recs
+    for r in recs:
+        assert [h["epoch"] for h in r["history"]] == [1, 2, 3]
+    # at least one trial was restarted from a checkpoint (not from scratch) on another node
+    restored = [h["restored_from_epoch"] for r in recs for h in r["history"] if "restored_from_epoch" in h]
+    assert restored and max(restored) >= 1, recs

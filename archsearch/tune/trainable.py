@@ -342,12 +342,16 @@ def train_trial(config: dict[str, Any], data=None, settings: dict[str, Any] | No
     torch.set_num_threads(max(1, threads))
     loop = TrialLoop(config, data, settings)
     ckpt = tune.get_checkpoint()
-    if ckpt is not None:
+    restored_from = None
+    if ckpt is not None:  # Tune retried or resumed the trial: continue where it stopped
         with ckpt.as_directory() as d:
             loop.load(d)
+        restored_from = loop.epoch
     while loop.epoch < int(settings["epochs"]):
         train_loss = loop.train_epoch()
         metrics = {**loop.evaluate(), "train_loss": train_loss}
+        if restored_from is not None:
+            metrics["restored_from_epoch"] = restored_from
         if loop.epoch == int(settings["epochs"]):
             metrics.update(loop.gating.finalize())
         loop.history.append(metrics)
