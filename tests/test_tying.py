@@ -234,7 +234,8 @@ def test_checkpoint_round_trip_restores_tying_and_eval_loss(data, tmp_path):
     assert after["params_trainable"] == before["params_trainable"]
     assert_optimizer_consistent(restored)
     a, b = loop.tying, restored.tying
-    assert (b.agent.epsilon, b.layer, b.decisions, b.pending) == (a.agent.epsilon, a.layer, a.decisions, a.pending)
+    assert (b.agent.epsilon, b.layer, b.decisions, b.pending) == \
+        (a.agent.epsilon, a.layer, a.decisions, a.pending)
     for k, v in a.agent.q.state_dict().items():
         assert torch.equal(v, b.agent.q.state_dict()[k])
     # training continues identically (same data RNG, agent RNG, Adam state; no dropout)

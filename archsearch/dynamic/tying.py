@@ -266,7 +266,8 @@ class TyingAgent:
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {v}")
         self.n_layers, self.gamma = int(n_layers), float(gamma)
-        self.epsilon, self.epsilon_decay, self.epsilon_min = float(epsilon), float(epsilon_decay), float(epsilon_min)
+        self.epsilon, self.epsilon_decay = float(epsilon), float(epsilon_decay)
+        self.epsilon_min = float(epsilon_min)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(seed))
             self.q = QNetwork(self.n_layers, hidden)
