@@ -118,6 +118,9 @@ def test_yaml_is_loaded_safely(tmp_path):
         (["search", "GOOD.yaml", "--searcher", "bogus"], "--searcher"),
         (["data", "prepare", "no_such_dataset"], "no_such_dataset"),
         (["report", "NOT_A_RUN"], "not a run directory"),
+        (["resume", "NOT_A_RUN"], "not a run directory"),
+        (["search", "GOOD.yaml", "--address", "127.0.0.1:1"], "127.0.0.1:1: --address: no Ray cluster"),
+        (["search", "GOOD.yaml", "--address", "nonsense"], "--address"),
     ],
 )
 def test_cli_bad_input_exit_2_one_line_no_traceback(tmp_path, args, needle):

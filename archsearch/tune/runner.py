@@ -48,6 +48,31 @@ def ray_env() -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 
+def check_address(address: str | None, timeout_s: float = 3.0) -> None:
+    """Fail fast when nothing listens at ``--address`` (Ray itself retries for minutes).
+
+    ``auto`` is left to Ray (it fails at once when no local cluster runs); ``HOST:PORT`` and
+    ``ray://HOST:PORT`` get a TCP connect with ``timeout_s``.
+
+    Raises:
+        UserError: malformed address, or no answer at HOST:PORT.
+    """
+    import socket
+
+    if address is None or address == "auto":
+        return
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UserError("expected auto, HOST:PORT or ray://HOST:PORT", file=address, field="--address")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise UserError(f"no Ray cluster answers there ({e.strerror or e.__class__.__name__})",
+                        file=address, field="--address") from None
+
+
 def init_ray(address: str | None, *, num_cpus: int | None = None, dashboard: bool = False,
              dashboard_host: str = "127.0.0.1") -> None:
     """Start local Ray (``address=None``) or connect to a cluster.
@@ -60,6 +85,7 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, dashboard: boo
 
     if ray.is_initialized():
         return
+    check_address(address)
     if address is None:
         if dashboard_host not in ("127.0.0.1", "localhost"):
             print(f"warning: Ray dashboard bound to {dashboard_host}: Ray has no authentication; "
@@ -399,6 +425,7 @@ def run_search(space: SearchSpace, *, searcher: str = "tpe", trials: int | None 
         space = space.model_copy(update={"budget": space.budget.model_copy(update={"trials": trials})})
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
     t0 = time.time()
+    check_address(address)
     data = prepare_data(space)
     check_constraints(space, data)
     run_dir = check_run_dir(storage, name)
