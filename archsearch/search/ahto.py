@@ -1,0 +1,282 @@
+"""Model-based searchers: plain qLogNEHVI (``qnehvi``) and AHTO (``ahto``).
+
+Both start with a scrambled Sobol design (Owen scrambling; Sobol 1967) of ``n_init`` configs,
+then fit the GP surrogate of :mod:`archsearch.search.gp` to the *unknown* metrics (the quality
+objective, learned constraints) with a fidelity input, compute the *known* metrics (FLOPs,
+params) with the cost function, and maximise qLogNEHVI with pending trials as ``X_pending``.
+
+* :class:`QNEHVISearcher` proposes the best of BoTorch's ``optimize_acqf`` restarts (continuous
+  relaxation of the unit cube, then rounded with ``space.decode``; known-infeasible candidates
+  are dropped).
+* :class:`AHTOSearcher` (DESIGN.md "AHTO outer loop") adds the learned policy of
+  :mod:`archsearch.search.policy`: each ask samples ``n_policy`` candidates from the policy,
+  pools them with the optimiser's, scores every candidate with the acquisition and proposes the
+  best; each tell rewards the policy with the normalised hypervolume improvement the trial made.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any, Mapping
+
+import torch
+
+from archsearch.search.base import KNOWN_COST_METRICS, CostFn, Observation, Searcher, hypervolume
+from archsearch.search.policy import FactorisedPolicy
+
+DTYPE = torch.double
+
+
+class QNEHVISearcher(Searcher):
+    """Plain BoTorch qLogNEHVI with a Sobol initial design.
+
+    Args:
+        space, seed, cost_fn: see :class:`~archsearch.search.base.Searcher`.
+        n_init: Sobol configs before the GP is used (also used while fewer than 2 trials
+            finished).
+        num_restarts, raw_samples, maxiter: ``optimize_acqf`` effort (kept small: ask time).
+        mc_samples: quasi-MC samples of the acquisition.
+        gp_maxiter: L-BFGS-B iterations of the GP fit.
+    """
+
+    name = "qnehvi"
+
+    def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_init: int = 6,
+                 num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15,
+                 mc_samples: int = 32, gp_maxiter: int = 60):
+        super().__init__(space, seed=seed, cost_fn=cost_fn)
+        self.n_init = int(n_init)
+        self.num_restarts, self.raw_samples, self.maxiter = num_restarts, raw_samples, maxiter
+        self.mc_samples, self.gp_maxiter = mc_samples, gp_maxiter
+        self.d = len(space.dims())
+        self.sobol_pos = 0
+        self.known_names: list[str] = []
+        if cost_fn is not None:
+            probe = cost_fn(space.decode([0.5] * self.d))
+            self.known_names = [k for k in probe if k in KNOWN_COST_METRICS]
+        self.modelled = [m for m in self.metrics if m not in self.known_names]
+        self.modelled += [k for k in self.constraints if k not in self.known_names and k not in self.modelled]
+        self.known_bounds = {k: b for k, b in self.constraints.items() if k in self.known_names}
+        self._known = None
+        self.last_info: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ suggest
+    def _suggest(self, trial_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        with torch.random.fork_rng():
+            torch.manual_seed(zlib.crc32(f"{self.seed}:{self.n_asked}".encode()))
+            usable = [o for o in self.finished() if all(k in o.metrics for k in self.modelled)]
+            if self.n_asked < self.n_init or len(usable) < 2:
+                return self._sobol(), {"source": "sobol"}
+            return self._model_suggest(usable)
+
+    def _sobol(self) -> dict[str, Any]:
+        engine = torch.quasirandom.SobolEngine(self.d, scramble=True, seed=self.seed)
+        engine.fast_forward(self.sobol_pos)
+        for _ in range(1000):
+            x = engine.draw(1).double()[0].tolist()
+            self.sobol_pos += 1
+            cfg = self.space.decode(x)
+            if self.known_feasible(cfg):
+                return cfg
+        return cfg  # no known-feasible point in 1000 draws: the constraint region is tiny
+
+    def ref_point(self, obs: list[Observation]) -> list[float]:
+        """Reference point (maximisation form): the objective's ``ref``, else worst - 10% range."""
+        out = []
+        for j, (k, s, r) in enumerate(zip(self.metrics, self.signs, self.refs)):
+            if r is not None:
+                out.append(s * r)
+                continue
+            vals = [s * o.metrics[k] for o in obs if k in o.metrics]
+            lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
+            out.append(lo - 0.1 * (hi - lo) - 1e-9 * max(1.0, abs(lo)))
+        return out
+
+    def _acquisition(self, obs: list[Observation]):
+        from archsearch.search import gp
+
+        fid = any(o.fidelity < 1.0 for o in obs)
+        X = torch.tensor([o.x for o in obs], dtype=DTYPE)  # (n, d)
+        Xin = torch.cat([X, torch.tensor([[o.fidelity] for o in obs], dtype=DTYPE)], -1) if fid else X
+        Y = torch.tensor([[o.metrics[k] for k in self.modelled] for o in obs], dtype=DTYPE)  # (n, k)
+        model = gp.fit_gp(Xin, Y, maxiter=self.gp_maxiter)
+        if self.known_names and self._known is None:
+            self._known = gp._KnownMetrics(self.space.decode, self.cost_fn, self.known_names, self.d)
+        outputs = []
+        for k, s in zip(self.metrics, self.signs):
+            outputs.append(("known", self.known_names.index(k), s) if k in self.known_names
+                           else ("model", self.modelled.index(k), s))
+        learned = [(self.modelled.index(k), lo, hi) for k, (lo, hi) in self.constraints.items()
+                   if k in self.modelled]
+        full = [o for o in obs if o.fidelity >= 1.0] or obs
+        Xb = torch.tensor([o.x for o in full], dtype=DTYPE)
+        Xp = torch.tensor([p["x"] for p in self.pending.values()], dtype=DTYPE) if self.pending else None
+        ref = self.ref_point(full)
+        acqf = gp.make_acquisition(
+            model, X_baseline=Xb, ref_point=ref, outputs=outputs, learned_constraints=learned,
+            known=self._known, known_bounds=self.known_bounds, X_pending=Xp, d=self.d,
+            fidelity=fid, mc_samples=self.mc_samples,
+            seed=zlib.crc32(f"acq:{self.seed}:{self.n_asked}".encode()))
+        return model, acqf, fid
+
+    def _optimiser_candidates(self, acqf) -> torch.Tensor:
+        from botorch.optim import optimize_acqf
+
+        bounds = torch.stack([torch.zeros(self.d, dtype=DTYPE), torch.ones(self.d, dtype=DTYPE)])
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            X, _ = optimize_acqf(acqf, bounds=bounds, q=1, num_restarts=self.num_restarts,
+                                 raw_samples=self.raw_samples, return_best_only=False,
+                                 options={"maxiter": self.maxiter, "batch_limit": self.num_restarts})
+        return X.reshape(-1, self.d)  # (num_restarts, d)
+
+    def _round(self, X: torch.Tensor) -> tuple[list[dict], torch.Tensor]:
+        cfgs = [self.space.decode(x) for x in X.tolist()]
+        return cfgs, torch.tensor([self.space.encode(c) for c in cfgs], dtype=DTYPE)
+
+    def _pick(self, acqf, cfgs: list[dict], Xc: torch.Tensor, sources: list[str]):
+        from archsearch.search import gp
+
+        keep = [i for i, c in enumerate(cfgs) if self.known_feasible(c)]
+        if not keep:  # nothing known-feasible: fall back to the Sobol design (which checks)
+            return None
+        vals = gp.score(acqf, Xc[keep])
+        best = keep[int(torch.argmax(vals))]
+        self.last_info = {"n_candidates": len(keep), "best_source": sources[best],
+                          "best_value": float(vals.max())}
+        return cfgs[best], sources[best]
+
+    def _model_suggest(self, obs):
+        _, acqf, _ = self._acquisition(obs)
+        cfgs, Xc = self._round(self._optimiser_candidates(acqf))
+        got = self._pick(acqf, cfgs, Xc, ["optimizer"] * len(cfgs))
+        if got is None:
+            return self._sobol(), {"source": "sobol"}
+        return got[0], {"source": got[1]}
+
+    # ------------------------------------------------------------------ state
+    def _state(self) -> Any:
+        return {"sobol_pos": self.sobol_pos}
+
+    def _load_state(self, state: Any) -> None:
+        self.sobol_pos = int(state["sobol_pos"])
+
+
+class AHTOSearcher(QNEHVISearcher):
+    """AHTO: the qLogNEHVI searcher plus a REINFORCE-trained proposal policy.
+
+    Args:
+        n_policy: candidates sampled from the policy per ask.
+        horizon: trials the search expects (the policy state's "budget used" is
+            ``observations / horizon``); default ``space.budget.trials``.
+        bins, hidden, policy_lr, entropy, rho: see :class:`~archsearch.search.policy.FactorisedPolicy`.
+        Other arguments: see :class:`QNEHVISearcher`.
+    """
+
+    name = "ahto"
+
+    def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_policy: int = 128,
+                 horizon: int | None = None, bins: int = 8, hidden: int = 64, policy_lr: float = 0.01,
+                 entropy: float = 0.01, rho: float = 0.9, **kwargs):
+        super().__init__(space, seed=seed, cost_fn=cost_fn, **kwargs)
+        self.n_policy = int(n_policy)
+        budget = getattr(space, "budget", None)
+        self.horizon = int(horizon or (budget.trials if budget is not None else 40))
+        self.policy = FactorisedPolicy(space, bins=bins, hidden=hidden, lr=policy_lr,
+                                       entropy=entropy, rho=rho, seed=seed)
+        self.rewards: list[float] = []
+
+    # ------------------------------------------------------------------ state vector
+    def _hv(self, obs: list[Observation], ref: list[float]) -> float:
+        ys = [self.objective_values(o.metrics) for o in obs if self.feasible(o.metrics)]
+        return hypervolume(ys, ref)
+
+    def _box(self, obs: list[Observation], ref: list[float]) -> float:
+        ys = [self.objective_values(o.metrics) for o in obs]
+        if not ys:
+            return 1.0
+        ideal = [max(y[j] for y in ys) for j in range(len(ref))]
+        return math.prod(max(i - r, 1e-12) for i, r in zip(ideal, ref))
+
+    def policy_state(self, model=None, obs: list[Observation] | None = None) -> list[float]:
+        """``STATE_DIM`` features: incumbent GP mean and std of the first modelled metric
+        (standardised), budget used, last reward, mean of the last 5 rewards, normalised HV."""
+        obs = obs if obs is not None else self.finished()
+        mean = std = 0.0
+        if model is not None and obs and self.modelled:
+            k = self.modelled[0]
+            s = self.signs[self.metrics.index(k)] if k in self.metrics else 1.0
+            ys = torch.tensor([s * o.metrics[k] for o in obs], dtype=DTYPE)
+            best = obs[int(torch.argmax(ys))]
+            sub = model.models[0] if hasattr(model, "models") else model
+            x = list(best.x) + ([1.0] if sub.train_inputs[0].shape[-1] > self.d else [])
+            with torch.no_grad():
+                post = sub.posterior(torch.tensor([x], dtype=DTYPE))
+            mu, sd = float(post.mean.squeeze()), float(post.variance.clamp_min(0).sqrt().squeeze())
+            scale = float(ys.std()) if len(ys) > 1 and float(ys.std()) > 0 else 1.0
+            mean, std = (s * mu - float(ys.mean())) / scale, sd / scale
+        r = self.rewards
+        ref = self.ref_point(obs) if obs else None
+        nhv = self._hv(obs, ref) / self._box(obs, ref) if obs else 0.0
+        return [mean, std, len(obs) / max(self.horizon, 1), r[-1] if r else 0.0,
+                sum(r[-5:]) / max(len(r[-5:]), 1), nhv]
+
+    # ------------------------------------------------------------------ suggest / observe
+    def _suggest(self, trial_id: str):
+        with torch.random.fork_rng():
+            torch.manual_seed(zlib.crc32(f"{self.seed}:{self.n_asked}".encode()))
+            usable = [o for o in self.finished() if all(k in o.metrics for k in self.modelled)]
+            if self.n_asked < self.n_init or len(usable) < 2:
+                cfg = self._sobol()
+                state = self.policy_state(None, usable)
+                return cfg, {"source": "sobol", "state": state, "actions": self.policy.actions_of(cfg)}
+            model, acqf, _ = self._acquisition(usable)
+            state = self.policy_state(model, usable)
+            pcfgs, _ = self.policy.sample(state, self.n_policy)
+            ocfgs, _ = self._round(self._optimiser_candidates(acqf))
+            cfgs = pcfgs + ocfgs
+            Xc = torch.tensor([self.space.encode(c) for c in cfgs], dtype=DTYPE)
+            got = self._pick(acqf, cfgs, Xc, ["policy"] * len(pcfgs) + ["optimizer"] * len(ocfgs))
+            if got is None:
+                cfg, src = self._sobol(), "sobol"
+            else:
+                cfg, src = got
+            return cfg, {"source": src, "state": state, "actions": self.policy.actions_of(cfg)}
+
+    def _observe(self, obs: Observation) -> None:
+        if "state" not in obs.extra:
+            return
+        reward = 0.0
+        if obs.ok:
+            prev = [o for o in self.finished() if o is not obs]
+            ref = self.ref_point(prev + [obs])
+            reward = (self._hv(prev + [obs], ref) - self._hv(prev, ref)) / self._box(prev + [obs], ref)
+        self.rewards.append(reward)
+        with torch.random.fork_rng():
+            self.policy.update(obs.extra["state"], obs.extra["actions"], reward)
+
+    # ------------------------------------------------------------------ state
+    def _state(self) -> Any:
+        return {**super()._state(), "policy": self.policy.get_state(), "rewards": list(self.rewards)}
+
+    def _load_state(self, state: Any) -> None:
+        super()._load_state(state)
+        self.policy.set_state(state["policy"])
+        self.rewards = list(state["rewards"])
+
+
+def make_model_based(name: str, space, *, seed: int = 0, cost_fn: CostFn | None = None,
+                     **kwargs) -> Searcher:
+    """``"ahto"`` or ``"qnehvi"``.
+
+    Raises:
+        ValueError: another name.
+    """
+    if name == "ahto":
+        return AHTOSearcher(space, seed=seed, cost_fn=cost_fn, **kwargs)
+    if name == "qnehvi":
+        return QNEHVISearcher(space, seed=seed, cost_fn=cost_fn, **kwargs)
+    raise ValueError(f"unknown model-based searcher {name!r}")
