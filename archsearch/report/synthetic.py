@@ -1,0 +1,115 @@
+"""Deterministic synthetic trial records shaped like the runner's, for tests, demos and the
+report benchmark. Nothing here is trained: numbers follow simple formulas plus seeded noise,
+loosely calibrated to DESIGN.md's from-scratch encoders (accuracy 0.70-0.80 on
+rotten_tomatoes, 48 tokens).
+
+Record shape (the runner's contract, see :func:`archsearch.report.write_report`):
+``{"trial_id", "status", "config", "metrics", "history", "error"}``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+SEQ_LEN = 48
+VOCAB = 8000
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "archsearch/tune/trainable.py", line 88, in train\n'
+    "    loss.backward()\n"
+    "RuntimeError: {msg}"
+)
+
+
+def _cost(cfg: dict[str, Any]) -> tuple[float, int, int]:
+    """(FLOPs per sample, params_total, params_trainable) of a pre-LN encoder classifier."""
+    d, L, ffn = cfg["d_model"], cfg["n_layers"], cfg["d_model"] * cfg["ffn_mult"]
+    per_layer_params = 4 * d * d + 2 * d * ffn
+    matmul_flops = 2 * SEQ_LEN * per_layer_params + 2 * 2 * SEQ_LEN * SEQ_LEN * d
+    used_fraction = 0.7 if cfg["dynamic"] in ("dht", "depth") else (
+        0.8 if cfg["dynamic"] == "lengthdrop" else 1.0)
+    flops = L * matmul_flops * used_fraction + 2 * d * 2
+    params_total = VOCAB * d + SEQ_LEN * d + L * per_layer_params + 2 * d
+    distinct_layers = 1 if cfg["tie_layers"] else L
+    params_trainable = params_total - (L - distinct_layers) * per_layer_params
+    return float(flops), int(params_total), int(params_trainable)
+
+
+def synthetic_trials(n: int, *, seed: int = 0, epochs: int = 5,
+                     p_error: float = 0.04, p_nan: float = 0.02,
+                     p_stopped: float = 0.25) -> list[dict[str, Any]]:
+    """``n`` trial records in run order with ``epochs``-epoch histories.
+
+    Mix: about ``p_error`` ERROR trials (traceback, partial history), ``p_nan`` TERMINATED
+    trials whose loss diverged (NaN accuracy/val_loss), ``p_stopped`` STOPPED by ASHA after
+    1 or 2 epochs; the rest TERMINATED. Deterministic for a given ``seed``.
+    """
+    rng = random.Random(seed)
+    records = []
+    for k in range(n):
+        cfg = {
+            "n_layers": rng.randint(1, 6),
+            "d_model": rng.choice([64, 128, 192, 256]),
+            "n_heads": rng.choice([2, 4, 8]),
+            "ffn_mult": rng.choice([2, 4]),
+            "lr": round(10 ** rng.uniform(-4, -2.5), 6),
+            "dynamic": rng.choice(["none", "dht", "depth", "lengthdrop"]),
+            "tie_layers": rng.random() < 0.3,
+        }
+        flops, p_total, p_train = _cost(cfg)
+        lr_penalty = 0.04 * abs(math.log10(cfg["lr"]) + 3.0)
+        final_acc = (0.66 + 0.13 * (1 - math.exp(-flops / 6e6)) - lr_penalty
+                     - (0.01 if cfg["dynamic"] != "none" else 0.0) + rng.gauss(0, 0.01))
+        sec_per_epoch = 2.0 + flops / 6e5
+        roll = rng.random()
+        if roll < p_error:
+            status, n_ep = "ERROR", rng.randint(0, epochs - 1)
+        elif roll < p_error + p_nan:
+            status, n_ep = "TERMINATED", epochs
+        elif roll < p_error + p_nan + p_stopped:
+            status, n_ep = "STOPPED", rng.choice([1, 2])
+        else:
+            status, n_ep = "TERMINATED", epochs
+        diverged = p_error <= roll < p_error + p_nan
+        history = []
+        for ep in range(1, n_ep + 1):
+            progress = 1 - 0.5 ** ep
+            acc = 0.5 + (final_acc - 0.5) * progress / (1 - 0.5 ** epochs)
+            loss = 0.69 - 1.1 * (acc - 0.5) + rng.gauss(0, 0.005)
+            if diverged and ep >= 3:
+                acc, loss = math.nan, math.nan
+            history.append({
+                "epoch": ep, "accuracy": acc, "val_loss": loss, "flops_per_sample": flops,
+                "train_seconds": sec_per_epoch * ep,
+            })
+        if status == "ERROR":
+            metrics = dict(history[-1]) if history else {}
+            error = TRACEBACK.format(msg=rng.choice([
+                "DataLoader worker (pid 4242) exited unexpectedly",
+                "shape mismatch: n_heads must divide d_model",
+                "Function 'LogSoftmaxBackward0' returned nan values in its 0th output.",
+            ]))
+        else:
+            last = history[-1]
+            metrics = {
+                "accuracy": last["accuracy"],
+                "val_loss": last["val_loss"],
+                "flops_per_sample": flops,
+                "params_total": p_total,
+                "params_trainable": p_train,
+                "latency_ms": 0.05 + flops / 2e8 + abs(rng.gauss(0, 0.01)),
+                "train_seconds": last["train_seconds"],
+            }
+            error = None
+        metrics.pop("epoch", None)
+        records.append({
+            "trial_id": f"trial_{k:05d}",
+            "status": status,
+            "config": cfg,
+            "metrics": metrics,
+            "history": history,
+            "error": error,
+        })
+    return records
