@@ -35,12 +35,24 @@ def search(
     gpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.gpus_per_trial."),
     ray_dashboard: bool = typer.Option(True, help="Start the Ray dashboard on 127.0.0.1:8265 (local Ray only)."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
+    fixed: Optional[str] = typer.Option(None, help="JSON config to pin (e.g. a Pareto trial's, "
+                                        "from a report): re-runs exactly that architecture."),
 ):
     """Run an architecture search and write its Pareto-front report."""
+    import json
+
     from archsearch.space import load_space
     from archsearch.tune.runner import run_search
 
     space = load_space(space_file)
+    if fixed is not None:
+        try:
+            pinned = json.loads(fixed)
+        except json.JSONDecodeError as e:
+            raise UserError(f"not valid JSON ({e.msg})", field="--fixed") from None
+        if not isinstance(pinned, dict):
+            raise UserError("expected a JSON object of param values", field="--fixed")
+        space = space.pinned(pinned)
     res = run_search(space, searcher=searcher, trials=trials, address=address, name=name,
                      storage=storage, reports=reports, progress=progress,
                      cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,

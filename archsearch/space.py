@@ -352,6 +352,26 @@ class SearchSpace(_Strict):
                 config[key] = value
         return config
 
+    def pinned(self, config: dict[str, Any]) -> "SearchSpace":
+        """This space with each param in ``config`` pinned to its value (a one-choice
+        categorical), so any searcher proposes exactly ``config``: re-running one trial.
+
+        Raises:
+            UserError: a key that is not a param of the space, or a value outside its range.
+        """
+        params = dict(self.params)
+        for key, value in config.items():
+            p = params.get(key)
+            if p is None:
+                raise UserError(f"{key!r} is not a param of this space", file=self.source, field="--fixed")
+            ok = (value in p.choices if isinstance(p, CategoricalParam)
+                  else isinstance(value, (int, float)) and not isinstance(value, bool)
+                  and p.low <= value <= p.high)
+            if not ok:
+                raise UserError(f"{key}={value!r} is outside the space", file=self.source, field="--fixed")
+            params[key] = CategoricalParam(type="categorical", choices=[value], when=p.when)
+        return self.model_copy(update={"params": params})
+
     @property
     def metric_names(self) -> list[str]:
         return [o.metric for o in self.objectives]

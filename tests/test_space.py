@@ -178,3 +178,15 @@ def test_existing_run_name_and_unwritable_storage(tmp_path):
                 check_run_dir(ro, "a")
     finally:
         ro.chmod(0o700)
+
+
+def test_pinned_space_proposes_exactly_the_config(tmp_path):
+    import optuna
+
+    space = load_space(write(tmp_path, BASE)).pinned({"n_layers": 2, "gating": "dht", "dht_lambda": 0.5})
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    assert space.suggest(study.ask()) == {"n_layers": 2, "gating": "dht", "dht_lambda": 0.5}
+    with pytest.raises(UserError, match="--fixed"):
+        space.pinned({"n_layers": 9})
+    with pytest.raises(UserError, match="--fixed"):
+        space.pinned({"colour": 1})

@@ -544,6 +544,15 @@ def resume_search(run_dir: str | Path, *, address: str | None = None,
     return _finish(run_dir, info, reports, t0)
 
 
+def _rel(path) -> str:
+    """``path`` relative to the working directory when it is inside it (reports are shared)."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
 def _last_activity(run_dir: Path) -> float:
     times = [p.stat().st_mtime for p in (run_dir / "trials").glob("*.json")]
     return max(times) if times else time.time()
@@ -566,8 +575,14 @@ def make_report(run_dir: str | Path, reports: str | Path = "reports",
     space = load_space(run_dir / "space.yaml")
     out = Path(out_dir) if out_dir else Path(reports) / info["name"]
     out.mkdir(parents=True, exist_ok=True)
-    run_info = {**info, "space_file": info.get("space_file") or str(run_dir / "space.yaml"),
-                "run_dir": str(run_dir)}
+    run_info = {**info, "space_file": _rel(info.get("space_file") or run_dir / "space.yaml"),
+                "run_dir": _rel(run_dir), "wall_time_s": info.get("wall_seconds"),
+                "scheduler": space.budget.scheduler,
+                "latency_batch_size": space.budget.latency_batch_size}
+    for key in ("argv", "started", "wall_seconds", "wall_seconds_before_resume", "resumed"):
+        run_info.pop(key, None)
+    if info.get("started"):
+        run_info["started"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["started"]))
     summary = write_report(
         read_trials(run_dir),
         [o.model_dump(exclude_none=True) for o in space.objectives],
