@@ -159,13 +159,18 @@ def test_significance_is_attention_received_and_kept_tokens_are_the_most_attende
     x = ids(B=2)
     h = model.embed(x)
     full = torch.ones(2, N, dtype=torch.bool)
-    probs, _, score = significance(model.blocks[0], h, full, full)
-    assert probs.shape == (2, 4, N, N)
-    assert torch.allclose(probs.sum(-1), torch.ones(2, 4, N), atol=1e-5)
+    blk = model.blocks[0]
+    y, score = significance(blk, h, full, full)
+    # reference: explicit probabilities from the block's own q/k weights
+    xn = blk.ln1(h)
+    q = blk.attn.q(xn).view(2, N, 4, 8).transpose(1, 2)  # (B, H, T, dh)
+    k = blk.attn.k(xn).view(2, N, 4, 8).transpose(1, 2)
+    probs = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1)  # (B, H, T, T)
     assert torch.allclose(score, probs.sum(dim=(1, 2)), atol=1e-5)
     assert torch.allclose(score.sum(1), torch.full((2,), 4.0 * N), atol=1e-3)
-    # with one block and 5 kept tokens, the pooled output is the mean over the 5 most attended
-    # tokens (after the block) and the 11 others (restored: their embeddings)
+    assert torch.allclose(blk.attn.o(y), blk.attn(xn), atol=1e-5)  # same attention as the block
+    y2, score2 = significance(blk, h, None, None)
+    assert torch.allclose(score2, score) and torch.allclose(y2, y)
     keep = score.topk(5, dim=1).indices  # (2, 5)
     seen = []
     hook = model.blocks[0].ffn.register_forward_hook(lambda m, i, o: seen.append(i[0]))

@@ -21,12 +21,12 @@ static model (``flops_per_sample`` of the padded length the model runs on). Batc
 padding (e.g. sorted by length) make executed FLOPs approach the real-token FLOPs.
 
 **Which tokens stay (encoder).** As in the paper's code, block ``i`` computes its self-attention
-over the ``K_{i-1}`` current tokens with an explicit ``softmax(Q K^T / sqrt(dh))`` (the block's own
-``ln1``/``q``/``k``/``v`` modules and weights), scores each token by the attention it *receives*
-(probabilities summed over heads and real queries), keeps the top ``k_i`` per sample, and computes
-``A V``, the O projection, the residual and the FFN only for the kept tokens (gathered into a
+over the ``K_{i-1}`` current tokens with an explicit ``softmax(Q K^T / sqrt(dh)) V`` (the block's
+own ``ln1``/``q``/``k``/``v`` modules and weights), scores each token by the attention it
+*receives* (probabilities summed over heads and real queries), keeps the top ``k_i`` per sample,
+and computes the O projection, the residual and the FFN only for the kept tokens (gathered into a
 shorter tensor: really removed, not masked). Blocks that drop nothing run the model's own
-:class:`~archsearch.models.transformer.Block` (SDPA).
+:class:`~archsearch.models.transformer.Block`.
 
 **Which tokens stay (causal LM).** Content-based top-k selection would let future tokens decide
 which past tokens survive (a query at position ``t' > t`` adds to token ``t``'s score, and the set
@@ -184,8 +184,8 @@ def length_config_flops(config: TransformerConfig, lengths: Sequence[int],
         config: the model's config.
         lengths: ``[l_0, l_1, ..., l_L]``: ``l_0`` the input length ``T``, ``l_i`` the tokens
             leaving block ``i``. Encoder block ``i`` (``a = l_{i-1}``, ``b = l_i``): Q/K/V
-            ``3 * 2*a*d*d``, scores ``2*a*a*d``, ``A V`` ``2*b*a*d``, O ``2*b*d*d``, FFN
-            ``4*b*d*d_ffn``. Causal LM block ``i`` runs entirely on ``l_i`` tokens; its head
+            ``3 * 2*a*d*d``, scores ``2*a*a*d``, ``A V`` ``2*a*a*d`` (all queries), O
+            ``2*b*d*d``, FFN ``4*b*d*d_ffn``. Causal LM block ``i`` runs entirely on ``l_i`` tokens; its head
             projects all ``l_0`` restored positions (``2*l_0*d*V``).
         layers: per block, whether it ran (LayerDrop); ``None`` = all ran.
 
@@ -208,7 +208,7 @@ def length_config_flops(config: TransformerConfig, lengths: Sequence[int],
         a, b = int(lengths[i - 1]), int(lengths[i])
         if config.task == "lm":
             a = b  # the LM drops before the block
-        total += 3 * 2 * a * d * d + 2 * a * a * d + 2 * b * a * d + 2 * b * d * d + 4 * b * d * f
+        total += 3 * 2 * a * d * d + 2 * a * a * d + 2 * a * a * d + 2 * b * d * d + 4 * b * d * f
     T = int(lengths[0])
     if config.task == "classification":
         total += 2 * d * config.n_classes
@@ -220,61 +220,67 @@ def length_config_flops(config: TransformerConfig, lengths: Sequence[int],
 # ---------------------------------------------------------------------------------- forward
 
 
-def significance(block: Block, x: torch.Tensor, key_mask: torch.Tensor, query_mask: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Self-attention probabilities of ``block`` and the attention each token receives.
+def significance(block: Block, x: torch.Tensor, key_mask: torch.Tensor | None,
+                 query_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Self-attention of ``block`` with explicit probabilities, and the attention each token
+    receives.
 
     Args:
-        block: a model block (its ``ln1`` and ``attn.q/k/v`` are used).
+        block: a model block (its ``ln1``, ``attn.q/k/v`` and attention dropout are used).
         x: ``B x K x d`` block input.
-        key_mask: ``B x K`` bool, keys that may be attended.
-        query_mask: ``B x K`` bool, queries whose attention counts (real tokens).
+        key_mask: ``B x K`` bool, keys that may be attended (``None`` = all).
+        query_mask: ``B x K`` bool, queries whose attention counts (``None`` = all).
 
     Returns:
-        ``probs`` ``B x H x K x K`` (before attention dropout), ``v`` ``B x H x K x dh`` and
-        ``score`` ``B x K``: ``probs`` summed over heads and real queries (Kim & Cho 2020,
-        sec. 3.1, significance score).
+        ``y`` ``B x K x d``: attention output of every query before the O projection
+        (``softmax(Q K^T / sqrt(dh)) V``, heads concatenated), and ``score`` ``B x K``: the
+        attention probabilities summed over heads and queries (Kim & Cho 2020, sec. 3.1,
+        significance score).
     """
     attn = block.attn
+    B, K, d = x.shape
     xn = block.ln1(x)  # (B, K, d)
     q = attn._project(attn.q, xn, slice(None))  # (B, H, K, dh)
     k = attn._project(attn.k, xn, slice(None))  # (B, H, K, dh)
     v = attn._project(attn.v, xn, slice(None))  # (B, H, K, dh)
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(attn.d_head))  # (B, H, K, K)
-    att = att.masked_fill(~key_mask[:, None, None, :], float("-inf"))  # (B, H, K, K)
+    if key_mask is not None:
+        att = att.masked_fill(~key_mask[:, None, None, :], float("-inf"))  # (B, H, K, K)
     probs = F.softmax(att, dim=-1)  # (B, H, K, K)
-    score = (probs * query_mask[:, None, :, None].to(probs.dtype)).sum(dim=(1, 2))  # (B, K)
-    return probs, v, score
+    if query_mask is None:
+        score = probs.sum(dim=(1, 2))  # (B, K)
+    else:
+        score = torch.einsum("bhqk,bq->bk", probs, query_mask.to(probs.dtype))  # (B, K)
+    y = attn.attn_dropout(probs) @ v  # (B, H, K, dh)
+    return y.transpose(1, 2).reshape(B, K, d), score  # (B, K, d), (B, K)
 
 
-def _drop_block(block: Block, h: torch.Tensor, cur: torch.Tensor, keep: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _drop_block(block: Block, h: torch.Tensor, cur: torch.Tensor | None, keep: list[int]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run encoder block ``block`` keeping ``keep[s]`` tokens of sample ``s``.
 
     Args:
-        h: ``B x K x d`` current token vectors; cur: ``B x K`` bool, real current tokens;
-        keep: ``(B,)`` int64 tokens each sample keeps (``<=`` its real count).
+        h: ``B x K x d`` current token vectors; cur: ``B x K`` bool, real current tokens
+        (``None``: all are real); keep: tokens each sample keeps (``<=`` its real count).
 
     Returns:
-        ``(h_out, order, new_mask)``: ``B x K' x d`` vectors of the kept slots
-        (``K' = keep.max()``), ``B x K'`` slot -> current index, ``B x K'`` bool real kept.
+        ``(h_out, order)``: ``B x K' x d`` vectors of the kept slots (``K' = max(keep)``) and
+        ``B x K'`` slot -> current index (the first ``keep[s]`` slots of sample ``s`` are its
+        most attended real tokens).
     """
-    attn = block.attn
     B, K, d = h.shape
-    Kn = int(keep.max())
-    keys = cur | ~cur.any(dim=1, keepdim=True)  # (B, K) no fully masked row
-    probs, v, score = significance(block, h, keys, cur)
-    score = score.masked_fill(~cur, float("-inf"))  # (B, K) padding never wins
+    Kn = max(keep)
+    keys = None if cur is None else cur | ~cur.any(dim=1, keepdim=True)  # (B, K) no fully masked row
+    y, score = significance(block, h, keys, cur)  # (B, K, d), (B, K)
+    if cur is not None:
+        score = score.masked_fill(~cur, float("-inf"))  # (B, K) padding never wins
     order = score.topk(Kn, dim=1).indices  # (B, K')
-    new_mask = torch.arange(Kn, device=h.device)[None, :] < keep[:, None]  # (B, K')
-    rows = order[:, None, :, None].expand(B, probs.shape[1], Kn, K)  # (B, H, K', K)
-    p_kept = attn.attn_dropout(probs.gather(2, rows))  # (B, H, K', K) kept queries only
-    y = p_kept @ v  # (B, H, K', dh)
-    y = y.transpose(1, 2).reshape(B, Kn, d)  # (B, K', d)
-    y = attn.resid_dropout(attn.o(y))  # (B, K', d)
-    x = h.gather(1, order[:, :, None].expand(B, Kn, d)) + y  # (B, K', d)
+    flat = (order + torch.arange(0, B * K, K, device=h.device)[:, None]).reshape(-1)  # (B*K',)
+    # gathers as index_select on flattened rows (much faster than gather with an expanded index)
+    y = block.attn.resid_dropout(block.attn.o(y.reshape(B * K, d).index_select(0, flat)))  # (B*K', d)
+    x = (h.reshape(B * K, d).index_select(0, flat) + y).view(B, Kn, d)  # (B, K', d)
     x = x + block.ffn(block.ln2(x))  # (B, K', d)
-    return x, order, new_mask
+    return x, order
 
 
 def length_drop_forward(
@@ -315,10 +321,9 @@ def length_drop_forward(
     h = model.embed(input_ids)  # (B, T, d)
     B, T, d = h.shape
     dev = h.device
-    idx = torch.arange(T, device=dev).expand(B, T)  # (B, K) current slot -> position
     executed = [T]
-    restored = h  # (B, T, d) last state of every position
     if cfg.task == "lm":
+        restored = h  # (B, T, d) last state of every position
         cur_pos = torch.arange(T, device=dev)  # (K,) shared by the batch (no per-sample lengths)
         for i in range(L):
             K = cur_pos.shape[0]
@@ -337,32 +342,46 @@ def length_drop_forward(
         restored = restored.index_copy(1, cur_pos, h)  # (B, T, d)
         return model.head_logits(restored, pad_mask), executed
 
-    real_mask = pad_mask if pad_mask is not None else torch.ones(B, T, dtype=torch.bool, device=dev)
-    cur = real_mask  # (B, K) real current tokens
-    real = real_mask.sum(dim=1)  # (B,)
-    count = real  # (B,) current real count per sample
-    dropped = False
+    # per-sample kept counts of every layer, computed once (python ints: no per-layer syncs)
+    real_t = (pad_mask.sum(dim=1) if pad_mask is not None
+              else torch.full((B,), T, dtype=torch.long, device=dev))  # (B,)
+    real = real_t.tolist()
+    lens = torch.tensor(lengths_cfg, dtype=torch.long)[:, None]  # (L, 1)
+    counts = scale_counts(lens, torch.tensor(real, dtype=torch.long)[None, :], n, min_tokens).tolist()
+    cur = pad_mask if pad_mask is not None and min(real) < T else None  # (B, K) real slots, None = all
+    count = real  # current real count per sample
+    idx = None  # (B, K) slot -> position; slots without a real token -> sink column T
+    restored = None  # (B, T+1, d) last state of every position (+ sink)
     for i in range(L):
         if not ran[i]:
             executed.append(h.shape[1])
             continue
-        keep = scale_counts(lengths_cfg[i], real, n, min_tokens).minimum(count)  # (B,)
-        if bool((keep == count).all()):
-            keys = cur | ~cur.any(dim=1, keepdim=True)  # (B, K)
-            h = model.blocks[i](h, keys[:, None, None, :])  # (B, K, d) nothing dropped: SDPA
+        keep = [min(c, k) for c, k in zip(counts[i], count)]
+        if keep == count:  # nothing dropped here: the model's own block
+            mask = None if cur is None else (cur | ~cur.any(dim=1, keepdim=True))[:, None, None, :]
+            h = model.blocks[i](h, mask)  # (B, K, d)
         else:
-            upd = torch.where(cur[:, :, None], h, restored.gather(1, idx[:, :, None].expand(-1, -1, d)))
-            restored = restored.scatter(1, idx[:, :, None].expand(-1, -1, d), upd)  # (B, T, d)
-            h, order, cur = _drop_block(model.blocks[i], h, cur, keep)  # (B, K', d)
+            if restored is None:  # first drop: the current states are the positions' states
+                restored = F.pad(h, (0, 0, 0, 1 + T - h.shape[1]))  # (B, T+1, d)
+                pos = torch.arange(T, device=dev).expand(B, T)  # (B, T)
+                idx = pos if cur is None else torch.where(cur, pos, T)  # (B, K)
+            elif torch.is_grad_enabled():
+                restored = restored.scatter(1, idx[:, :, None].expand(-1, -1, d), h)  # (B, T+1, d)
+            else:  # inference: no autograd history to protect, write in place
+                restored.scatter_(1, idx[:, :, None].expand(-1, -1, d), h)  # (B, T+1, d)
+            h, order = _drop_block(model.blocks[i], h, cur, keep)  # (B, K', d)
             idx = idx.gather(1, order)  # (B, K')
-            count, dropped = keep, True
+            Kn = h.shape[1]
+            if min(keep) < Kn:  # slots beyond a sample's count hold no real token
+                cur = torch.arange(Kn, device=dev)[None, :] < torch.tensor(keep, device=dev)[:, None]
+                idx = torch.where(cur, idx, T)  # (B, K')
+            else:
+                cur = None
+            count = keep
         executed.append(h.shape[1])
-    if not dropped:
-        restored = h  # (B, T, d)
-    else:
-        upd = torch.where(cur[:, :, None], h, restored.gather(1, idx[:, :, None].expand(-1, -1, d)))
-        restored = restored.scatter(1, idx[:, :, None].expand(-1, -1, d), upd)  # (B, T, d)
-    return model.head_logits(restored, pad_mask), executed
+    if restored is not None:  # drop-and-restore: every position gets its last state back
+        h = restored.scatter(1, idx[:, :, None].expand(-1, -1, d), h)[:, :T]  # (B, T, d)
+    return model.head_logits(h, pad_mask), executed
 
 
 # ---------------------------------------------------------------------------------- gating
