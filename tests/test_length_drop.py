@@ -300,7 +300,9 @@ def test_language_model_trains_and_evaluates_with_drop_and_restore(cache_dir):
     from archsearch.tune.trainable import TrialLoop
 
     data = prepare("shakespeare", max_len=32, task="lm")
-    cfg = {"n_layers": 2, "d_model": 32, "n_heads": 2, "gating": "length_drop", "lr": 3e-3}
+    cfg = {"n_layers": 2, "d_model": 32, "n_heads": 2, "gating": "length_drop", "lr": 3e-3,
+           "evolution_iterations": 1, "evolution_mutations": 3, "evolution_crossovers": 3,
+           "evolution_val_samples": 16}
     loop = TrialLoop(cfg, data, {"epochs": 1, "batch_size": 16, "steps_per_epoch": 30, "seed": 0,
                                  "eval_blocks": 32, "latency_batch_size": 8})
     before = loop.evaluate()["perplexity"]
@@ -312,3 +314,8 @@ def test_language_model_trains_and_evaluates_with_drop_and_restore(cache_dir):
     assert math.isfinite(half["perplexity"]) and half["flops_per_sample"] < full["flops_per_sample"]
     ppl, flops = loop.gating.evaluate_config(list(loop._eval_batches()), (16, 8))
     assert ppl == pytest.approx(half["perplexity"]) and flops == pytest.approx(half["flops_per_sample"])
+    loop.gating.set_length_config(None)
+    curve = loop.gating.finalize()["anytime_curve"]
+    f = [c["flops_per_sample"] for c in curve]
+    p = [c["perplexity"] for c in curve]
+    assert curve and f == sorted(f) and all(b < a for a, b in zip(p, p[1:]))  # cheaper = worse

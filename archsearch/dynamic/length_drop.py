@@ -25,8 +25,9 @@ over the ``K_{i-1}`` current tokens with an explicit ``softmax(Q K^T / sqrt(dh))
 own ``ln1``/``q``/``k``/``v`` modules and weights), scores each token by the attention it
 *receives* (probabilities summed over heads and real queries), keeps the top ``k_i`` per sample,
 and computes the O projection, the residual and the FFN only for the kept tokens (gathered into a
-shorter tensor: really removed, not masked). Blocks that drop nothing run the model's own
-:class:`~archsearch.models.transformer.Block`.
+shorter tensor: really removed, not masked). ``A V`` is computed for all current queries (one
+matmul, counted as such) and gathered before the O projection. Blocks that drop nothing run the
+model's own :class:`~archsearch.models.transformer.Block`.
 
 **Which tokens stay (causal LM).** Content-based top-k selection would let future tokens decide
 which past tokens survive (a query at position ``t' > t`` adds to token ``t``'s score, and the set
@@ -437,15 +438,18 @@ class LengthDropGating(GatingStrategy):
 
     Attributes:
         length_config: the configuration :meth:`predict` runs (``None`` = full length).
+
+    Raises:
+        ValueError: ``length_drop_p`` or ``layer_drop_p`` outside ``[0, 1)``.
     """
 
     n_sandwich = 2
 
     def __init__(self, model, cfg, settings, loop=None):
         super().__init__(model, cfg, settings, loop)
-        self.p = float(cfg.get("length_drop_p", DEFAULT_P) or DEFAULT_P)
-        self.layer_drop_p = float(cfg.get("layer_drop_p", DEFAULT_LAYER_DROP_P)
-                                  if cfg.get("layer_drop_p") is not None else DEFAULT_LAYER_DROP_P)
+        p, lp = cfg.get("length_drop_p"), cfg.get("layer_drop_p")
+        self.p = DEFAULT_P if p is None else float(p)
+        self.layer_drop_p = DEFAULT_LAYER_DROP_P if lp is None else float(lp)
         if not 0.0 <= self.p < 1.0 or not 0.0 <= self.layer_drop_p < 1.0:
             raise ValueError(f"length_drop_p and layer_drop_p must be in [0, 1), got {self.p}, "
                              f"{self.layer_drop_p}")
