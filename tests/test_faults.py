@@ -11,21 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-TINY = {
-    "name": "faults",
-    "task": "classification",
-    "dataset": {"name": "rotten_tomatoes_sentences", "vocab_size": 1000, "max_len": 32,
-                "max_train_samples": 1024},
-    "objectives": [{"metric": "accuracy", "mode": "max"}, {"metric": "flops_per_sample", "mode": "min"}],
-    "budget": {"trials": 4, "max_concurrent": 1, "epochs": 3, "batch_size": 64,
-               "scheduler": "none", "cpus_per_trial": 1},
-    "params": {
-        "n_layers": {"type": "int", "low": 1, "high": 2},
-        "d_model": {"type": "categorical", "choices": [16, 32]},
-        "n_heads": {"type": "categorical", "choices": [2]},
-        "lr": {"type": "float", "low": 1e-3, "high": 3e-3, "log": True},
-    },
-}
+from conftest import TINY_SPACE
+
+#: Trials long enough (3 epochs, one at a time) to be interrupted part-way.
+TINY = {**TINY_SPACE, "name": "faults",
+        "budget": {**TINY_SPACE["budget"], "trials": 4, "max_concurrent": 1, "epochs": 3}}
+TINY.pop("constraints")
 
 
 def _cli(*args, **kw):

@@ -5,36 +5,12 @@ import math
 
 import pytest
 
-from archsearch.space import parse_space
-
-TINY = {
-    "name": "tiny",
-    "task": "classification",
-    "dataset": {"name": "rotten_tomatoes_sentences", "vocab_size": 1000, "max_len": 32,
-                "max_train_samples": 1024},
-    "objectives": [{"metric": "accuracy", "mode": "max"}, {"metric": "flops_per_sample", "mode": "min"}],
-    "constraints": {"params_trainable": {"max": 400000}},
-    "budget": {"trials": 3, "max_concurrent": 2, "epochs": 2, "batch_size": 64,
-               "scheduler": "none", "cpus_per_trial": 1},
-    "params": {
-        "n_layers": {"type": "int", "low": 1, "high": 2},
-        "d_model": {"type": "categorical", "choices": [16, 32]},
-        "n_heads": {"type": "categorical", "choices": [2]},
-        "lr": {"type": "float", "low": 1e-3, "high": 3e-3, "log": True},
-    },
-}
-
+from conftest import TINY_SPACE, tiny_space_file
 
 def tiny_space(tmp_path, **changes):
-    import yaml
-
-    spec = json.loads(json.dumps(TINY))
-    spec.update(changes)
-    p = tmp_path / "tiny.yaml"
-    p.write_text(yaml.safe_dump(spec))
     from archsearch.space import load_space
 
-    return load_space(p)
+    return load_space(tiny_space_file(tmp_path, **changes))
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +64,7 @@ def test_nan_trial_is_recorded_as_failed_and_search_goes_on(tmp_path, ray_sessio
         "d_model": {"type": "categorical", "choices": [16]},
         "n_heads": {"type": "categorical", "choices": [2]},
         "lr": {"type": "categorical", "choices": [1.0e6, 1.0e-3]},
-    }, budget={**TINY["budget"], "trials": 4, "epochs": 1})
+    }, budget={**TINY_SPACE["budget"], "trials": 4, "epochs": 1})
     res = run_search(space, searcher="random", name="nan-run", storage=tmp_path / "runs",
                      reports=tmp_path / "reports", progress=False)
     trials = read_trials(res.run_dir)
