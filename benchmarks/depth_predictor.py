@@ -6,7 +6,8 @@ faster at a GLUE average of 85.3 vs 84.4).
 Setup: rotten_tomatoes_sentences (BPE 8000, max 48 tokens), from-scratch pre-LN encoders trained
 with the real trainable (:func:`archsearch.tune.trainable.run_trial`): ``static`` and
 ``depth_predictor`` with gamma in {0.1, 0.5, 0.9}, 3 seeds each (same seed = same init and data
-order). The MiniLM fine-tune of the issue is skipped: it needs the checkpoint loader
+order), plus a reference row: a static model only ``min_layers`` (= the shallowest exit) deep,
+to show what the adaptive model's savings are worth against simply training a shallower model. The MiniLM fine-tune of the issue is skipped: it needs the checkpoint loader
 (``init_from``) that is not in the tree yet.
 
 Measured per seed after training, all models in eval mode under ``torch.inference_mode``:
@@ -75,11 +76,12 @@ def pass_seconds(gating: GatingStrategy, batches) -> float:
     return time.perf_counter() - t0
 
 
-def interleaved_speedups(static: GatingStrategy, adaptive: dict[float, GatingStrategy], batches,
-                         repeats: int) -> tuple[dict[float, float], dict[str, float]]:
+def interleaved_speedups(static: GatingStrategy, others: dict, batches,
+                         repeats: int) -> tuple[dict, dict[str, float]]:
     """Median pass time of each strategy, passes interleaved round by round; returns the
-    speedups ``static / adaptive`` per gamma and the median times (s)."""
-    named = {"static": static, **{f"gamma={g}": a for g, a in adaptive.items()}}
+    speedups ``static / other`` per key of ``others`` (a gamma, or ``"L1"``) and the median
+    times (s) keyed ``"static"`` and ``"gamma=<key>"``."""
+    named = {"static": static, **{f"gamma={g}": a for g, a in others.items()}}
     for g in named.values():
         g.model.eval()
     times: dict[str, list[float]] = {k: [] for k in named}
@@ -90,7 +92,7 @@ def interleaved_speedups(static: GatingStrategy, adaptive: dict[float, GatingStr
             for k, g in named.items():
                 times[k].append(pass_seconds(g, batches))
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {g: med["static"] / med[f"gamma={g}"] for g in adaptive}, med
+    return {g: med["static"] / med[f"gamma={g}"] for g in others}, med
 
 
 def accuracy_on(gating: GatingStrategy, split, batch_size: int = 256) -> float:
@@ -173,20 +175,30 @@ def main() -> None:
     t_start = time.perf_counter()
     for seed in seeds:
         static_m, static_loop = train(data, "static", None, seed, model, epochs, BATCH)
+        # reference: a static model as shallow as the adaptive one's shallowest exit
+        shallow_m, shallow_loop = train(data, "static", None, seed, {**model, "n_layers": model["min_layers"]},
+                                        epochs, BATCH)
         loops, rows = {}, {}
         for gamma in GAMMAS:
             m, loop = train(data, "depth_predictor", gamma, seed, model, epochs, BATCH)
             loops[gamma], rows[gamma] = loop, m
             print(f"seed {seed} gamma {gamma}: acc {m['accuracy']:.4f} (static {static_m['accuracy']:.4f}) "
                   f"hist {m['depth_histogram']} {m['wall_seconds']:.0f}s", flush=True)
-        sp32, med32 = interleaved_speedups(static_loop.gating, {g: l.gating for g, l in loops.items()}, b32, repeats)
-        sp1, med1 = interleaved_speedups(static_loop.gating, {g: l.gating for g, l in loops.items()},
-                                         b1_batches, repeats)
+        timed = {**{g: l.gating for g, l in loops.items()}, "L1": shallow_loop.gating}
+        sp32, med32 = interleaved_speedups(static_loop.gating, timed, b32, repeats)
+        sp1, med1 = interleaved_speedups(static_loop.gating, timed, b1_batches, repeats)
         static_test = accuracy_on(static_loop.gating, test)
         runs.append({"seed": seed, "gating": "static", "gamma": None, "accuracy": static_m["accuracy"],
                      "test_accuracy": static_test, "flops_per_sample": static_m["flops_per_sample"],
                      "time_b32_s": med32["static"], "time_b1_s": med1["static"],
                      "train_seconds": static_m["train_seconds"]})
+        runs.append({"seed": seed, "gating": "static", "gamma": None, "n_layers": model["min_layers"],
+                     "accuracy": shallow_m["accuracy"], "test_accuracy": accuracy_on(shallow_loop.gating, test),
+                     "flops_per_sample": shallow_m["flops_per_sample"],
+                     "flops_ratio": static_m["flops_per_sample"] / shallow_m["flops_per_sample"],
+                     "speedup_b32": sp32["L1"], "speedup_b1": sp1["L1"],
+                     "time_b32_s": med32["gamma=L1"], "time_b1_s": med1["gamma=L1"],
+                     "train_seconds": shallow_m["train_seconds"]})
         for gamma in GAMMAS:
             m = rows[gamma]
             runs.append({
@@ -204,13 +216,23 @@ def main() -> None:
     def mean(xs):
         return sum(xs) / len(xs)
 
-    static_runs = [r for r in runs if r["gating"] == "static"]
+    static_runs = [r for r in runs if r["gating"] == "static" and "n_layers" not in r]
+    shallow_runs = [r for r in runs if r["gating"] == "static" and "n_layers" in r]
     static_acc = mean([r["accuracy"] for r in static_runs])
     static_test = mean([r["test_accuracy"] for r in static_runs])
     table, curve = [], []
     table.append({"config": "static", "accuracy": static_acc, "test_accuracy": static_test,
                   "acc_drop_pts": 0.0, "flops_per_sample": mean([r["flops_per_sample"] for r in static_runs]),
                   "flops_ratio": 1.0, "speedup_b32": 1.0, "speedup_b1": 1.0, "mean_exit_depth": model["n_layers"]})
+    shallow_acc = mean([r["accuracy"] for r in shallow_runs])
+    table.append({"config": f"static n_layers={model['min_layers']}", "accuracy": shallow_acc,
+                  "test_accuracy": mean([r["test_accuracy"] for r in shallow_runs]),
+                  "acc_drop_pts": 100 * (static_acc - shallow_acc),
+                  "flops_per_sample": mean([r["flops_per_sample"] for r in shallow_runs]),
+                  "flops_ratio": mean([r["flops_ratio"] for r in shallow_runs]),
+                  "speedup_b32": mean([r["speedup_b32"] for r in shallow_runs]),
+                  "speedup_b1": mean([r["speedup_b1"] for r in shallow_runs]),
+                  "mean_exit_depth": model["min_layers"]})
     for gamma in GAMMAS:
         rs = [r for r in runs if r["gamma"] == gamma]
         acc = mean([r["accuracy"] for r in rs])

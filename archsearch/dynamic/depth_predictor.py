@@ -224,7 +224,7 @@ class DepthPredictorGating(GatingStrategy):
             x: ``B x T`` token ids; mask: ``B x T`` bool or ``None``.
 
         Returns:
-            ``(logits, flops)``: ``B x C`` logits in the input order, and ``B`` float FLOPs
+            ``(logits, flops)``: ``B x C`` logits in the input order, and ``B`` float64 FLOPs
             executed per sample (``costs.flops_per_sample(config, T, n_layers=k)`` plus the
             predictor's own).
         """
@@ -232,19 +232,25 @@ class DepthPredictorGating(GatingStrategy):
         probs = depth_logits.softmax(-1)  # (B, D)
         k_idx = depth_logits.argmax(-1)  # (B,) index into depths
         B, T = x.shape
+        extra = self.predictor.flops_per_sample()
+        groups = torch.unique(k_idx).tolist()
+        self._hist += torch.bincount(k_idx.cpu(), minlength=self.n_depths)
+        self._expected_sum += float(self.expected_depth(probs).sum())
+        if len(groups) == 1:  # one depth for the whole batch: no gather / scatter needed
+            depth = self.n_fixed + int(groups[0])
+            h = self.model.run_layers(h, pad_mask, self.n_fixed, depth)  # (B, T, d)
+            f = costs.flops_per_sample(self.model.config, T, n_layers=depth) + extra
+            return self.model.head_logits(h, pad_mask), torch.full((B,), float(f), dtype=torch.float64)
         logits = h.new_empty(B, self.model.config.n_classes)  # (B, C)
         flops = torch.empty(B, dtype=torch.float64)
-        extra = self.predictor.flops_per_sample()
-        for k in torch.unique(k_idx).tolist():
+        for k in groups:
             rows = (k_idx == k).nonzero(as_tuple=True)[0]  # (B_k,)
             depth = self.n_fixed + int(k)
             pm = None if pad_mask is None else pad_mask[rows]  # (B_k, T)
             hk = self.model.run_layers(h[rows], pm, self.n_fixed, depth)  # (B_k, T, d)
             logits[rows] = self.model.head_logits(hk, pm)  # (B_k, C)
             flops[rows.cpu()] = float(costs.flops_per_sample(self.model.config, T, n_layers=depth) + extra)
-        self._hist += torch.bincount(k_idx.cpu(), minlength=self.n_depths)
-        self._expected_sum += float(self.expected_depth(probs).sum())
-        return logits, flops.to(torch.float32)
+        return logits, flops
 
     # ------------------------------------------------------------------ reporting
     def reset_stats(self) -> None:
