@@ -1,0 +1,356 @@
+"""Tests of archsearch.report on realistic synthetic trial records (no Ray, no training).
+
+They exercise the public contract only: the functions of ``archsearch.report.pareto`` and
+``write_report`` with its four output files. Hypervolumes are checked against hand-computed
+areas and against BoTorch's exact ``Hypervolume`` as an independent reference.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import re
+
+import numpy as np
+import pytest
+
+from archsearch.report import write_report
+from archsearch.report.pareto import (
+    hypervolume,
+    hypervolume_history,
+    non_dominated_mask,
+    reference_point,
+)
+
+OBJECTIVES = [{"metric": "accuracy", "mode": "max"}, {"metric": "flops_per_sample", "mode": "min"}]
+XSS = "</script><script>alert(1)</script>"
+PARETO_KEYS = {"objectives", "reference_point", "hypervolume", "pareto", "n_trials", "n_failed"}
+
+
+def make_trial(k: int, acc: float, flops: float, *, status: str = "TERMINATED", epochs: int = 5,
+               error: str | None = None, **config) -> dict:
+    """One record shaped like the runner's: last metrics plus a per-epoch history."""
+    cfg = {"n_layers": 2, "d_model": 64, "n_heads": 4, "lr": 1e-3, "dynamic": "none"}
+    cfg.update(config)
+    history = []
+    for ep in range(1, epochs + 1):
+        a = acc if not math.isfinite(acc) else 0.5 + (acc - 0.5) * ep / epochs
+        history.append({"epoch": ep, "accuracy": a, "val_loss": 0.69 - 0.8 * (a - 0.5),
+                        "flops_per_sample": flops, "train_seconds": 9.0 * ep})
+    metrics = {"accuracy": acc, "val_loss": 0.69 - 0.8 * (acc - 0.5),
+               "flops_per_sample": flops, "params_total": int(flops / 40),
+               "params_trainable": int(flops / 40), "latency_ms": 0.05 + flops / 2e8,
+               "train_seconds": 9.0 * epochs}
+    if status == "ERROR":
+        metrics = {}
+    return {"trial_id": f"trial_{k:05d}", "status": status, "config": cfg, "metrics": metrics,
+            "history": history if status != "ERROR" else history[:1], "error": error}
+
+
+def realistic_trials(n: int = 40, seed: int = 0) -> list[dict]:
+    """A deterministic mix of finished, early-stopped, failed and diverged (NaN) trials."""
+    rng = random.Random(seed)
+    trials = []
+    for k in range(n):
+        layers, width = rng.randint(1, 6), rng.choice([64, 128, 256])
+        flops = 2 * 48 * layers * 12 * width * width
+        acc = 0.66 + 0.12 * (1 - math.exp(-flops / 1e7)) + rng.gauss(0, 0.01)
+        status, epochs, error = "TERMINATED", 5, None
+        if k % 7 == 3:
+            status, epochs = "STOPPED", rng.choice([1, 2])
+            acc -= 0.05
+        if k % 11 == 5:
+            status, error = "ERROR", "RuntimeError: shape mismatch in attention"
+        if k % 13 == 6:
+            acc = math.nan  # diverged: TERMINATED but NaN
+        trials.append(make_trial(k, acc, float(flops), status=status, epochs=epochs,
+                                 error=error, n_layers=layers, d_model=width))
+    return trials
+
+
+def botorch_hv(Y_max: np.ndarray, ref_max: list[float]) -> float:
+    """Independent reference: BoTorch's exact hypervolume in max-convention."""
+    import torch
+    from botorch.utils.multi_objective.hypervolume import Hypervolume
+    from botorch.utils.multi_objective.pareto import is_non_dominated
+
+    pts = torch.tensor(Y_max, dtype=torch.double)
+    pts = pts[is_non_dominated(pts)]
+    return float(Hypervolume(torch.tensor(ref_max, dtype=torch.double)).compute(pts))
+
+
+# ------------------------------------------------------------------------------------------
+# pareto.py
+# ------------------------------------------------------------------------------------------
+
+
+def test_non_dominated_mask_known_set_max_max():
+    Y = np.array([[1.0, 5.0], [2.0, 4.0], [3.0, 1.0], [1.5, 3.0], [0.5, 0.5], [3.0, 0.5]])
+    # (1.5, 3) is dominated by (2, 4); (0.5, 0.5) by everything; (3, 0.5) by (3, 1).
+    assert non_dominated_mask(Y, ["max", "max"]).tolist() == [True, True, True, False, False, False]
+
+
+def test_min_max_flipping():
+    acc = np.array([0.70, 0.75, 0.80, 0.72, 0.80])
+    flops = np.array([1e6, 2e6, 4e6, 3e6, 5e6])
+    Y = np.column_stack([acc, flops])
+    mask = non_dominated_mask(Y, ["max", "min"])
+    # (0.72, 3e6) is beaten by (0.75, 2e6); (0.80, 5e6) by (0.80, 4e6).
+    assert mask.tolist() == [True, True, True, False, False]
+    # Negating the min column and maximising both must give the same front ...
+    assert non_dominated_mask(np.column_stack([acc, -flops]), ["max", "max"]).tolist() == mask.tolist()
+    # ... and so must negating the max column and minimising both.
+    assert non_dominated_mask(np.column_stack([-acc, flops]), ["min", "min"]).tolist() == mask.tolist()
+    # Flipping a mode changes the answer: minimising accuracy favours the 0.70 trial only.
+    assert non_dominated_mask(Y, ["min", "min"]).tolist() == [True, False, False, False, False]
+
+
+def test_non_dominated_mask_ignores_nan_rows_and_handles_empty():
+    Y = np.array([[0.9, 1e6], [np.nan, 1.0], [0.8, np.nan], [0.7, 2e6]])
+    assert non_dominated_mask(Y, ["max", "min"]).tolist() == [True, False, False, False]
+    assert non_dominated_mask(np.empty((0, 2)), ["max", "min"]).tolist() == []
+
+
+@pytest.mark.parametrize("bad_modes", [["max"], ["max", "minimize"]])
+def test_bad_modes_raise(bad_modes):
+    with pytest.raises(ValueError):
+        non_dominated_mask(np.ones((3, 2)), bad_modes)
+
+
+def test_hypervolume_equals_hand_computed_area():
+    # Max/max staircase over ref (0, 0): 1*3 + (2-1)*2 + (3-2)*1 = 6.
+    Y = np.array([[1.0, 3.0], [2.0, 2.0], [3.0, 1.0], [1.0, 1.0]])
+    assert hypervolume(Y, ["max", "max"], [0.0, 0.0]) == pytest.approx(6.0)
+    # Accuracy (max) vs FLOPs (min), ref (0.5, 4e6 FLOPs); sorted by FLOPs the front is
+    # (0.5e6, 0.7), (1e6, 0.8), (2e6, 0.9): area = 3.5e6*0.2 + 3e6*0.1 + 2e6*0.1 = 1.2e6.
+    Y = np.array([[0.8, 1e6], [0.9, 2e6], [0.85, 3e6], [0.7, 0.5e6]])
+    assert hypervolume(Y, ["max", "min"], [0.5, 4e6]) == pytest.approx(1.2e6)
+    # Points not strictly better than the reference contribute nothing.
+    assert hypervolume(Y, ["max", "min"], [0.95, 4e6]) == 0.0
+    assert hypervolume(np.empty((0, 2)), ["max", "min"], [0.5, 4e6]) == 0.0
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_hypervolume_matches_botorch(m):
+    rng = np.random.default_rng(m)
+    Y = rng.uniform(0, 1, size=(60, m))
+    modes = ["max", "min", "max"][:m]
+    ref = [0.0, 1.1, -0.1][:m]
+    signs = np.array([1.0 if mode == "max" else -1.0 for mode in modes])
+    expected = botorch_hv(Y * signs, list(np.array(ref) * signs))
+    assert hypervolume(Y, modes, ref) == pytest.approx(expected, rel=1e-9)
+
+
+def test_one_objective_hypervolume_is_improvement_over_ref():
+    Y = np.array([[0.7], [0.82], [np.nan], [0.75]])
+    assert hypervolume(Y, ["max"], [0.6]) == pytest.approx(0.22)
+    assert hypervolume(np.array([[3.0], [2.5]]), ["min"], [4.0]) == pytest.approx(1.5)
+
+
+def test_reference_point_rule():
+    Y = np.array([[0.70, 1e6], [0.85, 5e6], [0.80, 2e6]])
+    ref = reference_point(Y, ["max", "min"], [None, None])
+    # worst value moved outward by 10% of the observed range
+    assert ref == pytest.approx([0.70 - 0.015, 5e6 + 0.4e6])
+    assert reference_point(Y, ["max", "min"], [0.5, None])[0] == 0.5
+    # no data and no user value: undeterminable
+    assert reference_point(np.empty((0, 2)), ["max", "min"], [None, 3e6]) == [None, 3e6]
+
+
+def test_hypervolume_history_monotone_and_final_value():
+    rng = np.random.default_rng(1)
+    Y = np.column_stack([rng.uniform(0.6, 0.8, 50), rng.uniform(1e6, 1e7, 50)])
+    Y[[4, 17]] = np.nan  # failed trials keep the previous value
+    ref = [0.55, 1.2e7]
+    hist = hypervolume_history(Y, ["max", "min"], ref)
+    assert len(hist) == 50
+    assert all(b >= a for a, b in zip(hist, hist[1:]))
+    assert hist[4] == hist[3] and hist[17] == hist[16]
+    assert hist[-1] == pytest.approx(hypervolume(Y, ["max", "min"], ref))
+    for i in (0, 9, 30):
+        assert hist[i] == pytest.approx(hypervolume(Y[: i + 1], ["max", "min"], ref))
+
+
+# ------------------------------------------------------------------------------------------
+# write_report
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """One report of 40 realistic trials with a constraint; reused by several tests."""
+    out = tmp_path_factory.mktemp("report")
+    trials = realistic_trials()
+    summary = write_report(trials, OBJECTIVES, out,
+                           constraints={"latency_ms": {"max": 0.05 + 3e7 / 2e8}},
+                           run_info={"name": "unit-run", "searcher": "random",
+                                     "space_file": "search_spaces/tiny.yaml",
+                                     "wall_time_s": 123.4})
+    return trials, summary, out
+
+
+def test_pareto_json_shape_exactly(report):
+    trials, summary, out = report
+    on_disk = json.loads((out / "pareto.json").read_text())
+    assert on_disk == summary
+    assert set(summary) == PARETO_KEYS
+    assert summary["objectives"] == OBJECTIVES
+    assert isinstance(summary["hypervolume"], float) and summary["hypervolume"] > 0
+    assert len(summary["reference_point"]) == 2
+    assert all(isinstance(r, float) for r in summary["reference_point"])
+    assert summary["n_trials"] == len(trials)
+    assert summary["pareto"], "a front is expected"
+    for p in summary["pareto"]:
+        assert set(p) == {"trial_id", "config", "metrics"}
+    json.dumps(summary, allow_nan=False)  # strictly valid JSON: no NaN/Infinity
+
+
+def test_failed_and_nan_trials_counted_and_off_the_front(report):
+    trials, summary, _ = report
+    failed = {t["trial_id"] for t in trials
+              if t["status"] == "ERROR" or not math.isfinite(t["metrics"].get("accuracy", math.nan))}
+    assert any(t["status"] == "ERROR" for t in trials)
+    assert any(t["status"] != "ERROR" and math.isnan(t["metrics"]["accuracy"]) for t in trials)
+    assert summary["n_failed"] == len(failed)
+    assert not failed & {p["trial_id"] for p in summary["pareto"]}
+
+
+def test_front_is_feasible_and_non_dominated(report):
+    trials, summary, _ = report
+    limit = 0.05 + 3e7 / 2e8
+    ok = [t for t in trials if t["status"] != "ERROR" and math.isfinite(t["metrics"]["accuracy"])
+          and t["metrics"]["latency_ms"] <= limit]
+    Y = np.array([[t["metrics"]["accuracy"], t["metrics"]["flops_per_sample"]] for t in ok])
+    expected = {t["trial_id"] for t, on in zip(ok, non_dominated_mask(Y, ["max", "min"])) if on}
+    assert {p["trial_id"] for p in summary["pareto"]} == expected
+    ref = reference_point(Y, ["max", "min"], [None, None])
+    assert summary["reference_point"] == pytest.approx(ref)
+    assert summary["hypervolume"] == pytest.approx(hypervolume(Y, ["max", "min"], ref))
+
+
+def test_trials_csv_one_row_per_trial(report):
+    trials, summary, out = report
+    with (out / "trials.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["trial_id"] for r in rows] == [t["trial_id"] for t in trials]
+    header = rows[0].keys()
+    for col in ("trial_id", "status", "config/n_layers", "config/d_model", "accuracy",
+                "flops_per_sample", "feasible", "pareto"):
+        assert col in header
+    on_front = {r["trial_id"] for r in rows if r["pareto"] == "True"}
+    assert on_front == {p["trial_id"] for p in summary["pareto"]}
+
+
+def test_png_is_valid_and_not_blank(report):
+    import matplotlib.image as mpimg
+
+    path = report[2] / "pareto.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    img = mpimg.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 200
+    assert float(img[..., :3].std()) > 0.02
+    colours = np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
+    assert len(colours) > 20  # points, lines and text, not a flat image
+
+
+def test_html_is_self_contained(report):
+    page = (report[2] / "index.html").read_text(encoding="utf-8")
+    assert page.lstrip().lower().startswith("<!doctype html>")
+    # plotly.js is inlined exactly once; no script or stylesheet is loaded from the network
+    assert page.count("Plotly.newPlot") >= 2
+    assert not re.search(r"<script[^>]+src=", page, flags=re.I)
+    assert not re.search(r"<link[^>]+href=[\"']?https?:", page, flags=re.I)
+    assert "unit-run" in page and "random" in page
+    # every Pareto trial is in the page with a command that re-runs it
+    for p in report[1]["pareto"]:
+        assert p["trial_id"] in page
+    assert "archsearch search" in page and "--fixed" in page
+
+
+def test_html_escapes_script_everywhere(tmp_path):
+    trials = realistic_trials(12)
+    trials[0]["config"]["dynamic"] = XSS                   # config value (on the plots' hover)
+    trials[1]["config"]["activation" + XSS] = "gelu"       # config key
+    trials[2]["trial_id"] = "trial" + XSS                  # trial id
+    trials[3].update(status="ERROR", metrics={}, error="RuntimeError: " + XSS)  # error text
+    summary = write_report(trials, OBJECTIVES, tmp_path,
+                           run_info={"name": "run" + XSS, "searcher": XSS,
+                                     "space_file": "spaces/" + XSS + ".yaml"})
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "<script>alert" not in page.lower()
+    assert "</script><script>" not in page.lower().replace(" ", "")
+    # the values are shown, escaped, not dropped
+    assert "&lt;script&gt;alert(1)" in page
+    assert summary["n_failed"] >= 1
+
+
+def test_stopped_trial_can_be_on_the_front(tmp_path):
+    trials = [make_trial(0, 0.80, 4e6), make_trial(1, 0.70, 1e6, status="STOPPED", epochs=1),
+              make_trial(2, 0.75, 5e6)]
+    summary = write_report(trials, OBJECTIVES, tmp_path)
+    assert [p["trial_id"] for p in summary["pareto"]] == ["trial_00000", "trial_00001"]
+    assert "STOPPED" in (tmp_path / "index.html").read_text(encoding="utf-8")
+
+
+def test_zero_successful_trials(tmp_path):
+    trials = [make_trial(0, 0.8, 1e6, status="ERROR", error="boom"),
+              make_trial(1, math.nan, 2e6)]
+    summary = write_report(trials, OBJECTIVES, tmp_path, run_info={"name": "all-failed"})
+    assert summary["hypervolume"] == 0.0
+    assert summary["pareto"] == []
+    assert summary["n_trials"] == 2 and summary["n_failed"] == 2
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "no successful trials" in page.lower()
+    assert (tmp_path / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_one_objective_front_is_best_trial(tmp_path):
+    trials = realistic_trials(20)
+    summary = write_report(trials, [{"metric": "accuracy", "mode": "max", "ref": 0.5}], tmp_path)
+    accs = [t["metrics"]["accuracy"] for t in trials
+            if t["status"] != "ERROR" and math.isfinite(t["metrics"]["accuracy"])]
+    assert len(summary["pareto"]) == 1
+    assert summary["pareto"][0]["metrics"]["accuracy"] == max(accs)
+    assert summary["reference_point"] == [0.5]
+    assert summary["hypervolume"] == pytest.approx(max(accs) - 0.5)
+
+
+def test_three_objectives(tmp_path):
+    trials = realistic_trials(30)
+    objectives = OBJECTIVES + [{"metric": "latency_ms", "mode": "min"}]
+    summary = write_report(trials, objectives, tmp_path)
+    ok = [t for t in trials if t["status"] != "ERROR" and math.isfinite(t["metrics"]["accuracy"])]
+    Y = np.array([[t["metrics"][o["metric"]] for o in objectives] for t in ok])
+    modes = [o["mode"] for o in objectives]
+    ref = summary["reference_point"]
+    signs = np.array([1.0, -1.0, -1.0])
+    assert summary["hypervolume"] == pytest.approx(botorch_hv(Y * signs, list(np.array(ref) * signs)))
+    assert summary["hypervolume"] == pytest.approx(hypervolume(Y, modes, ref))
+    assert (tmp_path / "pareto.png").stat().st_size > 1000
+
+
+def test_user_reference_point_is_used(tmp_path):
+    trials = realistic_trials(20)
+    objectives = [{"metric": "accuracy", "mode": "max", "ref": 0.6},
+                  {"metric": "flops_per_sample", "mode": "min", "ref": 1e8}]
+    summary = write_report(trials, objectives, tmp_path)
+    assert summary["reference_point"] == [0.6, 1e8]
+    assert summary["objectives"] == OBJECTIVES  # "ref" is not echoed: shape stays exact
+
+
+@pytest.mark.parametrize("bad", [
+    {"status": "BOGUS"},
+    {"trial_id": None},
+])
+def test_contract_violations_raise(tmp_path, bad):
+    trials = realistic_trials(3)
+    trials[1].update(bad)
+    with pytest.raises(ValueError):
+        write_report(trials, OBJECTIVES, tmp_path)
+
+
+def test_bad_objective_mode_raises(tmp_path):
+    with pytest.raises(ValueError):
+        write_report(realistic_trials(3), [{"metric": "accuracy", "mode": "maximise"}], tmp_path)
