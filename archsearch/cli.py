@@ -1,4 +1,4 @@
-"""Command line: ``archsearch search | report | dashboard | data``.
+"""Command line: ``archsearch search | report | compare | dashboard | data``.
 
 Only typer is imported at module level; torch, Ray, Optuna and BoTorch are imported inside the
 commands, so ``archsearch --help`` answers fast. A :class:`~archsearch.errors.UserError` is
@@ -113,6 +113,24 @@ def report(
 
     out_dir, summary = make_report(run_dir, reports, out)
     _print_summary(summary, out_dir, None, None)
+
+
+@app.command()
+def compare(
+    run_dirs: list[Path] = typer.Argument(..., help="Two or more run directories (runs/NAME) "
+                                          "with the same objectives."),
+    out: Optional[Path] = typer.Option(None, help="Report directory (default "
+                                       "reports/compare-NAME1-vs-NAME2...)."),
+    reports: Path = typer.Option(Path("reports"), help="Where reports go."),
+):
+    """One report comparing runs: hypervolume curves on one plot, trials coloured by run."""
+    from archsearch.report.compare import compare_runs
+
+    out_dir, summary = compare_runs(run_dirs, out=out, reports=reports)
+    for r in summary["runs"]:
+        typer.echo(f"{r['name']}: {r['n_trials']} trials, {r['n_failed']} failed, "
+                   f"hypervolume {r['hypervolume']:.6g}")
+    typer.echo(f"report: {out_dir / 'index.html'}")
 
 
 @app.command()

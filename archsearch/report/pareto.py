@@ -15,7 +15,8 @@ Conventions used by every function here:
 Errors: :class:`ValueError` for a malformed ``Y`` / ``modes`` / ``ref`` (wrong shape, unknown
 mode, non-finite reference value).
 
-BoTorch and torch are imported inside the functions so that importing this module is cheap.
+BoTorch and torch are imported inside the functions, and only for hypervolumes of four or more
+objectives, so that importing this module (and a 2- or 3-objective report) stays cheap.
 """
 
 from __future__ import annotations
@@ -60,13 +61,39 @@ def _check_ref(ref: Sequence[float], m: int) -> np.ndarray:
     return ref_arr
 
 
+def _non_dominated_max(Z: np.ndarray) -> np.ndarray:
+    """Non-dominated mask of finite ``(k, m)`` points in max-convention, numpy only.
+
+    One pass in lexicographically descending order: a point can only be dominated by a point
+    before it, and if it is dominated at all, some point of the current front dominates it,
+    so each point is compared with the current front only: O(k log k + k f m) for a front of
+    f points. Equal rows do not dominate each other (all copies are kept), matching
+    BoTorch's ``is_non_dominated(deduplicate=False)``.
+    """
+    k, m = Z.shape
+    order = np.lexsort(tuple(-Z[:, j] for j in reversed(range(m))))  # first column primary
+    mask = np.zeros(k, dtype=bool)
+    front = np.empty((0, m))
+    for i in order:
+        z = Z[i]
+        if front.shape[0]:
+            ge = np.all(front >= z, axis=1)
+            if np.any(ge & np.any(front > z, axis=1)):
+                continue
+        mask[i] = True
+        front = np.vstack([front, z])
+    return mask
+
+
 def non_dominated_mask(Y: np.ndarray, modes: Sequence[str]) -> np.ndarray:
     """Which rows of ``Y`` are Pareto-optimal (not dominated by any other row).
 
     A row dominates another when it is at least as good in every objective and strictly better
     in one (better = larger for ``"max"``, smaller for ``"min"``). Rows with identical objective
     values do not dominate each other, so all copies of a non-dominated point are marked
-    (BoTorch's ``deduplicate=False``). Rows containing NaN/inf are never marked.
+    (as BoTorch's ``is_non_dominated(deduplicate=False)``, which ``tests/test_report.py``
+    checks it against). Rows containing NaN/inf are never marked. Pure numpy (no torch
+    import): one sorted pass, O(n log n + n f m) for a front of f points.
 
     Args:
         Y: ``(n, m)`` objective values in their own units.
@@ -78,16 +105,12 @@ def non_dominated_mask(Y: np.ndarray, modes: Sequence[str]) -> np.ndarray:
     Raises:
         ValueError: malformed ``Y`` or ``modes``.
     """
-    import torch
-    from botorch.utils.multi_objective.pareto import is_non_dominated
-
     Y = _check(Y, modes)
     mask = np.zeros(Y.shape[0], dtype=bool)
     finite = np.all(np.isfinite(Y), axis=1)
     if not finite.any():
         return mask
-    Y_max = torch.from_numpy(Y[finite] * _signs(modes))
-    mask[finite] = is_non_dominated(Y_max, maximize=True, deduplicate=False).numpy()
+    mask[finite] = _non_dominated_max(Y[finite] * _signs(modes))
     return mask
 
 
@@ -155,9 +178,12 @@ def reference_point(
 def hypervolume(Y: np.ndarray, modes: Sequence[str], ref: Sequence[float]) -> float:
     """Hypervolume dominated by the rows of ``Y`` and bounded by ``ref``.
 
-    Computed with BoTorch's exact ``Hypervolume`` (dimension sweep) on ``Y * sign`` and
-    ``ref * sign`` (sign = +1 for max, -1 for min), so the value is the same as the textbook
-    definition in the original units, e.g. "accuracy x FLOPs" for the default objectives.
+    Computed on ``Y * sign`` and ``ref * sign`` (sign = +1 for max, -1 for min), so the value
+    is the same as the textbook definition in the original units, e.g. "accuracy x FLOPs" for
+    the default objectives. Exact in every case: a numpy sweep for two objectives, numpy
+    slicing into 2-D sweeps for three (no torch import), BoTorch's ``Hypervolume`` (Fonseca,
+    Paquete, Lopez-Ibanez 2006, "An improved dimension-sweep algorithm for the hypervolume
+    indicator", IEEE CEC) for four or more.
     Only points strictly better than ``ref`` in every objective contribute. With one objective
     this is ``max(0, best - ref)`` for max (``max(0, ref - best)`` for min): the improvement of
     the best trial over the reference. No finite rows -> ``0.0``.
@@ -178,18 +204,60 @@ def hypervolume(Y: np.ndarray, modes: Sequence[str], ref: Sequence[float]) -> fl
     return _hypervolume_max(Y * _signs(modes), ref_arr * _signs(modes))
 
 
-def _hypervolume_max(Y_max: np.ndarray, ref_max: np.ndarray) -> float:
-    """Hypervolume in max-convention; non-finite rows and rows not better than ref dropped."""
-    import torch
-    from botorch.utils.multi_objective.hypervolume import Hypervolume
-    from botorch.utils.multi_objective.pareto import is_non_dominated
+def _hypervolume_2d_max(pts: np.ndarray, ref_max: np.ndarray) -> float:
+    """Exact 2-D hypervolume (max-convention) of points all strictly better than ``ref_max``.
 
+    Sweep: sort by the first objective, descending; each point adds the strip between the best
+    second-objective value seen so far and its own, of width ``x - ref_x``. O(k log k).
+    """
+    order = np.argsort(-pts[:, 0], kind="stable")
+    xs, ys = pts[order, 0], pts[order, 1]
+    best_y = np.maximum.accumulate(ys)  # best y among points with larger-or-equal x
+    prev = np.concatenate([[ref_max[1]], best_y[:-1]])
+    gain = np.maximum(ys - prev, 0.0)  # new height this point adds
+    return float(np.sum((xs - ref_max[0]) * gain))
+
+
+def _hypervolume_3d_max(pts: np.ndarray, ref_max: np.ndarray) -> float:
+    """Exact 3-D hypervolume (max-convention) of points all strictly better than ``ref_max``,
+    by slicing along the third objective (the HSO idea, While et al. 2006, "A faster
+    algorithm for calculating hypervolume", IEEE TEC 10(1)): between consecutive third-
+    objective values the dominated region is the 2-D hypervolume of the points above the
+    slab. O(k^2 log k) for k points, so callers pass non-dominated points.
+    """
+    order = np.argsort(-pts[:, 2], kind="stable")
+    z = pts[order, 2]
+    total = 0.0
+    for k in range(len(order)):
+        z_next = z[k + 1] if k + 1 < len(order) else ref_max[2]
+        depth = z[k] - z_next
+        if depth > 0:
+            total += depth * _hypervolume_2d_max(pts[order[: k + 1], :2], ref_max[:2])
+    return float(total)
+
+
+def _hypervolume_max(Y_max: np.ndarray, ref_max: np.ndarray) -> float:
+    """Hypervolume in max-convention; non-finite rows and rows not better than ref dropped.
+
+    One objective: ``best - ref``. Two: exact sweep; three: exact slicing (both numpy, no
+    torch import). Four or more: BoTorch's exact ``Hypervolume`` (Fonseca et al. 2006
+    dimension sweep). Dominated points are removed first.
+    """
     rows = Y_max[np.all(np.isfinite(Y_max), axis=1)]
     rows = rows[np.all(rows > ref_max, axis=1)]
     if rows.shape[0] == 0:
         return 0.0
+    if rows.shape[1] == 1:
+        return float(rows[:, 0].max() - ref_max[0])
+    if rows.shape[1] == 2:
+        return _hypervolume_2d_max(rows, ref_max)
+    rows = np.unique(rows[_non_dominated_max(rows)], axis=0)
+    if rows.shape[1] == 3:
+        return _hypervolume_3d_max(rows, ref_max)
+    import torch
+    from botorch.utils.multi_objective.hypervolume import Hypervolume
+
     pts = torch.from_numpy(np.ascontiguousarray(rows))
-    pts = pts[is_non_dominated(pts, maximize=True, deduplicate=True)]
     return float(Hypervolume(torch.from_numpy(ref_max.copy())).compute(pts))
 
 

@@ -15,6 +15,20 @@ Definitions used everywhere in the report:
 * **pareto**: feasible and not dominated by another feasible trial (in all objectives at once).
 * ``"STOPPED"`` trials (early-stopped by ASHA) are valid points trained for fewer epochs; they
   can be on the front and are marked as such in plots and tables.
+* ``"RUNNING"`` trials (the run stopped, or is still going, before they finished) count as
+  failed ("unfinished"): their last metrics are not a result.
+* **sub-trials** (``"ID#k"``): a dynamic trial's final metrics may hold
+  ``anytime_curve: [{"flops_per_sample": f, "accuracy": a (or "perplexity": p),
+  "latency_ms": t, <settings>...}, ...]``, the operating points of one trained model
+  (length configurations of the Length-Adaptive Transformer, Kim & Cho 2021 Sec. 4; a
+  depth-predictor gamma sweep; DHT lambda values). Point ``k`` becomes sub-trial ``ID#k``:
+  config = the trial's config plus the point's own settings (its non-metric keys, and the
+  entries of a ``"config"`` dict), metrics = the point's metrics, with objective,
+  constraint and parameter-count metrics the point does not carry (e.g.
+  ``params_trainable``) taken from the trial. Sub-trials are classified like trials and can be on the front and add hypervolume
+  (in the hypervolume history they arrive with their trial); they are not counted in
+  ``n_trials`` / ``n_failed``. Points without finite objective values are dropped (counted
+  in ``ReportData.n_dropped_points``).
 """
 
 from __future__ import annotations
@@ -27,7 +41,18 @@ from typing import Any
 
 import numpy as np
 
-STATUSES = ("TERMINATED", "ERROR", "STOPPED")
+STATUSES = ("TERMINATED", "ERROR", "STOPPED", "RUNNING")
+
+#: Metrics of the trained model itself, the same at every operating point of its anytime
+#: curve: a sub-trial takes them from its trial when the point does not carry them.
+MODEL_METRICS = ("params_total", "params_trainable")
+
+#: Final-metrics key of a dynamic trial's operating points (see the module docstring).
+ANYTIME_KEY = "anytime_curve"
+
+#: Final-metrics key of the layer-tying map learned by a tying controller (``s[i] = j``:
+#: layer ``i`` uses layer ``j``'s weights; Hay & Wolf 2024). Shown with the config.
+TYING_KEY = "tying_map"
 
 #: Units of the metric names fixed in DESIGN.md. Other metric names are allowed and shown
 #: without a unit.
@@ -116,20 +141,43 @@ class TrialRow:
     violations: list[str] = field(default_factory=list)
     feasible: bool = False
     pareto: bool = False
+    parent: str | None = None
+    point: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    inherited: list[str] = field(default_factory=list)
 
     @property
     def stopped(self) -> bool:
         """Early-stopped by the scheduler (ASHA): fewer epochs than the budget."""
         return self.status == "STOPPED"
 
+    @property
+    def is_subtrial(self) -> bool:
+        """An operating point ``ID#k`` of a dynamic trial's anytime curve."""
+        return self.parent is not None
+
+    @property
+    def repro_config(self) -> dict[str, Any]:
+        """The config that re-trains this row's model: the trial's own config (a sub-trial's
+        point settings are inference-time choices of that same trained model)."""
+        if not self.is_subtrial:
+            return self.config
+        return {k: v for k, v in self.config.items() if k not in self.settings}
+
+    def tying_map(self) -> Any:
+        """The final tying map (``metrics["tying_map"]``), or ``None``."""
+        return self.metrics.get(TYING_KEY)
+
 
 @dataclass
 class ReportData:
     """Everything the report shows, computed once.
 
-    ``Y`` is ``(n_trials, n_objectives)`` in the objectives' units with NaN rows for failed
-    trials; ``reference_point`` and ``hypervolume`` use feasible trials only;
-    ``hv_history[i]`` is the hypervolume after trial ``i`` (trial order).
+    ``trials`` are the runner's records (trial order); ``subtrials`` the anytime-curve points
+    of dynamic trials; ``rows`` is both, and ``row.index`` is the row's position in it and in
+    ``Y``. ``Y`` is ``(n_rows, n_objectives)`` in the objectives' units with NaN rows for
+    failed rows; ``reference_point`` and ``hypervolume`` use feasible rows only;
+    ``hv_history[i]`` is the hypervolume after trial ``i`` (trial order, with its sub-trials).
     """
 
     objectives: list[Objective]
@@ -140,6 +188,12 @@ class ReportData:
     reference_point: list[float | None]
     hypervolume: float
     hv_history: list[float]
+    subtrials: list[TrialRow] = field(default_factory=list)
+    n_dropped_points: int = 0
+
+    @property
+    def rows(self) -> list[TrialRow]:
+        return self.trials + self.subtrials
 
     @property
     def modes(self) -> list[str]:
@@ -165,24 +219,88 @@ class ReportData:
     def n_stopped(self) -> int:
         return sum(t.stopped and not t.failed for t in self.trials)
 
+    @property
+    def n_pareto(self) -> int:
+        return sum(r.pareto for r in self.rows)
+
     def pareto_trials(self) -> list[TrialRow]:
-        """Pareto trials sorted best-first on the first objective (ties: trial_id)."""
-        rows = [t for t in self.trials if t.pareto]
+        """Pareto rows (trials and sub-trials) sorted best-first on the first objective
+        (ties: trial_id)."""
+        rows = [t for t in self.rows if t.pareto]
         sign = -1.0 if self.objectives[0].mode == "max" else 1.0
         return sorted(rows, key=lambda t: (sign * float(self.Y[t.index, 0]), t.trial_id))
 
     def failed_trials(self) -> list[TrialRow]:
         return [t for t in self.trials if t.failed]
 
-    def metric_names(self) -> list[str]:
-        """Objective metrics first, then every other reported metric name, sorted."""
+    def subtrials_of(self, trial_id: str) -> list[TrialRow]:
+        """The sub-trials of one trial, in curve order."""
+        by_parent: dict[str, list[TrialRow]] = {}
+        for s in self.subtrials:
+            by_parent.setdefault(s.parent, []).append(s)
+        return by_parent.get(trial_id, [])
+
+    def dynamic_trials(self) -> list[TrialRow]:
+        """Trials that have sub-trials (an anytime curve with at least one usable point)."""
+        parents = {s.parent for s in self.subtrials}
+        return [t for t in self.trials if t.trial_id in parents]
+
+    def trial_of(self, row: TrialRow) -> TrialRow:
+        """The trial a row belongs to: itself, or a sub-trial's parent."""
+        if not row.is_subtrial:
+            return row
+        return next(t for t in self.trials if t.trial_id == row.parent)
+
+    def metric_names(self, *, scalar_only: bool = False) -> list[str]:
+        """Objective metrics first, then every other reported metric name, sorted.
+
+        ``scalar_only``: leave out metrics whose values are lists or dicts (``anytime_curve``,
+        ``tying_map``, histograms), for table columns.
+        """
         first = [o.metric for o in self.objectives]
-        rest = sorted({k for t in self.trials for k in t.metrics} - set(first))
-        return first + rest
+        names = {k for t in self.rows for k in t.metrics} - set(first)
+        if scalar_only:
+            names = {k for k in names
+                     if not any(isinstance(t.metrics.get(k), (Mapping, list, tuple))
+                                for t in self.rows)}
+        return first + sorted(names)
 
     def config_names(self) -> list[str]:
-        """Union of config keys over all trials, sorted."""
-        return sorted({k for t in self.trials for k in t.config})
+        """Union of config keys over all rows, sorted."""
+        return sorted({k for t in self.rows for k in t.config})
+
+    def rescore(self, ref: Sequence[float | None]) -> None:
+        """Recompute ``hypervolume`` and ``hv_history`` with the reference point ``ref``
+        (objectives' units), e.g. one shared by several runs (:mod:`archsearch.report.compare`).
+
+        Raises:
+            ValueError: ``ref`` of the wrong length or with non-finite values.
+        """
+        from archsearch.report import pareto
+
+        ref = [None if r is None else float(r) for r in ref]
+        if len(ref) != len(self.objectives):
+            raise ValueError(f"reference point has {len(ref)} values for "
+                             f"{len(self.objectives)} objectives")
+        self.reference_point = ref
+        feasible = np.array([r.feasible for r in self.rows], dtype=bool)
+        if not feasible.any() or any(r is None for r in ref):
+            self.hypervolume, self.hv_history = 0.0, [0.0] * self.n_trials
+            return
+        Y_feasible = np.where(feasible[:, None], self.Y, np.nan)
+        # trial order, each trial followed by its sub-trials
+        order: list[int] = []
+        last_of_trial: list[int] = []
+        subs: dict[str, list[int]] = {}
+        for s in self.subtrials:
+            subs.setdefault(s.parent, []).append(s.index)
+        for t in self.trials:
+            order.append(t.index)
+            order.extend(subs.get(t.trial_id, []))
+            last_of_trial.append(len(order) - 1)
+        history = pareto.hypervolume_history(Y_feasible[order], self.modes, ref)
+        self.hv_history = [history[i] for i in last_of_trial]
+        self.hypervolume = self.hv_history[-1] if self.hv_history else 0.0
 
 
 def parse_objectives(objectives: Sequence[Mapping[str, Any]]) -> list[Objective]:
@@ -280,6 +398,13 @@ def _classify(row: TrialRow, objectives: list[Objective], constraints: dict) -> 
         row.failed = True
         row.failure_reason = row.error or "trial ended with status ERROR (no error message)"
         return
+    if row.status == "RUNNING":
+        row.failed = True
+        row.failure_reason = ("unfinished: status RUNNING (the run stopped, or is still going, "
+                              f"before this trial completed; {len(row.history)} epochs recorded)")
+        if row.error:
+            row.failure_reason += f"; error: {row.error}"
+        return
     needed = [o.metric for o in objectives] + [m for m in constraints if m not in
                                                  {o.metric for o in objectives}]
     for metric in needed:
@@ -304,13 +429,70 @@ def _classify(row: TrialRow, objectives: list[Objective], constraints: dict) -> 
     row.feasible = not row.violations
 
 
+def _metric_like(key: str, value: Any, known: set[str]) -> bool:
+    """A point's key is a metric when it names a known metric and holds a number."""
+    return (key in known and not isinstance(value, (bool, Mapping, list, tuple))
+            and math.isfinite(to_float(value)))
+
+
+def make_subtrials(parent: TrialRow, first_index: int, objectives: list[Objective],
+                   constraints: dict[str, dict[str, float]]) -> tuple[list[TrialRow], int]:
+    """Sub-trials ``ID#k`` of one trial's ``metrics["anytime_curve"]`` (module docstring).
+
+    Returns:
+        (sub-trial rows with indices from ``first_index``, number of points dropped because
+        they are not dicts or lack a finite value for an objective).
+    """
+    curve = parent.metrics.get(ANYTIME_KEY)
+    if parent.failed or not isinstance(curve, (list, tuple)) or not curve:
+        return [], 0
+    needed = [o.metric for o in objectives] + [m for m in constraints
+                                               if m not in {o.metric for o in objectives}]
+    known = set(METRIC_UNITS) | set(needed)
+    rows: list[TrialRow] = []
+    dropped = 0
+    for k, point in enumerate(curve):
+        if not isinstance(point, Mapping):
+            dropped += 1
+            continue
+        metrics = {key: v for key, v in point.items() if _metric_like(key, v, known)}
+        settings = {str(key): v for key, v in point.items()
+                    if key not in metrics and key != "config"}
+        if isinstance(point.get("config"), Mapping):
+            settings.update({str(key): v for key, v in point["config"].items()})
+        inherited = [m for m in dict.fromkeys(needed + list(MODEL_METRICS))
+                     if m not in metrics and m in parent.metrics]
+        for m in inherited:
+            metrics[m] = parent.metrics[m]
+        row = TrialRow(
+            index=first_index + len(rows), trial_id=f"{parent.trial_id}#{k}",
+            status=parent.status, config={**parent.config, **settings}, metrics=metrics,
+            history=[], error=None, parent=parent.trial_id, point=k, settings=settings,
+            inherited=inherited,
+        )
+        _classify(row, objectives, constraints)
+        if row.failed:  # a point without its objective values: nothing to draw
+            dropped += 1
+            continue
+        rows.append(row)
+    return rows, dropped
+
+
 def build_report_data(
     trials: Sequence[Mapping[str, Any]],
     objectives: Sequence[Mapping[str, Any]],
     constraints: Mapping[str, Any] | None = None,
     run_info: Mapping[str, Any] | None = None,
+    *,
+    reference: Sequence[float | None] | None = None,
 ) -> ReportData:
-    """Validate the inputs and compute failures, feasibility, the front and the hypervolume.
+    """Validate the inputs; compute failures, feasibility, sub-trials, the front and the
+    hypervolume.
+
+    Args:
+        trials, objectives, constraints, run_info: as :func:`archsearch.report.write_report`.
+        reference: a reference point to use instead of the automatic one (objectives' units;
+            e.g. shared by several runs). ``None`` entries fall back to the automatic rule.
 
     Raises:
         ValueError: any contract violation (see the ``parse_*`` functions) or duplicate
@@ -323,36 +505,48 @@ def build_report_data(
     rows = [parse_trial(i, rec) for i, rec in enumerate(trials)]
     ids = [r.trial_id for r in rows]
     if len(set(ids)) != len(ids):
-        dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        seen: set[str] = set()
+        dupes = sorted({i for i in ids if i in seen or seen.add(i)})[:5]
         raise ValueError(f"duplicate trial_id in trials: {dupes}")
     for row in rows:
         _classify(row, objs, cons)
-
-    modes = [o.mode for o in objs]
-    Y = np.full((len(rows), len(objs)), np.nan)
+    subtrials: list[TrialRow] = []
+    dropped = 0
     for row in rows:
+        subs, n_drop = make_subtrials(row, len(rows) + len(subtrials), objs, cons)
+        subtrials += subs
+        dropped += n_drop
+
+    every = rows + subtrials
+    modes = [o.mode for o in objs]
+    Y = np.full((len(every), len(objs)), np.nan)
+    for row in every:
         if not row.failed:
             Y[row.index] = [to_float(row.metrics[o.metric]) for o in objs]
-    feasible = np.array([r.feasible for r in rows], dtype=bool)
+    feasible = np.array([r.feasible for r in every], dtype=bool)
     Y_feasible = np.where(feasible[:, None], Y, np.nan)
 
     mask = pareto.non_dominated_mask(Y_feasible, modes)
-    for row in rows:
+    for row in every:
         row.pareto = bool(mask[row.index])
 
-    ref = pareto.reference_point(Y_feasible, modes, [o.ref for o in objs])
-    if feasible.any() and all(r is not None for r in ref):
-        hv = pareto.hypervolume(Y_feasible, modes, ref)
-        history = pareto.hypervolume_history(Y_feasible, modes, ref)
-    else:
-        hv, history = 0.0, [0.0] * len(rows)
-    return ReportData(
+    user_refs = [o.ref for o in objs]
+    if reference is not None:
+        if len(reference) != len(objs):
+            raise ValueError(f"reference point has {len(reference)} values for {len(objs)} objectives")
+        user_refs = [r if r is not None else u for r, u in zip(reference, user_refs)]
+    ref = pareto.reference_point(Y_feasible, modes, user_refs)
+    data = ReportData(
         objectives=objs,
         constraints=cons,
         run_info=dict(run_info or {}),
         trials=rows,
         Y=Y,
         reference_point=ref,
-        hypervolume=hv,
-        hv_history=history,
+        hypervolume=0.0,
+        hv_history=[0.0] * len(rows),
+        subtrials=subtrials,
+        n_dropped_points=dropped,
     )
+    data.rescore(ref)
+    return data

@@ -37,14 +37,36 @@ def _cost(cfg: dict[str, Any]) -> tuple[float, int, int]:
     return float(flops), int(params_total), int(params_trainable)
 
 
+def anytime_curve(rng: random.Random, flops: float, acc: float, latency_ms: float,
+                  n_layers: int, points: int = 8) -> list[dict[str, Any]]:
+    """A Length-Adaptive-style anytime curve (``finalize()`` of ``length_drop``): ``points``
+    length configurations from ~30% to 100% of the full FLOPs, accuracy dropping as tokens
+    are dropped; each point ``{"flops_per_sample", "accuracy", "latency_ms",
+    "length_config"}``, sorted by FLOPs."""
+    curve = []
+    for k in range(points):
+        q = 0.3 + 0.7 * k / max(1, points - 1)  # kept fraction of the full FLOPs
+        lengths = [max(2, round(SEQ_LEN * q ** ((i + 1) / n_layers))) for i in range(n_layers)]
+        curve.append({
+            "flops_per_sample": flops * q,
+            "accuracy": acc - 0.06 * (1 - q) ** 1.5 + rng.gauss(0, 0.002),
+            "latency_ms": latency_ms * (0.35 + 0.65 * q),
+            "length_config": lengths,
+        })
+    return curve
+
+
 def synthetic_trials(n: int, *, seed: int = 0, epochs: int = 5,
                      p_error: float = 0.04, p_nan: float = 0.02,
-                     p_stopped: float = 0.25) -> list[dict[str, Any]]:
+                     p_stopped: float = 0.25, dynamic: bool = False) -> list[dict[str, Any]]:
     """``n`` trial records in run order with ``epochs``-epoch histories.
 
     Mix: about ``p_error`` ERROR trials (traceback, partial history), ``p_nan`` TERMINATED
     trials whose loss diverged (NaN accuracy/val_loss), ``p_stopped`` STOPPED by ASHA after
-    1 or 2 epochs; the rest TERMINATED. Deterministic for a given ``seed``.
+    1 or 2 epochs; the rest TERMINATED. With ``dynamic``, successful ``lengthdrop`` trials
+    (about a quarter) carry an 8-point ``anytime_curve`` and ``tie_layers`` trials a
+    ``tying_map`` in their final metrics, as the dynamic strategies report them.
+    Deterministic for a given ``seed``.
     """
     rng = random.Random(seed)
     records = []
@@ -103,6 +125,11 @@ def synthetic_trials(n: int, *, seed: int = 0, epochs: int = 5,
                 "train_seconds": last["train_seconds"],
             }
             error = None
+            if dynamic and cfg["dynamic"] == "lengthdrop" and math.isfinite(last["accuracy"]):
+                metrics["anytime_curve"] = anytime_curve(rng, flops, last["accuracy"],
+                                                         metrics["latency_ms"], cfg["n_layers"])
+            if dynamic and cfg["tie_layers"]:
+                metrics["tying_map"] = [0] * cfg["n_layers"]
         metrics.pop("epoch", None)
         records.append({
             "trial_id": f"trial_{k:05d}",
@@ -113,3 +140,33 @@ def synthetic_trials(n: int, *, seed: int = 0, epochs: int = 5,
             "error": error,
         })
     return records
+
+
+def write_run_dir(run_dir, trials: list[dict[str, Any]], *, space_yaml: str, name: str,
+                  searcher: str = "random", wall_seconds: float | None = None):
+    """Write ``trials`` as a run directory the runner would leave (``run.json``,
+    ``space.yaml``, ``trials/ID.json``), so ``archsearch report`` / ``compare`` can read it.
+
+    Args:
+        run_dir: directory to create (parents too).
+        trials: records (e.g. from :func:`synthetic_trials`); a ``started`` key keeps their
+            order when read back, and is added when missing.
+        space_yaml: the search-space YAML text (its objectives and constraints are used).
+        name, searcher, wall_seconds: go to ``run.json``.
+
+    Returns:
+        The run directory as a :class:`pathlib.Path`.
+    """
+    import json
+    from pathlib import Path
+
+    path = Path(run_dir)
+    (path / "trials").mkdir(parents=True, exist_ok=True)
+    (path / "space.yaml").write_text(space_yaml)
+    info = {"name": name, "searcher": searcher, "space_file": str(path / "space.yaml"),
+            "trials": len(trials), "seed": 0, "started": 1.7e9, "wall_seconds": wall_seconds}
+    (path / "run.json").write_text(json.dumps(info, indent=1))
+    for k, rec in enumerate(trials):
+        rec = {"started": 1.7e9 + k, **rec}
+        (path / "trials" / f"{rec['trial_id']}.json").write_text(json.dumps(rec))
+    return path
