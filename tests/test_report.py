@@ -113,6 +113,22 @@ def test_non_dominated_mask_ignores_nan_rows_and_handles_empty():
     assert non_dominated_mask(np.empty((0, 2)), ["max", "min"]).tolist() == []
 
 
+@pytest.mark.parametrize("m", [2, 3])
+def test_non_dominated_mask_matches_botorch(m):
+    """Same answer as BoTorch's is_non_dominated(deduplicate=False), ties and duplicates
+    included (values on a coarse integer grid make many of them)."""
+    import torch
+    from botorch.utils.multi_objective.pareto import is_non_dominated
+
+    rng = np.random.default_rng(10 + m)
+    modes = ["max", "min", "max"][:m]
+    signs = np.array([1.0 if mode == "max" else -1.0 for mode in modes])
+    for n in (1, 7, 300):
+        Y = rng.integers(0, 6, size=(n, m)).astype(float)
+        expected = is_non_dominated(torch.tensor(Y * signs), deduplicate=False).numpy()
+        assert non_dominated_mask(Y, modes).tolist() == expected.tolist()
+
+
 @pytest.mark.parametrize("bad_modes", [["max"], ["max", "minimize"]])
 def test_bad_modes_raise(bad_modes):
     with pytest.raises(ValueError):
