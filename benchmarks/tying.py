@@ -25,7 +25,8 @@ Reported per variant (mean over seeds unless said otherwise):
 ``summary`` (rl / untied, all / untied): ``params_ratio``, ``perplexity_ratio``,
 ``peak_memory_ratio`` (whole-process peak RSS), ``all_perplexity_ratio``.
 
-Run: ``nice -n 10 python benchmarks/tying.py`` (about 25 minutes here); ``--steps`` / ``--seeds``
+Run: ``nice -n 10 python benchmarks/tying.py`` (about 25 minutes at load ~7 on the 2 shared cores;
+the committed run took 38 minutes at load average 12-17); ``--steps`` / ``--seeds``
 for a quick smoke run (``--out`` another file).
 """
 
