@@ -38,14 +38,17 @@ class QNEHVISearcher(Searcher):
         num_restarts, raw_samples, maxiter: ``optimize_acqf`` effort (kept small: ask time).
         mc_samples: quasi-MC samples of the acquisition.
         gp_maxiter: L-BFGS-B iterations of the GP fit.
+        horizon: trials the search expects (default ``space.budget.trials``; used by AHTO).
     """
 
     name = "qnehvi"
 
     def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_init: int = 6,
                  num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15,
-                 mc_samples: int = 32, gp_maxiter: int = 60):
+                 mc_samples: int = 32, gp_maxiter: int = 60, horizon: int | None = None):
         super().__init__(space, seed=seed, cost_fn=cost_fn)
+        budget = getattr(space, "budget", None)
+        self.horizon = int(horizon or (budget.trials if budget is not None else 40))
         self.n_init = int(n_init)
         self.num_restarts, self.raw_samples, self.maxiter = num_restarts, raw_samples, maxiter
         self.mc_samples, self.gp_maxiter = mc_samples, gp_maxiter
@@ -169,9 +172,8 @@ class AHTOSearcher(QNEHVISearcher):
     """AHTO: the qLogNEHVI searcher plus a REINFORCE-trained proposal policy.
 
     Args:
-        n_policy: candidates sampled from the policy per ask.
-        horizon: trials the search expects (the policy state's "budget used" is
-            ``observations / horizon``); default ``space.budget.trials``.
+        n_policy: candidates sampled from the policy per ask (the policy state's "budget
+            used" is ``observations / horizon``).
         bins, hidden, policy_lr, entropy, rho: see :class:`~archsearch.search.policy.FactorisedPolicy`.
         Other arguments: see :class:`QNEHVISearcher`.
     """
@@ -179,12 +181,10 @@ class AHTOSearcher(QNEHVISearcher):
     name = "ahto"
 
     def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_policy: int = 128,
-                 horizon: int | None = None, bins: int = 8, hidden: int = 64, policy_lr: float = 0.01,
+                 bins: int = 8, hidden: int = 64, policy_lr: float = 0.01,
                  entropy: float = 0.01, rho: float = 0.9, **kwargs):
         super().__init__(space, seed=seed, cost_fn=cost_fn, **kwargs)
         self.n_policy = int(n_policy)
-        budget = getattr(space, "budget", None)
-        self.horizon = int(horizon or (budget.trials if budget is not None else 40))
         self.policy = FactorisedPolicy(space, bins=bins, hidden=hidden, lr=policy_lr,
                                        entropy=entropy, rho=rho, seed=seed)
         self.rewards: list[float] = []

@@ -94,6 +94,7 @@ class Searcher(ABC):
         if tid in self.pending or any(o.trial_id == tid for o in self.observations):
             raise ValueError(f"trial id {tid!r} was already asked")
         config, extra = self._suggest(tid)
+        config = self._clip(config)
         self.n_asked += 1
         self.pending[tid] = {"config": dict(config), "x": list(self.space.encode(config)),
                              "extra": extra}
@@ -138,6 +139,15 @@ class Searcher(ABC):
         self._observe(obs)
 
     # ------------------------------------------------------------------ helpers
+    def _clip(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Clip numeric values into their bounds (log-scale decoding can overshoot by an ulp)."""
+        out = dict(config)
+        for k, v in out.items():
+            p = self.space.params[k]
+            if p.type in ("int", "float"):
+                out[k] = type(v)(min(max(v, p.low), p.high))
+        return out
+
     def objective_values(self, metrics: Mapping[str, float]) -> list[float]:
         """Objectives in maximisation form (``sign * value``)."""
         return [s * float(metrics[k]) for k, s in zip(self.metrics, self.signs)]

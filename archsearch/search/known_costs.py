@@ -50,7 +50,13 @@ def transformer_cost_fn(data, fixed: Mapping[str, Any] | None = None) -> Callabl
     from archsearch.models.transformer import Transformer
     from archsearch.tune.trainable import DEFAULTS, model_config
 
+    from types import SimpleNamespace
+
     lengths = _eval_lengths(data)
+    # only the scalars model_config needs: the function stays small when pickled (Ray)
+    data = SimpleNamespace(vocab_size=int(data.vocab_size), max_len=int(data.max_len),
+                           pad_id=int(data.pad_id), task=data.task,
+                           n_classes=int(getattr(data, "n_classes", 0) or 0))
     total = sum(n for _, n in lengths)
     fixed = dict(fixed or {})
     cache: dict[tuple, dict] = {}

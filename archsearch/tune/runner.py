@@ -27,7 +27,7 @@ from typing import Any
 from archsearch.errors import UserError
 from archsearch.space import SearchSpace
 
-SEARCHERS = ("random", "tpe", "nsga2")
+SEARCHERS = ("random", "tpe", "nsga2", "ahto", "qnehvi")
 
 #: Keys Ray Tune adds to every result; everything else a trial reports is recorded.
 RAY_RESULT_KEYS = frozenset({
@@ -112,6 +112,14 @@ def make_searcher(name: str, space: SearchSpace, *, storage, study_name: str, se
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
 
+    if name in ("ahto", "qnehvi"):  # archsearch.search core; records into the same storage
+        from archsearch.search import make
+        from archsearch.search.adapters.ray import RaySearcher
+        from archsearch.search.known_costs import transformer_cost_fn
+
+        core = make(name, space, seed=seed, cost_fn=transformer_cost_fn(prepare_data(space), space.fixed))
+        alg = RaySearcher(core, epochs=space.budget.epochs, storage=storage, study_name=study_name)
+        return ConcurrencyLimiter(alg, max_concurrent=space.budget.max_concurrent)
     if name == "random":
         sampler = optuna.samplers.RandomSampler(seed=seed)
     elif name == "tpe":

@@ -1,0 +1,207 @@
+"""One shared suite every searcher passes (after Optuna's ``optuna/testing/pytest_samplers.py``).
+
+The searchers optimise a deterministic two-objective function of the config (accuracy-like
+quality, FLOPs from a known cost function) on a mixed space with a conditional param and a
+known constraint: what a search does between trials, without training (the end-to-end
+training path is covered by the ``archsearch search`` runs). Model-based searchers run with
+small optimiser settings and a 3-trial Sobol design so that their GP path is exercised quickly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from archsearch.search import SEARCHERS, make
+from archsearch.space import parse_space
+
+SPACE = {
+    "name": "t",
+    "objectives": [{"metric": "accuracy", "mode": "max", "ref": 0.5},
+                   {"metric": "flops_per_sample", "mode": "min"}],
+    "constraints": {"params_trainable": {"max": 60000}},
+    "budget": {"trials": 8},
+    "params": {
+        "n_layers": {"type": "int", "low": 1, "high": 4},
+        "d_model": {"type": "categorical", "choices": [32, 64, 128]},
+        "lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+        "gating": {"type": "categorical", "choices": ["static", "dht"]},
+        "dht_lambda": {"type": "float", "low": 0.0, "high": 1.0, "when": {"gating": "dht"}},
+    },
+}
+# feasible: d_model 32 (any depth) and d_model 64 with n_layers <= 2; never d_model 128
+
+
+def costs(cfg):
+    d, L = cfg["d_model"], cfg["n_layers"]
+    return {"flops_per_sample": 48.0 * L * 12 * d * d, "params_trainable": 500.0 * d + L * 4 * d * d}
+
+
+def quality(cfg):
+    acc = 0.6 + 0.05 * math.log2(cfg["d_model"] / 32) + 0.02 * cfg["n_layers"]
+    acc -= 0.04 * abs(math.log10(cfg["lr"]) + 3)
+    if cfg["gating"] == "dht":
+        acc -= 0.03 * cfg["dht_lambda"]
+    return {"accuracy": acc}
+
+
+FAST = {"n_init": 3, "num_restarts": 1, "raw_samples": 16, "maxiter": 10, "mc_samples": 16,
+        "gp_maxiter": 30}
+
+
+def build(name, seed=0, cost_fn=costs):
+    space = parse_space(SPACE)
+    kw = dict(FAST) if name in ("ahto", "qnehvi") else {}
+    if name == "ahto":
+        kw["n_policy"] = 32
+    return make(name, space, seed=seed, cost_fn=cost_fn, **kw)
+
+
+def drive(s, n):
+    out = []
+    for _ in range(n):
+        tid, cfg = s.ask()
+        s.tell(tid, quality(cfg))
+        out.append(cfg)
+    return out
+
+
+def check_valid(space, cfg):
+    assert set(cfg) <= set(space.params)
+    for key, p in space.params.items():
+        if not space.active(key, cfg):
+            assert key not in cfg, f"inactive {key} suggested"
+            continue
+        assert key in cfg, f"active {key} missing"
+        v = cfg[key]
+        if p.type == "categorical":
+            assert v in p.choices
+        else:
+            assert p.low <= v <= p.high
+            if p.type == "int":
+                assert isinstance(v, int)
+
+
+@pytest.mark.parametrize("name", SEARCHERS)
+def test_valid_in_bounds_and_constrained(name):
+    s = build(name)
+    cfgs = drive(s, 5)
+    for cfg in cfgs:
+        check_valid(s.space, cfg)
+        assert costs(cfg)["params_trainable"] <= 60000, cfg  # known constraint respected
+    assert s.pending == {} and len(s.finished()) == 5
+
+
+@pytest.mark.parametrize("name", SEARCHERS)
+def test_conditional_params_both_ways(name):
+    s = build(name, cost_fn=None)  # no constraint check: more of the space
+    cfgs = drive(s, 6)
+    for cfg in cfgs:
+        check_valid(s.space, cfg)
+    assert {c["gating"] for c in cfgs} == {"static", "dht"}
+
+
+@pytest.mark.parametrize("name", SEARCHERS)
+def test_same_seed_same_suggestions(name):
+    a, b = drive(build(name, seed=3), 4), drive(build(name, seed=3), 4)
+    assert a == b
+    assert drive(build(name, seed=4), 3) != a[:3]
+
+
+@pytest.mark.parametrize("name", SEARCHERS)
+def test_save_restore_same_next_suggestion(name, tmp_path):
+    s = build(name, seed=1)
+    drive(s, 3)
+    pending_id, _ = s.ask()  # a running trial survives the round trip too
+    s.save(tmp_path / "state.pkl")
+    r = build(name, seed=1)
+    r.restore(tmp_path / "state.pkl")
+    assert r.ask()[1] == s.ask()[1]
+    r.tell(pending_id, {"accuracy": 0.7})  # and can still be told
+
+
+@pytest.mark.parametrize("name", SEARCHERS)
+def test_errored_trials_do_not_crash(name):
+    s = build(name, seed=2)
+    t1, _ = s.ask()
+    t2, c2 = s.ask()
+    s.tell(t1, None, error=True)
+    s.tell(t2, {"accuracy": float("nan")})  # a NaN objective is a failure, not a data point
+    drive(s, 2)
+    t3, c3 = s.ask()
+    s.tell(t3, None, error=True)
+    check_valid(s.space, s.ask()[1])
+    assert len(s.finished()) == 2 and len(s.observations) == 5
+
+
+def test_model_based_uses_gp_and_fidelity():
+    s = build("ahto", seed=0)
+    drive(s, 3)
+    tid, cfg = s.ask()
+    s.tell(tid, {"accuracy": 0.55}, fidelity=0.25)  # an ASHA-stopped trial
+    tid, cfg = s.ask()
+    assert s.pending[tid]["extra"]["source"] in ("policy", "optimizer")
+    assert s.last_info["n_candidates"] > 1
+    with pytest.raises(ValueError):
+        s.tell(tid, {"accuracy": 0.6}, fidelity=0.0)
+
+
+def test_ahto_policy_learns_from_rewards():
+    s = build("ahto", seed=0)
+    before = [p.clone() for p in s.policy.net.parameters()]
+    drive(s, 5)
+    assert len(s.rewards) == 5 and max(s.rewards) > 0  # hypervolume improvements
+    assert any(not a.equal(b) for a, b in zip(before, s.policy.net.parameters()))
+
+
+def test_unknown_trial_and_searcher_errors():
+    s = build("random")
+    with pytest.raises(KeyError):
+        s.tell("nope", {"accuracy": 0.6})
+    tid, _ = s.ask()
+    with pytest.raises(ValueError):
+        s.ask(tid)
+    with pytest.raises(ValueError):
+        make("bogus", s.space)
+
+
+def test_ray_adapter_suggest_complete_save_restore(tmp_path):
+    import optuna
+
+    from archsearch.search.adapters.ray import RaySearcher
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'o.db'}")
+    alg = RaySearcher(build("tpe"), epochs=4, storage=storage, study_name="run")
+    cfg = alg.suggest("a")
+    assert set(cfg) == set(SPACE["params"])  # inactive conditional params are None
+    alg.on_trial_complete("a", {**quality({k: v for k, v in cfg.items() if v is not None}),
+                                "flops_per_sample": 1e6, "epoch": 1})
+    alg.suggest("b")
+    alg.on_trial_complete("b", None, error=True)
+    alg.save(str(tmp_path / "s.pkl"))
+    alg2 = RaySearcher(build("tpe"), epochs=4)
+    alg2.restore(str(tmp_path / "s.pkl"))
+    assert alg2.suggest("c") == alg.suggest("c")
+    trials = optuna.load_study(study_name="run", storage=storage).trials
+    assert [t.state.name for t in trials] == ["PRUNED", "FAIL"]
+    assert trials[0].user_attrs["fidelity"] == 0.25
+
+
+def test_optuna_sampler_adapter():
+    import optuna
+
+    from archsearch.search.adapters.optuna import CoreSampler
+
+    core = build("random")
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=CoreSampler(core))
+
+    def objective(trial):
+        cfg = core.space.suggest(trial)
+        if trial.number == 1:
+            raise RuntimeError("a failing trial")
+        return quality(cfg)["accuracy"], costs(cfg)["flops_per_sample"]
+
+    study.optimize(objective, n_trials=4, catch=(RuntimeError,))
+    assert [o.ok for o in core.observations] == [True, False, True, True]
+    assert core.observations[0].config == study.trials[0].params
