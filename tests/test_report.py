@@ -370,3 +370,174 @@ def test_contract_violations_raise(tmp_path, bad):
 def test_bad_objective_mode_raises(tmp_path):
     with pytest.raises(ValueError):
         write_report(realistic_trials(3), [{"metric": "accuracy", "mode": "maximise"}], tmp_path)
+
+
+# ------------------------------------------------------------------------------------------
+# dynamic trials (anytime curves, tying map), unfinished trials, the page's scripts
+# ------------------------------------------------------------------------------------------
+
+
+def dynamic_trials() -> list[dict]:
+    """A static trial and a length-drop trial whose anytime curve has three points: #0 is
+    cheaper than everything, #1 dominates the static trial, #2 is dominated by #1."""
+    static = make_trial(0, 0.80, 4e6)
+    dyn = make_trial(1, 0.82, 8e6, dynamic="length_drop")
+    dyn["metrics"]["anytime_curve"] = [
+        {"flops_per_sample": 1e6, "accuracy": 0.78, "latency_ms": 0.1, "length_config": [20, 10]},
+        {"flops_per_sample": 3e6, "accuracy": 0.81, "latency_ms": 0.2, "length_config": [40, 30]},
+        {"flops_per_sample": 5e6, "accuracy": 0.79, "latency_ms": 0.3, "length_config": [44, 40]},
+    ]
+    dyn["metrics"]["tying_map"] = [0, 0, 2]
+    return [static, dyn]
+
+
+def test_anytime_curve_points_enter_the_front(tmp_path):
+    objectives = [{"metric": "accuracy", "mode": "max", "ref": 0.7},
+                  {"metric": "flops_per_sample", "mode": "min", "ref": 1e7}]
+    summary = write_report(dynamic_trials(), objectives, tmp_path, run_info={"name": "dyn"})
+    assert {p["trial_id"] for p in summary["pareto"]} == {"trial_00001", "trial_00001#0",
+                                                          "trial_00001#1"}
+    sub = next(p for p in summary["pareto"] if p["trial_id"] == "trial_00001#0")
+    # same config plus the point's own settings; the point's own metrics
+    assert sub["config"]["dynamic"] == "length_drop" and sub["config"]["length_config"] == [20, 10]
+    assert sub["metrics"]["flops_per_sample"] == 1e6 and sub["metrics"]["accuracy"] == 0.78
+    assert summary["n_trials"] == 2 and summary["n_failed"] == 0
+    # front (1e6, .78), (3e6, .81), (8e6, .82) over ref (1e7, .7), by hand:
+    # 2e6*0.08 + 5e6*0.11 + 2e6*0.12 = 9.5e5 (the trials alone would give 6.4e5)
+    assert summary["hypervolume"] == pytest.approx(9.5e5)
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "trial_00001#0" in page and "anytime curve: trial_00001" in page
+    assert "length_config" in page
+    assert "tying_map" in page and "[0, 0, 2]" in page  # final tying map next to the config
+    with (tmp_path / "trials.csv").open(newline="") as fh:
+        ids = [r["trial_id"] for r in csv.DictReader(fh)]
+    assert ids == ["trial_00000", "trial_00001", "trial_00001#0", "trial_00001#1", "trial_00001#2"]
+
+
+def test_anytime_points_inherit_model_metrics_and_bad_points_are_dropped(tmp_path):
+    trials = dynamic_trials()
+    trials[1]["metrics"]["anytime_curve"].append({"flops_per_sample": 2e6, "latency_ms": 0.1})
+    # params_trainable is not in the points: taken from the trial, so the constraint applies
+    limit = trials[1]["metrics"]["params_trainable"] - 1
+    summary = write_report(trials, OBJECTIVES, tmp_path,
+                           constraints={"params_trainable": {"max": limit}})
+    assert {p["trial_id"] for p in summary["pareto"]} == {"trial_00000"}
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "1 point(s) without objective or constraint values left out" in page
+
+
+def test_running_trial_is_counted_as_failed(tmp_path):
+    trials = realistic_trials(6)
+    trials[2]["status"] = "RUNNING"
+    summary = write_report(trials, OBJECTIVES, tmp_path)
+    assert "trial_00002" not in {p["trial_id"] for p in summary["pareto"]}
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "unfinished" in page
+    expected = sum(t["status"] in ("ERROR", "RUNNING")
+                   or not math.isfinite(t["metrics"].get("accuracy", math.nan)) for t in trials)
+    assert summary["n_failed"] == expected
+
+
+def test_three_objectives_page_has_a_3d_view(tmp_path):
+    objectives = OBJECTIVES + [{"metric": "latency_ms", "mode": "min"}]
+    write_report(realistic_trials(15), objectives, tmp_path)
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert '"type":"scatter3d"' in page
+
+
+def test_figure_json_cannot_end_its_script_element(tmp_path):
+    """With hostile strings in hover texts the page still has exactly the script elements
+    we wrote: plotly.js, the hover table and one per figure."""
+    from html.parser import HTMLParser
+
+    trials = realistic_trials(10)
+    trials[0]["config"]["dynamic"] = XSS + "<!--"
+    trials[1]["trial_id"] = "x" + XSS
+    write_report(trials, OBJECTIVES, tmp_path, run_info={"name": XSS})
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+
+    class Scripts(HTMLParser):
+        n = 0
+
+        def handle_starttag(self, tag, attrs):
+            self.n += tag == "script"
+
+    parser = Scripts()
+    parser.feed(page)
+    assert parser.n == 2 + page.count("Plotly.newPlot(")
+    assert "<script>alert" not in page.lower()
+
+
+# ------------------------------------------------------------------------------------------
+# compare
+# ------------------------------------------------------------------------------------------
+
+
+def write_run(root, name: str, trials: list[dict], objectives=OBJECTIVES):
+    """A run directory as the runner leaves it (run.json, space.yaml, trials/)."""
+    import yaml
+
+    from archsearch.report.synthetic import write_run_dir
+    from conftest import TINY_SPACE
+
+    spec = {**TINY_SPACE, "objectives": objectives, "constraints": {}}
+    return write_run_dir(root / name, trials, space_yaml=yaml.safe_dump(spec), name=name,
+                         wall_seconds=60.0)
+
+
+def test_compare_two_runs(tmp_path):
+    from archsearch.report.compare import compare_runs
+
+    dyn = dynamic_trials()[1]
+    dyn["trial_id"] = "dynamic_00001"
+    a = write_run(tmp_path, "random", realistic_trials(20, seed=1))
+    b = write_run(tmp_path, "tpe", realistic_trials(25, seed=2) + [dyn])
+    out, summary = compare_runs([a, b], out=tmp_path / "cmp")
+    for f in ("index.html", "compare.png", "compare.json"):
+        assert (out / f).is_file(), f
+    assert json.loads((out / "compare.json").read_text()) == summary
+    runs = summary["runs"]
+    assert [r["name"] for r in runs] == ["random", "tpe"]
+    assert [r["n_trials"] for r in runs] == [20, 26]
+    # one reference point for both: the usual rule over the union of their feasible points
+    ys = []
+    for r, trials in zip(runs, (realistic_trials(20, seed=1),
+                                realistic_trials(25, seed=2) + [dyn])):
+        single = write_report(trials, OBJECTIVES, tmp_path / ("single-" + r["name"]))
+        assert r["n_failed"] == single["n_failed"]
+        ok = [t for t in trials if t["status"] != "ERROR"
+              and math.isfinite(t["metrics"]["accuracy"])]
+        Y = [[t["metrics"]["accuracy"], t["metrics"]["flops_per_sample"]] for t in ok]
+        Y += [[p["accuracy"], p["flops_per_sample"]]
+              for t in ok for p in t["metrics"].get("anytime_curve", [])]
+        ys.append(np.array(Y))
+        assert r["best"]["accuracy"] == pytest.approx(np.max(ys[-1][:, 0]))
+    ref = reference_point(np.vstack(ys), ["max", "min"])
+    assert summary["reference_point"] == pytest.approx(ref)
+    for r, Y in zip(runs, ys):
+        assert r["hypervolume"] == pytest.approx(hypervolume(Y, ["max", "min"], ref))
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert page.count("Plotly.newPlot(") >= 2 and "random" in page and "tpe" in page
+    assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_rejects_mismatched_objectives(tmp_path):
+    import subprocess
+    import sys
+
+    from archsearch.errors import UserError
+    from archsearch.report.compare import compare_runs
+
+    a = write_run(tmp_path, "a", realistic_trials(5))
+    b = write_run(tmp_path, "b", realistic_trials(5),
+                  objectives=[{"metric": "accuracy", "mode": "max"},
+                              {"metric": "latency_ms", "mode": "min"}])
+    with pytest.raises(UserError) as err:
+        compare_runs([a, b], out=tmp_path / "cmp")
+    assert str(b) in str(err.value) and "latency_ms" in str(err.value)
+    # the CLI prints it as one line, exit code 2
+    proc = subprocess.run([sys.executable, "-m", "archsearch.cli", "compare", str(a), str(b),
+                           "--out", str(tmp_path / "cmp")], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert str(b) in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "cmp" / "index.html").exists()

@@ -230,7 +230,8 @@ def _run_info_rows(data: ReportData) -> list[tuple[str, str]]:
         subs = (f"; {len(data.subtrials)} anytime-curve points of "
                 f"{len(data.dynamic_trials())} dynamic trials (sub-trials ID#k)")
         if data.n_dropped_points:
-            subs += f", {data.n_dropped_points} points without objective values left out"
+            subs += (f", {data.n_dropped_points} point(s) without objective or constraint "
+                     "values left out")
     rows.insert(min(2, len(rows)), (
         "Trials",
         esc(f"{data.n_trials} recorded: {data.n_successful} successful{stopped}, "

@@ -305,8 +305,9 @@ def scatter_note(data: ReportData) -> str:
     """How to read the scatter (raw text, for the page; not escaped)."""
     m = len(data.objectives)
     note = ["Grey = feasible trial, blue = on the Pareto front"
-            + (" (joined by the attainment line)" if m == 2 else ""),
-            "hollow = early-stopped by ASHA"]
+            + (" (joined by the attainment line)" if m == 2 else "")]
+    if data.n_stopped:
+        note.append("hollow = early-stopped by ASHA")
     if data.constraints:
         if all(r.feasible for r in data.rows if not r.failed):
             note.append("every drawn point meets the constraints")

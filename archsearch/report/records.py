@@ -23,12 +23,12 @@ Definitions used everywhere in the report:
   (length configurations of the Length-Adaptive Transformer, Kim & Cho 2021 Sec. 4; a
   depth-predictor gamma sweep; DHT lambda values). Point ``k`` becomes sub-trial ``ID#k``:
   config = the trial's config plus the point's own settings (its non-metric keys, and the
-  entries of a ``"config"`` dict), metrics = the point's metrics, with objective,
-  constraint and parameter-count metrics the point does not carry (e.g.
-  ``params_trainable``) taken from the trial. Sub-trials are classified like trials and can be on the front and add hypervolume
+  entries of a ``"config"`` dict), metrics = the point's metrics plus the trained model's
+  parameter counts (``params_total``, ``params_trainable``: the same at every operating
+  point) from the trial when the point does not carry them. Sub-trials are classified like trials and can be on the front and add hypervolume
   (in the hypervolume history they arrive with their trial); they are not counted in
-  ``n_trials`` / ``n_failed``. Points without finite objective values are dropped (counted
-  in ``ReportData.n_dropped_points``).
+  ``n_trials`` / ``n_failed``. Points without a finite value for every objective and
+  constraint metric are dropped (counted in ``ReportData.n_dropped_points``).
 """
 
 from __future__ import annotations
@@ -441,7 +441,7 @@ def make_subtrials(parent: TrialRow, first_index: int, objectives: list[Objectiv
 
     Returns:
         (sub-trial rows with indices from ``first_index``, number of points dropped because
-        they are not dicts or lack a finite value for an objective).
+        they are not dicts or lack a finite value for an objective or constraint metric).
     """
     curve = parent.metrics.get(ANYTIME_KEY)
     if parent.failed or not isinstance(curve, (list, tuple)) or not curve:
@@ -460,8 +460,7 @@ def make_subtrials(parent: TrialRow, first_index: int, objectives: list[Objectiv
                     if key not in metrics and key != "config"}
         if isinstance(point.get("config"), Mapping):
             settings.update({str(key): v for key, v in point["config"].items()})
-        inherited = [m for m in dict.fromkeys(needed + list(MODEL_METRICS))
-                     if m not in metrics and m in parent.metrics]
+        inherited = [m for m in MODEL_METRICS if m not in metrics and m in parent.metrics]
         for m in inherited:
             metrics[m] = parent.metrics[m]
         row = TrialRow(
