@@ -8,11 +8,11 @@ Nothing is fetched from the network.
 Escaping: every string that comes from a run (run name, searcher, file names, trial ids,
 config keys and values, metric names, error text, the repro command) goes through
 ``html.escape`` before it reaches the page. Figure strings are escaped by
-:mod:`archsearch.report.plots`, and the figure JSON is written by :func:`script_json`, which
-turns ``<``, ``>`` and ``&`` into ``\\u003c``, ``\\u003e``, ``\\u0026``: a value such as
+:mod:`archsearch.report.plots` (so they hold no ``<`` of their own), and the figure JSON is
+written by :func:`script_json`, which also neutralises ``</`` and ``<!--``: a value such as
 ``</script><script>alert(1)</script>`` can neither end the ``<script>`` element nor open an
-HTML comment (checked in ``tests/test_report.py`` and in a real browser by
-``tests/test_report_browser.py``).
+HTML comment (checked in ``tests/test_report.py`` by counting script elements, and in a real
+browser by ``tests/test_report_browser.py``, hover labels included).
 """
 
 from __future__ import annotations
