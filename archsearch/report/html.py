@@ -64,8 +64,8 @@ th{background:#f4f6f8} table.info th{width:14rem}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 pre,code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.78rem}
 pre{margin:0;white-space:pre-wrap;word-break:break-word;max-width:40rem}
-code.cmd{display:block;white-space:pre-wrap;word-break:break-all;background:#f6f8fa;
-padding:.3rem;max-width:30rem}
+code.cmd{white-space:pre-wrap;word-break:break-all;background:#f6f8fa;padding:.15rem .3rem}
+tr.cmdrow td{border-top:none;padding-bottom:.5rem}
 .warn{background:#fff4e5;border:1px solid #f0b35a;padding:.6rem 1rem}
 .note{color:#555;font-size:.82rem} .stopped{color:#a15c00;font-weight:600}
 .sub{color:#0e7c66;font-weight:600}
@@ -75,7 +75,7 @@ padding:.3rem;max-width:30rem}
 nav a{margin-right:.9rem;font-size:.85rem}
 img.png{max-width:100%;border:1px solid #eee}
 .plot{width:100%}
-.scroll{overflow-x:auto;max-width:100%} th.cfg{min-width:11rem} th.cmd{min-width:24rem}
+.scroll{overflow-x:auto;max-width:100%} th.cfg{min-width:11rem}
 table.pareto th{position:sticky;top:0}
 details summary{cursor:pointer}
 """
@@ -335,11 +335,10 @@ def _pareto_table(data: ReportData) -> str:
         return "<p>No feasible trial, so there is no Pareto front.</p>"
     metrics = [m for m in data.metric_names(scalar_only=True) if m != "epoch"]
     by_id = {t.trial_id: t for t in data.trials}
-    head = ["#", "trial_id", "status", "epochs"] + metrics + ["config", "command to reproduce"]
+    head = ["#", "trial_id", "status", "epochs"] + metrics
     out = ["<table class=\"pareto\"><thead><tr>"]
-    out += [f"<th>{esc(h)}</th>" for h in head[:-2]]
-    out += ["<th class=\"cfg\">config</th><th class=\"cmd\">command to reproduce</th>"]
-    out.append("</tr></thead><tbody>")
+    out += [f"<th>{esc(h)}</th>" for h in head]
+    out += ["<th class=\"cfg\">config</th></tr></thead><tbody>"]
     for k, t in enumerate(rows, start=1):
         trial = by_id[t.parent] if t.is_subtrial else t
         status = esc(t.status)
@@ -358,8 +357,10 @@ def _pareto_table(data: ReportData) -> str:
             cmd += ("<span class=\"note\">re-trains trial " + esc(t.parent) + "; this point is "
                     "its anytime-curve setting " + esc(json.dumps(jsonable(t.settings),
                                                                   sort_keys=True)) + "</span>")
-        cells.append(f"<td>{cmd}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
+        # the command on its own full-width row: copyable without scrolling sideways
+        out.append(f"<tr class=\"cmdrow\"><td></td><td colspan=\"{len(head)}\">"
+                   f"<span class=\"note\">reproduce:</span> {cmd}</td></tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
