@@ -26,7 +26,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -319,7 +319,7 @@ def _scatter_figure(labels, datas) -> dict:
     """Objective pairs; one colour per run; each run's front larger and joined (2 objectives);
     infeasible points as crosses."""
     from archsearch.report.plots import (
-        _axis,
+        axis_layout,
         axis_title,
         base_layout,
         esc,
@@ -378,13 +378,13 @@ def _scatter_figure(labels, datas) -> dict:
                     trace["line"] = line
                 traces.append(trace)
         oy = objs[i]
-        layout[panel["ykey"]] = _axis(axis_title(oy), use_log(oy.metric, np.concatenate(
+        layout[panel["ykey"]] = axis_layout(axis_title(oy), use_log(oy.metric, np.concatenate(
             [d.Y[:, i] for d in datas])), panel["ydomain"], panel["xref"])
         if j is None:
-            layout[panel["xkey"]] = _axis("trial number", False, panel["xdomain"], panel["yref"])
+            layout[panel["xkey"]] = axis_layout("trial number", False, panel["xdomain"], panel["yref"])
         else:
             ox = objs[j]
-            layout[panel["xkey"]] = _axis(axis_title(ox), use_log(ox.metric, np.concatenate(
+            layout[panel["xkey"]] = axis_layout(axis_title(ox), use_log(ox.metric, np.concatenate(
                 [d.Y[:, j] for d in datas])), panel["xdomain"], panel["yref"])
     layout["legend"] = {"orientation": "v", "x": 1.01, "y": 1.0}
     layout["margin"]["r"] = 220

@@ -244,7 +244,7 @@ def base_layout(title: str, height: int) -> dict[str, Any]:
     }
 
 
-def _axis(title: str, log: bool, domain: list[float], anchor: str) -> dict[str, Any]:
+def axis_layout(title: str, log: bool, domain: list[float], anchor: str) -> dict[str, Any]:
     return {"title": {"text": title}, "type": "log" if log else "linear", "domain": domain,
             "anchor": anchor, "gridcolor": "#e8e8e8", "zeroline": False, "automargin": True}
 
@@ -369,14 +369,14 @@ def scatter_figure(data: ReportData) -> Figure:
                            "hovertemplate": "reference point<extra></extra>"})
         oy = data.objectives[i]
         yvals = np.append(data.Y[:, i], ref[i] if ref[i] is not None else np.nan)
-        layout[panel["ykey"]] = _axis(axis_title(oy), use_log(oy.metric, yvals),
+        layout[panel["ykey"]] = axis_layout(axis_title(oy), use_log(oy.metric, yvals),
                                       panel["ydomain"], panel["xref"])
         if j is None:
-            layout[panel["xkey"]] = _axis("trial number", False, panel["xdomain"], panel["yref"])
+            layout[panel["xkey"]] = axis_layout("trial number", False, panel["xdomain"], panel["yref"])
         else:
             ox = data.objectives[j]
             xvals = np.append(data.Y[:, j], ref[j] if ref[j] is not None else np.nan)
-            layout[panel["xkey"]] = _axis(axis_title(ox), use_log(ox.metric, xvals),
+            layout[panel["xkey"]] = axis_layout(axis_title(ox), use_log(ox.metric, xvals),
                                           panel["xdomain"], panel["yref"])
     layout["legend"]["y"] = -0.5 / n_rows if n_rows > 1 else -0.18
     return {"data": traces, "layout": layout}

@@ -245,12 +245,6 @@ class ReportData:
         parents = {s.parent for s in self.subtrials}
         return [t for t in self.trials if t.trial_id in parents]
 
-    def trial_of(self, row: TrialRow) -> TrialRow:
-        """The trial a row belongs to: itself, or a sub-trial's parent."""
-        if not row.is_subtrial:
-            return row
-        return next(t for t in self.trials if t.trial_id == row.parent)
-
     def metric_names(self, *, scalar_only: bool = False) -> list[str]:
         """Objective metrics first, then every other reported metric name, sorted.
 
