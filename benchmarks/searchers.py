@@ -47,11 +47,12 @@ HORIZON = 40
 
 
 # ---------------------------------------------------------------------- problems
-def _synthetic_space(name: str, dim: int):
+def _synthetic_space(name: str, dim: int, ref: list[float]):
     from archsearch.space import Budget, FloatParam, Objective, SearchSpace
 
     params = {f"x{i}": FloatParam(type="float", low=0.0, high=1.0) for i in range(dim)}
-    objs = [Objective.model_construct(metric=f"f{j}", mode="min", ref=None) for j in range(2)]
+    # the problem's reference point is part of its definition (as `ref` is in a space YAML)
+    objs = [Objective.model_construct(metric=f"f{j}", mode="min", ref=float(ref[j])) for j in range(2)]
     return SearchSpace.model_construct(name=name, task="classification", params=params,
                                        objectives=objs, constraints={}, budget=Budget(trials=HORIZON),
                                        fixed={}, seed=0, source=None)
@@ -65,8 +66,8 @@ class Synthetic:
         self.name = name
         self.f = BraninCurrin() if name == "branin_currin" else DTLZ2(dim=6, num_objectives=2)
         self.dim = self.f.dim
-        self.space = _synthetic_space(name, self.dim)
         self.ref = [-float(r) for r in self.f.ref_point]  # botorch gives it for -f; we maximise -f
+        self.space = _synthetic_space(name, self.dim, [float(r) for r in self.f.ref_point])
         self.max_hv = float(self.f.max_hv)
         self.cost_fn = None
         self.torch = torch
@@ -226,16 +227,27 @@ def _q(v, p):
         return None
     k = (len(v) - 1) * p
     lo, hi = math.floor(k), math.ceil(k)
+    if lo == hi or math.isinf(v[hi]):  # "never reached" (inf) dominates an interpolation
+        return v[hi] if math.isinf(v[hi]) and k > lo else v[lo]
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def cmd_summarize(args) -> None:
-    runs = [json.loads(l) for l in RUNS.read_text().splitlines() if l.strip()]
-    problems = [p for p in ("replay", "branin_currin", "dtlz2") if any(r["problem"] == p for r in runs)]
+    runs, seen = [], set()
+    for l in RUNS.read_text().splitlines():  # parallel pieces may repeat a run: keep the first
+        r = json.loads(l) if l.strip() else None
+        if r and (r["problem"], r["searcher"], r["seed"]) not in seen:
+            seen.add((r["problem"], r["searcher"], r["seed"]))
+            runs.append(r)
+    problems = [p for p in ("replay", "branin_currin", "dtlz2")
+                if all(any(r["problem"] == p and r["searcher"] == s for r in runs) for s in SEARCHERS)]
     hv_median, iqr, win, t95, t95_reached, seeds = {}, {}, {}, {}, {}, {}
     for p in problems:
         hv_median[p], iqr[p], win[p], t95[p], t95_reached[p], seeds[p] = {}, {}, {}, {}, {}, {}
         by = {s: {r["seed"]: r for r in runs if r["problem"] == p and r["searcher"] == s} for s in SEARCHERS}
+        common = set.intersection(*(set(v) for v in by.values()))  # same seeds for every searcher
+        by = {s: {k: v for k, v in rs.items() if k in common} for s, rs in by.items()}
+        runs = [r for r in runs if r["problem"] != p or r["seed"] in common]
         for s in SEARCHERS:
             rs = list(by[s].values())
             seeds[p][s] = len(rs)
