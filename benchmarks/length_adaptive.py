@@ -219,6 +219,8 @@ def main() -> None:
                 running.remove((s, proc))
     per_seed = [json.loads((work / f"seed{s}.json").read_text()) for s in SEEDS]
     total = time.perf_counter() - t0
+    if args.reuse and (RESULTS / "length_adaptive.json").exists():  # keep the measured run's time
+        total = json.loads((RESULTS / "length_adaptive.json").read_text()).get("wall_seconds_total", total)
 
     def mean(xs):
         return sum(xs) / len(xs)
@@ -296,6 +298,8 @@ def plot(per_seed, path: Path) -> None:
                 color=color, label=f"length-adaptive + search, seed {r['seed']}")
         ax.plot([1.0], [r["standard"]["test_accuracy"]], "*", ms=12, color=color,
                 label=f"standard, seed {r['seed']}")
+        ax.plot([1.0], [r["adaptive"]["1.0"]["test_accuracy"]], "x", ms=9, color=color,
+                label=f"length-adaptive at full length, seed {r['seed']}")
     for t in TARGETS:
         ax.axvline(t, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("FLOPs per sample / standard model's (test set, sorted batches)")
