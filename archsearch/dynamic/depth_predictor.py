@@ -24,6 +24,12 @@ section of DESIGN.md:
   Samples are grouped by depth and each group runs as one real batch through only its blocks
   (``Transformer.run_layers`` + ``head_logits``): skipped blocks are not computed.
 
+Measured (``benchmarks/depth_predictor.py``, from-scratch d=64, 4 layers, 2 epochs on
+rotten_tomatoes_sentences): at gamma 0.1, 0.5 and 0.9 the predictor sends every validation sample
+to depth 1. That is 3.2-3.3x faster at batch 32 with accuracy within 0.2 points, but a static
+1-layer model does as well and is faster still. On this task and budget depth buys no accuracy,
+so nothing pushes the predictor to be sample-dependent, and gamma does not change the outcome.
+
 Classification only: first-token pooling is meaningless for a causal LM (the first token sees
 only itself).
 
