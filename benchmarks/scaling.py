@@ -5,7 +5,8 @@ Measures, on this machine (several Ray nodes of 1 CPU each on one host):
     cluster of 1 worker node and of 2 worker nodes -> ``two_node_speedup``;
   * Tune's overhead per trial on the 1-node run: ``100 * (wall - sum of trial run time) /
     sum of trial run time``, where a trial's run time is Tune's ``time_total_s`` (its own
-    training + evaluation), so the rest is scheduling, actor set-up, checkpoints, reporting;
+    training + evaluation, as recorded per trial), so the rest is Ray start-up, scheduling,
+    actor set-up, checkpoints and reporting;
   * two fault scenarios replayed: the driver SIGKILLed mid-search then ``archsearch resume``;
     a worker node removed mid-trial. ``lost_trials`` (trials asked for minus trials completed)
     and ``duplicated_trials`` (Optuna trials beyond the number of Tune trials, plus repeated
@@ -110,21 +111,10 @@ def run_on_cluster(tmp: Path, n_nodes: int, spec: dict, name: str, kill_node: bo
     ray.shutdown()
     cluster.shutdown()
     run_dir = tmp / "runs" / name
-    trial_times = _tune_trial_seconds(run_dir / "tune")
+    trial_times = [r["metrics"]["time_total_s"] for r in records(run_dir)
+                   if r["metrics"].get("time_total_s") is not None]
     return {"wall_s": wall, "run_dir": run_dir, "trial_seconds": trial_times,
             "n_done": sum(r["status"] == "TERMINATED" for r in records(run_dir))}
-
-
-def _tune_trial_seconds(tune_dir: Path) -> list[float]:
-    out = []
-    for res in tune_dir.glob("*/result.json"):
-        last = None
-        for line in res.read_text().splitlines():
-            if line.strip():
-                last = json.loads(line)
-        if last:
-            out.append(float(last["time_total_s"]))
-    return out
 
 
 def driver_kill_scenario(tmp: Path, spec: dict) -> tuple[int, int]:

@@ -31,7 +31,7 @@ SEARCHERS = ("random", "tpe", "nsga2", "ahto", "qnehvi")
 
 #: Keys Ray Tune adds to every result; everything else a trial reports is recorded.
 RAY_RESULT_KEYS = frozenset({
-    "time_this_iter_s", "time_total_s", "training_iteration", "timestamp", "date", "done",
+    "time_this_iter_s", "training_iteration", "timestamp", "date", "done",
     "trial_id", "experiment_id", "pid", "hostname", "node_ip", "config", "time_since_restore",
     "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint", "experiment_tag",
     "timesteps_total", "episodes_total", "timesteps_since_restore",
