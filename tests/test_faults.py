@@ -148,3 +148,27 @@ def test_worker_node_killed_mid_trial_is_retried_from_checkpoint(tmp_path, cache
     # at least one trial was restarted from a checkpoint (not from scratch) on another node
     restored = [h["restored_from_epoch"] for r in recs for h in r["history"] if "restored_from_epoch" in h]
     assert restored and max(restored) >= 1, recs
+
+
+def test_orphaned_running_trial_is_recorded_as_failed_not_dropped(tmp_path):
+    """A trial Tune never recorded (driver killed in the instant after it started) ends up
+    failed, with the reason, in both the trial records and the Optuna study."""
+    import optuna
+
+    from archsearch.tune.runner import _reconcile, read_trials
+
+    (tmp_path / "trials").mkdir()
+    for tid, status in (("a", "TERMINATED"), ("b", "RUNNING")):
+        (tmp_path / "trials" / f"{tid}.json").write_text(json.dumps(
+            {"trial_id": tid, "status": status, "config": {}, "metrics": {}, "history": [],
+             "error": None, "started": 0}))
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.tell(study.ask(), 1.0)
+    study.ask()  # left RUNNING, like the orphan
+    _reconcile(tmp_path, "s")
+    recs = {r["trial_id"]: r for r in read_trials(tmp_path)}
+    assert recs["a"]["status"] == "TERMINATED"
+    assert recs["b"]["status"] == "ERROR" and recs["b"]["error"].startswith("lost")
+    states = [t.state for t in optuna.load_study(study_name="s", storage=storage).trials]
+    assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]

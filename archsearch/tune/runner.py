@@ -46,6 +46,9 @@ def ray_env() -> None:
     # Ray Tune: do not print the big status table; we draw our own progress.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # Save Tune's experiment state (trial table + searcher) every second instead of every
+    # >= 10 s, so a driver killed soon after a trial started can resume that same trial.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
 
 
 def check_address(address: str | None, timeout_s: float = 3.0) -> None:
@@ -505,7 +508,33 @@ def _new_tuner(space, run_dir, name, searcher, data, progress, cpus_per_trial, g
     )
 
 
+def _reconcile(run_dir: Path, study_name: str) -> None:
+    """After a search ends, no trial may still look RUNNING. One can only if the driver died
+    in the instant between a trial's start and Tune's next experiment save, so the resumed
+    Tune never knew it: record it as failed (with that reason) in the trial records and in
+    the Optuna study, so nothing is silently dropped or double-counted."""
+    import optuna
+
+    orphans = [r for r in read_trials(run_dir) if r["status"] == "RUNNING"]
+    if not orphans:
+        return
+    reason = ("lost: the driver stopped before Ray Tune recorded this trial, so it could not "
+              "be resumed; the searcher proposed a new trial instead")
+    for rec in orphans:
+        rec["status"], rec["error"] = "ERROR", reason
+        _atomic_json(run_dir / "trials" / f"{rec['trial_id']}.json", rec)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{run_dir / 'optuna.db'}")
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:  # a searcher that keeps no Optuna study
+        return
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        storage.set_trial_user_attr(t._trial_id, "error", reason)
+        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+
+
 def _finish(run_dir: Path, info: dict, reports, t0: float) -> RunResult:
+    _reconcile(run_dir, info["name"])
     wall = time.time() - t0
     info["wall_seconds"] = info.get("wall_seconds_before_resume", 0.0) + wall
     _atomic_json(run_dir / "run.json", info)
