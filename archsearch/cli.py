@@ -24,7 +24,7 @@ app.add_typer(data_app, name="data")
 @app.command()
 def search(
     space_file: Path = typer.Argument(..., help="Search space YAML (see search_spaces/)."),
-    searcher: str = typer.Option("tpe", help="random | tpe | nsga2"),
+    searcher: str = typer.Option("tpe", help="ahto | qnehvi | random | tpe | nsga2"),
     trials: Optional[int] = typer.Option(None, min=1, help="Override budget.trials."),
     address: Optional[str] = typer.Option(None, help="Ray cluster: auto | HOST:PORT | ray://... "
                                           "(default: start local Ray)."),
