@@ -100,8 +100,8 @@ def run_on_cluster(tmp: Path, n_nodes: int, spec: dict, name: str, kill_node: bo
         run_dir = tmp / "runs" / name
         while th.is_alive():
             recs = read_trials(run_dir) if (run_dir / "trials").exists() else []
-            if sum(r["status"] == "RUNNING" for r in recs) >= 2 and any(
-                    r["status"] == "RUNNING" and r["history"] for r in recs):
+            running = [r for r in recs if r["status"] == "RUNNING"]
+            if len(running) >= 2 and all(r["history"] for r in running):
                 cluster.remove_node(nodes[0], allow_graceful=False)
                 cluster.add_node(num_cpus=1)
                 break

@@ -110,8 +110,10 @@ deadline = time.time() + 300
 killed = None
 while time.time() < deadline and killed is None:
     recs = read_trials(run_dir) if (run_dir / "trials").exists() else []
-    busy = [r for r in recs if r["status"] == "RUNNING" and len(r["history"]) >= 1]
-    if len(busy) >= 1 and sum(r["status"] == "RUNNING" for r in recs) >= 2:
+    running = [r for r in recs if r["status"] == "RUNNING"]
+    # both nodes busy with a trial that has a checkpoint: whichever node dies, its trial
+    # must continue from that checkpoint
+    if len(running) >= 2 and all(len(r["history"]) >= 1 for r in running):
         cluster.remove_node(workers[0], allow_graceful=False)   # a worker node dies mid-trial
         killed = time.time()
     time.sleep(0.2)
