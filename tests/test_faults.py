@@ -42,11 +42,13 @@ def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path, cache
     space.write_text(yaml.safe_dump(TINY))
     env = {**os.environ, "ARCHSEARCH_CACHE": str(cache_dir)}
     run_dir = tmp_path / "runs" / "r"
+    # the driver's output goes to a file, never a pipe: an undrained pipe blocks a chatty driver
+    log = open(tmp_path / "driver.log", "w")
     proc = subprocess.Popen(_cli("search", str(space), "--searcher", "tpe", "--name", "r",
                                  "--storage", str(tmp_path / "runs"), "--reports",
                                  str(tmp_path / "reports"), "--no-progress", "--no-ray-dashboard"),
                             cwd=tmp_path, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 240
         # kill the driver once one trial finished and another is part-way (has a checkpoint)
@@ -56,13 +58,14 @@ def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path, cache
             running = [r for r in recs if r["status"] == "RUNNING" and r["history"]]
             if done and running:
                 break
-            assert proc.poll() is None, proc.stderr.read()
+            assert proc.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
             time.sleep(0.2)
         else:
             pytest.fail("the search made no progress")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        log.close()
     before = {r["trial_id"]: r["status"] for r in _records(run_dir)}
     assert "RUNNING" in before.values()
 
@@ -121,7 +124,10 @@ assert killed is not None, "never saw two trials running"
 cluster.add_node(num_cpus=1)   # capacity comes back, as an autoscaler would add a node
 t.join(600)
 assert not t.is_alive(), "search did not finish"
-print(json.dumps({"n_failed": out["res"].summary["n_failed"]}), flush=True)
+# the result goes through a file: Ray's log lines share this process's stdout/stderr
+result = tmp / "result.json"
+result.with_suffix(".tmp").write_text(json.dumps({"n_failed": out["res"].summary["n_failed"]}))
+result.with_suffix(".tmp").replace(result)
 import os, ray
 ray.shutdown()
 cluster.shutdown()
@@ -139,10 +145,14 @@ def test_worker_node_killed_mid_trial_is_retried_from_checkpoint(tmp_path, cache
     script = tmp_path / "node_failure.py"
     script.write_text(NODE_FAILURE_SCRIPT)
     env = {**os.environ, "ARCHSEARCH_CACHE": str(cache_dir)}
-    res = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert json.loads(res.stdout.strip().splitlines()[-1]) == {"n_failed": 0}
+    log = tmp_path / "node_failure.log"
+    with open(log, "w") as f:
+        res = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path,
+                             stdout=f, stderr=subprocess.STDOUT, timeout=900)
+    assert res.returncode == 0, log.read_text()[-3000:]
+    result = tmp_path / "result.json"
+    assert result.is_file(), log.read_text()[-3000:]
+    assert json.loads(result.read_text()) == {"n_failed": 0}
     recs = _records(tmp_path / "runs" / "nodes")
     assert len(recs) == 3 and all(r["status"] == "TERMINATED" for r in recs), recs
     for r in recs:

@@ -93,8 +93,7 @@ def test_optuna_dashboard_serves_the_run(tiny_run):
 
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "archsearch.cli", "dashboard", str(tiny_run.run_dir),
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         body, deadline = None, time.time() + 60
         while time.time() < deadline and body is None:
