@@ -1,0 +1,280 @@
+"""A run directory: its layout, the effective run spec, trial records and atomic writes.
+
+Every path of a run is a property of :class:`RunDir`; no other module spells a file name of
+it. The layout (see also ``docs/design.md``)::
+
+    RUN_DIR/
+      run.json        RunSpec: what the run was started with (after --fixed/--trials), timings
+      space.yaml      the effective search space (the YAML after --fixed and --trials)
+      optuna.db       Optuna RDBStorage (SQLite), one study named after the run
+      tune/           Ray Tune's experiment directory (trial table, searcher state, checkpoints)
+      trials/ID.json  one record per trial (see :func:`new_trial_record`)
+
+``archsearch resume`` reads :class:`RunSpec` back, so a resumed search runs with exactly the
+searcher, seed, resources per trial and Ray address it was started with.
+
+Only the standard library and :mod:`archsearch.errors` are imported at module level.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from archsearch.errors import UserError
+
+# ---------------------------------------------------------------------- trial status vocabulary
+RUNNING = "RUNNING"        #: started, not finished (or the driver died while it ran)
+TERMINATED = "TERMINATED"  #: trained for the full budget
+STOPPED = "STOPPED"        #: stopped early by the scheduler (ASHA): metrics of a partial budget
+ERROR = "ERROR"            #: raised, returned NaN, or was lost; ``error`` says why
+STATUSES = (RUNNING, TERMINATED, STOPPED, ERROR)
+FINISHED = (TERMINATED, STOPPED)
+
+
+# ---------------------------------------------------------------------- atomic writes
+def atomic_write(path: str | Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a
+    part (a temp file in the same directory, then ``os.replace``), as Ray's
+    ``Searcher.save_to_dir`` does."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    payload = data.encode() if isinstance(data, str) else data
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _json_default(o: Any) -> Any:
+    try:
+        return float(o)
+    except (TypeError, ValueError):
+        return str(o)
+
+
+def _finite(v: Any) -> Any:
+    """JSON has no NaN/inf: non-finite floats become ``null`` (recursively)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """:func:`atomic_write` of ``obj`` as indented JSON (NaN/inf written as ``null``)."""
+    atomic_write(path, json.dumps(_finite(obj), indent=1, default=_json_default))
+
+
+# ---------------------------------------------------------------------- run spec
+@dataclass
+class RunSpec:
+    """What a run was started with (``run.json``): enough to resume it exactly.
+
+    The space itself (after ``--fixed`` and ``--trials``) is ``space.yaml`` next to it.
+    ``cpus_per_trial``/``gpus_per_trial`` are the resources each trial got (the space's
+    budget or the command-line override); ``address`` is the Ray cluster (``None``: local Ray).
+    """
+
+    name: str
+    searcher: str
+    seed: int
+    trials: int
+    cpus_per_trial: float
+    gpus_per_trial: float
+    address: str | None = None
+    num_cpus: int | None = None          #: CPUs of a local Ray instance (None: all)
+    space_file: str | None = None        #: the YAML the user gave (provenance only)
+    fixed: dict[str, Any] | None = None  #: the ``--fixed`` config, if any
+    argv: list[str] = field(default_factory=list)
+    started: float = 0.0                 #: Unix time the search started
+    wall_seconds: float | None = None    #: total wall time over all sessions, once finished
+    resumed: list[float] = field(default_factory=list)  #: Unix times of each resume
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "run.json") -> "RunSpec":
+        """Raises: UserError: a required field is missing."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                   and f.name not in d]
+        if missing:
+            raise UserError(f"missing field(s) {', '.join(missing)}: not written by this version "
+                            "of archsearch", file=source, field=missing[0])
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------- trial records
+def new_trial_record(trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
+    """A trial record as written to ``trials/ID.json``:
+
+    ``trial_id``; ``status`` (one of :data:`STATUSES`); ``config`` (active params only);
+    ``metrics`` (the last reported epoch); ``history`` (one entry per reported epoch);
+    ``error`` (one line, for ``ERROR``); ``started`` (Unix time).
+    """
+    return {"trial_id": trial_id, "status": RUNNING,
+            "config": {k: v for k, v in config.items() if v is not None},
+            "metrics": {}, "history": [], "error": None, "started": time.time()}
+
+
+class RunDir:
+    """The directory of one run. Every path of a run is a property here.
+
+    Args:
+        path: the run directory (``STORAGE/NAME``); it need not exist yet.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).expanduser().resolve()
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # -- layout
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def spec_file(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def space_file(self) -> Path:
+        return self.path / "space.yaml"
+
+    @property
+    def optuna_db(self) -> Path:
+        return self.path / "optuna.db"
+
+    @property
+    def optuna_url(self) -> str:
+        """SQLAlchemy URL of the run's Optuna storage."""
+        return f"sqlite:///{self.optuna_db}"
+
+    @property
+    def tune_name(self) -> str:
+        """Ray Tune experiment name: ``RunConfig(name=..., storage_path=str(self.path))``."""
+        return "tune"
+
+    @property
+    def tune_dir(self) -> Path:
+        return self.path / self.tune_name
+
+    @property
+    def tune_state_file(self) -> Path:
+        """Written by Ray Tune once the experiment started; ``Tuner.restore`` needs it."""
+        return self.tune_dir / "tuner.pkl"
+
+    @property
+    def trials_dir(self) -> Path:
+        return self.path / "trials"
+
+    def trial_file(self, trial_id: str) -> Path:
+        return self.trials_dir / f"{trial_id}.json"
+
+    # -- creating and opening
+    @classmethod
+    def create(cls, storage: str | Path, name: str) -> "RunDir":
+        """A new, empty run directory ``storage/name``.
+
+        Raises:
+            UserError: it exists and is not empty (a run is never appended to by accident), or
+                ``storage`` is not writable.
+        """
+        run = cls(Path(storage) / name)
+        if run.path.exists() and any(run.path.iterdir()):
+            raise UserError("a run with this name exists; pick another --name or resume it with "
+                            f"`archsearch resume {run.path}`", file=str(run.path), field="--name")
+        try:
+            run.trials_dir.mkdir(parents=True, exist_ok=True)
+            probe = run.path / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise UserError(f"storage path is not writable ({e.strerror})",
+                            file=str(run.path.parent), field="--storage") from None
+        return run
+
+    @classmethod
+    def open(cls, path: str | Path) -> "RunDir":
+        """An existing run directory.
+
+        Raises:
+            UserError: ``path`` holds no ``run.json`` and ``space.yaml``.
+        """
+        run = cls(path)
+        if not run.spec_file.is_file() or not run.space_file.is_file():
+            raise UserError(f"not a run directory (no {run.spec_file.name} / {run.space_file.name})",
+                            file=str(run.path))
+        return run
+
+    # -- spec and space
+    def write_spec(self, spec: RunSpec) -> None:
+        atomic_write_json(self.spec_file, spec.to_dict())
+
+    def read_spec(self) -> RunSpec:
+        """Raises: UserError: ``run.json`` is not valid JSON or lacks a field."""
+        try:
+            d = json.loads(self.spec_file.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise UserError(f"unreadable run spec ({e.__class__.__name__})", file=str(self.spec_file)) from None
+        if not isinstance(d, dict):
+            raise UserError("expected a JSON object", file=str(self.spec_file))
+        return RunSpec.from_dict(d, source=str(self.spec_file))
+
+    def write_space(self, space) -> None:
+        """Write the effective :class:`~archsearch.space.SearchSpace` as YAML."""
+        import yaml
+
+        atomic_write(self.space_file, yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False))
+
+    def load_space(self):
+        """The run's effective :class:`~archsearch.space.SearchSpace`."""
+        from archsearch.space import load_space
+
+        return load_space(self.space_file)
+
+    # -- trial records
+    def write_trial(self, record: dict[str, Any]) -> None:
+        """Write one trial record (atomically)."""
+        self.trials_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.trial_file(record["trial_id"]), record)
+
+    def read_trials(self) -> list[dict[str, Any]]:
+        """All trial records, in the order the trials started.
+
+        Raises:
+            UserError: a record is not valid JSON (names the file).
+        """
+        out = []
+        for p in sorted(self.trials_dir.glob("*.json")):
+            try:
+                out.append(json.loads(p.read_text()))
+            except json.JSONDecodeError as e:
+                raise UserError(f"corrupt trial record (line {e.lineno}: {e.msg})", file=str(p)) from None
+        out.sort(key=lambda r: (r.get("started", 0), r["trial_id"]))
+        return out
+
+    def last_activity(self) -> float:
+        """Unix time of the last trial record write (or now, when there is none)."""
+        times = [p.stat().st_mtime for p in self.trials_dir.glob("*.json")]
+        return max(times) if times else time.time()
+
+
+def read_trials(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Shorthand for ``RunDir(run_dir).read_trials()``."""
+    return RunDir(run_dir).read_trials()
