@@ -45,6 +45,7 @@ def search(
     from archsearch.tune.runner import run_search
 
     space = load_space(space_file)
+    pinned = None
     if fixed is not None:
         try:
             pinned = json.loads(fixed)
@@ -56,7 +57,7 @@ def search(
     res = run_search(space, searcher=searcher, trials=trials, address=address, name=name,
                      storage=storage, reports=reports, progress=progress,
                      cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
-                     ray_dashboard=ray_dashboard)
+                     ray_dashboard=ray_dashboard, fixed=pinned)
     _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds)
 
 
@@ -94,7 +95,8 @@ def resume(
     ray_dashboard: bool = typer.Option(True, help="Start the Ray dashboard on 127.0.0.1:8265 (local Ray only)."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ):
-    """Continue a stopped search (driver killed, Ctrl-C) with the searcher's state restored."""
+    """Continue a stopped search (driver killed, Ctrl-C) with the searcher's state restored and
+    the settings it was started with (--fixed, --trials, resources per trial, --address)."""
     from archsearch.tune.runner import resume_search
 
     res = resume_search(run_dir, address=address, reports=reports, progress=progress,
@@ -109,9 +111,9 @@ def report(
     reports: Path = typer.Option(Path("reports"), help="Where reports go."),
 ):
     """(Re)write the report of a run from its recorded trials."""
-    from archsearch.tune.runner import make_report
+    from archsearch.report import report_run
 
-    out_dir, summary = make_report(run_dir, reports, out)
+    out_dir, summary = report_run(run_dir, reports, out)
     _print_summary(summary, out_dir, None, None)
 
 
@@ -141,15 +143,17 @@ def dashboard(
     port: int = typer.Option(8080, help="Port."),
 ):
     """Serve the run's Optuna study with optuna-dashboard (127.0.0.1 by default)."""
-    db = run_dir / "optuna.db"
-    if not db.is_file():
-        raise UserError("no optuna.db here: not a run directory", file=str(run_dir))
+    from archsearch.runs import RunDir
+
+    run = RunDir(run_dir)
+    if not run.optuna_db.is_file():
+        raise UserError(f"no {run.optuna_db.name} here: not a run directory", file=str(run_dir))
     if host not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(f"warning: binding {host}: the dashboard has no authentication", err=True)
     from optuna_dashboard import run_server
 
     typer.echo(f"optuna-dashboard: http://{host}:{port}/  (Ctrl-C to stop)")
-    run_server(f"sqlite:///{db.resolve()}", host=host, port=port)
+    run_server(run.optuna_url, host=host, port=port)
 
 
 @data_app.command("list")

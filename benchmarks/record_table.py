@@ -55,15 +55,16 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(1)
     from archsearch.space import load_space
-    from archsearch.tune.runner import prepare_data, settings_for
+    from archsearch.data import prepare_for_space
+    from archsearch.tune.runner import trial_settings
     from archsearch.tune.trainable import run_trial
 
     space = load_space(args.space)
     space = space.model_copy(update={
         "dataset": space.dataset.model_copy(update={"max_train_samples": args.max_train_samples}),
         "budget": space.budget.model_copy(update={"epochs": args.epochs, "batch_size": args.batch_size})})
-    data = prepare_data(space)
-    settings = settings_for(space, 1)
+    data = prepare_for_space(space)
+    settings = trial_settings(space, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = set()

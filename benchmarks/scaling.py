@@ -78,7 +78,9 @@ def run_on_cluster(tmp: Path, n_nodes: int, spec: dict, name: str, kill_node: bo
     from ray.cluster_utils import Cluster
 
     from archsearch.space import load_space
-    from archsearch.tune.runner import init_ray, read_trials, run_search
+    from archsearch.runs import read_trials
+    from archsearch.tune.ray_session import init_ray
+    from archsearch.tune.runner import run_search
 
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))

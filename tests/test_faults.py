@@ -39,12 +39,14 @@ def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path, cache
     import optuna
 
     space = tmp_path / "faults.yaml"
-    space.write_text(yaml.safe_dump(TINY))
+    # the YAML asks for 6 trials; the command line says 4 and pins d_model: resume must keep both
+    space.write_text(yaml.safe_dump({**TINY, "budget": {**TINY["budget"], "trials": 6}}))
     env = {**os.environ, "ARCHSEARCH_CACHE": str(cache_dir)}
     run_dir = tmp_path / "runs" / "r"
     # the driver's output goes to a file, never a pipe: an undrained pipe blocks a chatty driver
     log = open(tmp_path / "driver.log", "w")
     proc = subprocess.Popen(_cli("search", str(space), "--searcher", "tpe", "--name", "r",
+                                 "--trials", "4", "--fixed", '{"d_model": 16}',
                                  "--storage", str(tmp_path / "runs"), "--reports",
                                  str(tmp_path / "reports"), "--no-progress", "--no-ray-dashboard"),
                             cwd=tmp_path, env=env, start_new_session=True,
@@ -77,6 +79,7 @@ def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path, cache
     recs = _records(run_dir)
     assert len(recs) == 4, [(r["trial_id"], r["status"]) for r in recs]
     assert all(r["status"] == "TERMINATED" for r in recs)
+    assert all(r["config"]["d_model"] == 16 for r in recs), [r["config"] for r in recs]
     for r in recs:  # the interrupted trial continued: one history entry per epoch, no repeats
         assert [h["epoch"] for h in r["history"]] == [1, 2, 3]
     storage = optuna.storages.RDBStorage(f"sqlite:///{run_dir / 'optuna.db'}")
@@ -94,7 +97,9 @@ from pathlib import Path
 import yaml
 from ray.cluster_utils import Cluster
 from archsearch.space import load_space
-from archsearch.tune.runner import init_ray, run_search, read_trials
+from archsearch.runs import read_trials
+from archsearch.tune.ray_session import init_ray
+from archsearch.tune.runner import run_search
 
 tmp = Path(sys.argv[1])
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
@@ -167,20 +172,22 @@ def test_orphaned_running_trial_is_recorded_as_failed_not_dropped(tmp_path):
     failed, with the reason, in both the trial records and the Optuna study."""
     import optuna
 
-    from archsearch.tune.runner import _reconcile, read_trials
+    from archsearch.runs import RunDir, read_trials
+    from archsearch.tune.runner import reconcile
 
     (tmp_path / "trials").mkdir()
     for tid, status in (("a", "TERMINATED"), ("b", "RUNNING")):
         (tmp_path / "trials" / f"{tid}.json").write_text(json.dumps(
             {"trial_id": tid, "status": status, "config": {}, "metrics": {}, "history": [],
              "error": None, "started": 0}))
-    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
-    study = optuna.create_study(study_name="s", storage=storage)
+    run = RunDir(tmp_path)
+    storage = optuna.storages.RDBStorage(run.optuna_url)
+    study = optuna.create_study(study_name=run.name, storage=storage)
     study.tell(study.ask(), 1.0)
     study.ask()  # left RUNNING, like the orphan
-    _reconcile(tmp_path, "s")
+    reconcile(run)
     recs = {r["trial_id"]: r for r in read_trials(tmp_path)}
     assert recs["a"]["status"] == "TERMINATED"
     assert recs["b"]["status"] == "ERROR" and recs["b"]["error"].startswith("lost")
-    states = [t.state for t in optuna.load_study(study_name="s", storage=storage).trials]
+    states = [t.state for t in optuna.load_study(study_name=run.name, storage=storage).trials]
     assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]

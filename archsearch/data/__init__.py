@@ -29,7 +29,7 @@ from archsearch.data.loading import (
     list_datasets,
     load,
 )
-from archsearch.data.prepare import ClassificationSplit, PreparedData, cache_root, prepare
+from archsearch.data.prepare import ClassificationSplit, PreparedData, cache_root, prepare, prepare_for_space
 
 __all__ = [
     "DEFAULT_DATASET",
@@ -44,4 +44,5 @@ __all__ = [
     "load",
     "num_batches",
     "prepare",
+    "prepare_for_space",
 ]

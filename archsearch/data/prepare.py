@@ -157,26 +157,26 @@ def _slug(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", base)[:40] or "dataset"
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def _atomic(path: Path, write) -> None:
+    """``write(tmp)`` to a unique temp file beside ``path``, then ``os.replace`` it into place:
+    concurrent trials building the same cache entry never see a partial file."""
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        tmp.write_bytes(data)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    _atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:
     import torch
 
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    _atomic(path, lambda tmp: torch.save(obj, tmp))
 
 
 def prepare(
@@ -306,13 +306,7 @@ def _build(name: str, kind: str | None, tok_path: str | None, vocab_size: int, m
     train_texts = list(dd["train"]["text"])
     tok = build_tokenizer(kind, train_texts, vocab_size, tok_path)
     if kind != "pretrained":
-        tmp = tok_file.with_name(f"{tok_file.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        try:
-            tok.save(tmp)
-            os.replace(tmp, tok_file)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        _atomic(tok_file, tok.save)
 
     tensors: dict[str, torch.Tensor] = {}
     stats: dict[str, dict[str, Any]] = {}
@@ -370,3 +364,30 @@ def _build(name: str, kind: str | None, tok_path: str | None, vocab_size: int, m
         "tokenizer_file": tok_path or tok_file.name, "splits": list(dd.keys()), "stats": stats,
     }
     return {"meta": meta, "tensors": tensors}
+
+
+def prepare_for_space(space) -> PreparedData:
+    """The prepared (tokenized, cached) dataset of a search space: ``space.dataset`` with its
+    ``max_train_samples`` cut (a fixed prefix of the training split, for quick runs and tests).
+
+    Raises:
+        UserError: the dataset cannot be loaded, or its task is not the space's ``task``.
+    """
+    import dataclasses
+
+    ds = space.dataset
+    data = prepare(ds.name, vocab_size=ds.vocab_size, max_len=ds.max_len, tokenizer=ds.tokenizer,
+                   text_column=ds.text_column, label_column=ds.label_column, task=space.task)
+    if data.task != space.task:
+        raise UserError(f"dataset {ds.name!r} is a {data.task} dataset but the space's task is "
+                        f"{space.task!r}", file=space.source, field="task")
+    n = ds.max_train_samples
+    if n is None:
+        return data
+    train = data.train
+    if data.task == "lm":
+        train = train[:n]
+    else:
+        train = dataclasses.replace(train, input_ids=train.input_ids[:n],
+                                    attention_mask=train.attention_mask[:n], labels=train.labels[:n])
+    return dataclasses.replace(data, data={**data.data, "train": train})

@@ -14,6 +14,14 @@ SEARCHERS = ("ahto", "qnehvi", "random", "tpe", "nsga2")
 def make(name: str, space, *, seed: int = 0, cost_fn=None, **kwargs):
     """A searcher by name (see :data:`SEARCHERS`); ``kwargs`` go to its constructor.
 
+    This is the one construction path: ``archsearch search --searcher NAME`` (through
+    :func:`archsearch.tune.searchers.tune_searcher`, which wraps the result in the Ray adapter),
+    the Optuna adapter and ``benchmarks/searchers.py`` all call it, so the searcher a benchmark
+    compares is the one a user runs. The space's constraints reach every searcher: the Optuna
+    baselines through ``Trial.set_constraint``, the model-based ones through their
+    feasibility model; ``cost_fn`` (:func:`archsearch.models.costs.known_costs_fn`) lets
+    all of them refuse known-infeasible configs before training.
+
     Raises:
         ValueError: unknown name.
     """

@@ -5,7 +5,9 @@
 fidelity (``epoch / epochs``: ASHA-stopped trials count at their fraction of the budget) or
 ``error=True`` for a failed trial; ``save``/``restore`` write the core's full state (atomic).
 When an Optuna ``storage`` is given, every finished trial is also added to the Optuna study
-``study_name`` (``study.add_trial``) so ``archsearch dashboard`` shows the run.
+``study_name`` (``study.add_trial``, with the Tune trial id as user attribute ``trial_id``) so
+``archsearch dashboard`` shows the run. Recording is idempotent: a trial Tune reports again
+after a resume (it finished after the last experiment save) is not added twice.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ class RaySearcher(_TuneSearcher):
         self.core, self.epochs = core, epochs
         self.storage, self.study_name = storage, study_name
         self._study = None
+        self._recorded: set[str] | None = None  # Tune trial ids already in the study
 
     def __getstate__(self):
-        return {**self.__dict__, "_study": None}
+        return {**self.__dict__, "_study": None, "_recorded": None}
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True  # the objectives come from the search space
@@ -56,9 +59,9 @@ class RaySearcher(_TuneSearcher):
         bad = error or not result or not all(
             isinstance(result.get(k), (int, float)) and math.isfinite(result[k]) for k in self.core.metrics)
         self.core.tell(trial_id, None if bad else result, error=bad, fidelity=fidelity)
-        self._record(config, None if bad else result, fidelity)
+        self._record(trial_id, config, None if bad else result, fidelity)
 
-    def _record(self, config: dict, result: dict | None, fidelity: float) -> None:
+    def _record(self, trial_id: str, config: dict, result: dict | None, fidelity: float) -> None:
         if self.storage is None:
             return
         import optuna
@@ -67,6 +70,11 @@ class RaySearcher(_TuneSearcher):
             self._study = optuna.create_study(
                 storage=self.storage, study_name=self.study_name, load_if_exists=True,
                 directions=["maximize" if o.mode == "max" else "minimize" for o in self.core.space.objectives])
+        if self._recorded is None:
+            self._recorded = {t.user_attrs.get("trial_id") for t in self._study.get_trials(deepcopy=False)}
+        if trial_id in self._recorded:
+            return
+        self._recorded.add(trial_id)
         dists = self.core.space.to_optuna()
         TS = optuna.trial.TrialState
         state = TS.FAIL if result is None else (TS.COMPLETE if fidelity >= 1.0 else TS.PRUNED)
@@ -77,7 +85,8 @@ class RaySearcher(_TuneSearcher):
                                "time_since_restore", "iterations_since_restore")}
         self._study.add_trial(optuna.trial.create_trial(
             params=dict(config), distributions={k: dists[k] for k in config}, values=values,
-            state=state, user_attrs={**attrs, "fidelity": fidelity, "searcher": self.core.name}))
+            state=state, user_attrs={**attrs, "fidelity": fidelity, "searcher": self.core.name,
+                                     "trial_id": trial_id}))
 
     def save(self, checkpoint_path: str) -> None:
         self.core.save(checkpoint_path)

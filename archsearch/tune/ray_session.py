@@ -1,0 +1,84 @@
+"""Ray start-up: local Ray on 127.0.0.1, or a connection to a cluster at ``--address``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+from archsearch.errors import UserError
+
+
+def ray_env() -> None:
+    """Environment for local and test Ray sessions (no token auth, no usage stats, Tune's own
+    status table off: archsearch draws its own progress)."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # Save Tune's experiment state (trial table + searcher) every second instead of every
+    # >= 10 s, so a driver killed soon after a trial started can resume that same trial.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+
+
+def check_address(address: str | None, timeout_s: float = 3.0) -> None:
+    """Fail fast when nothing listens at ``--address`` (Ray itself retries for minutes).
+
+    ``auto`` is left to Ray (it fails at once when no local cluster runs); ``HOST:PORT`` and
+    ``ray://HOST:PORT`` get a TCP connect with ``timeout_s`` seconds.
+
+    Raises:
+        UserError: malformed address, or no answer at HOST:PORT.
+    """
+    if address is None or address == "auto":
+        return
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UserError("expected auto, HOST:PORT or ray://HOST:PORT", file=address, field="--address")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise UserError(f"no Ray cluster answers there ({e.strerror or e.__class__.__name__})",
+                        file=address, field="--address") from None
+
+
+def init_ray(address: str | None, *, num_cpus: int | None = None, dashboard: bool = False,
+             dashboard_host: str = "127.0.0.1") -> None:
+    """Start local Ray (``address=None``: ``num_cpus`` CPUs, default all) or connect to a
+    cluster. Does nothing when Ray is already initialised in this process.
+
+    Raises:
+        UserError: nothing answers at ``address``.
+    """
+    ray_env()
+    import ray
+
+    if ray.is_initialized():
+        return
+    check_address(address)
+    if address is None:
+        if dashboard_host not in ("127.0.0.1", "localhost"):
+            print(f"warning: Ray dashboard bound to {dashboard_host}: Ray has no authentication; "
+                  "anyone who can reach this port can run code on this machine", file=sys.stderr)
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(),
+                 include_dashboard=dashboard, dashboard_host=dashboard_host,
+                 log_to_driver=False, logging_level="ERROR")
+        return
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    except Exception as e:  # Ray raises ConnectionError, RuntimeError or ValueError here
+        raise UserError(f"no Ray cluster answers there ({e.__class__.__name__})",
+                        file=address, field="--address") from None
+
+
+def print_dashboards(run_dir, address: str | None, ray_dashboard: bool) -> None:
+    """Tell the user (stderr) where the Ray and Optuna dashboards are."""
+    if address is None and ray_dashboard:
+        import ray
+
+        url = getattr(ray.get_runtime_context(), "dashboard_url", None) or "127.0.0.1:8265"
+        print(f"Ray dashboard:    http://{url}", file=sys.stderr)
+    print(f"Optuna dashboard: archsearch dashboard {run_dir}", file=sys.stderr)

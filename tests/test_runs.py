@@ -1,0 +1,182 @@
+"""The run layer without Ray: run directory and spec, resume settings, the one searcher path,
+the pre-launch constraint check on the same cost function the trials report."""
+
+import copy
+import importlib.util
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_SPACE, tiny_space_file
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, cache_dir):
+    """The tiny space and its prepared (real, tokenized) data."""
+    from archsearch.data import prepare_for_space
+    from archsearch.space import load_space
+
+    space = load_space(tiny_space_file(tmp_path_factory.mktemp("space")))
+    return space, prepare_for_space(space)
+
+
+# ---------------------------------------------------------------------- RunDir and spec
+def test_run_dir_refuses_an_existing_run_and_unwritable_storage(tmp_path):
+    from archsearch.errors import UserError
+    from archsearch.runs import RunDir
+
+    run = RunDir.create(tmp_path / "runs", "a")
+    assert run.trials_dir.is_dir() and run.name == "a"
+    run.write_trial({"trial_id": "t1", "status": "RUNNING", "started": 1.0})
+    with pytest.raises(UserError, match="--name"):
+        RunDir.create(tmp_path / "runs", "a")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UserError, match="--storage"):
+        RunDir.create(blocker, "a")
+    with pytest.raises(UserError, match="not a run directory"):
+        RunDir.open(tmp_path / "runs" / "a")  # no run.json yet
+
+
+def test_trial_records_round_trip_and_nan_becomes_null(tmp_path):
+    from archsearch.runs import RunDir
+
+    run = RunDir(tmp_path)
+    run.write_trial({"trial_id": "b", "started": 2.0, "metrics": {"val_loss": float("nan")}})
+    run.write_trial({"trial_id": "a", "started": 1.0, "metrics": {"val_loss": 0.5}})
+    recs = run.read_trials()
+    assert [r["trial_id"] for r in recs] == ["a", "b"]  # start order, not file order
+    assert recs[1]["metrics"]["val_loss"] is None
+    assert not list(tmp_path.rglob("*.tmp"))  # the atomic write leaves no temp file
+
+
+def test_resume_restores_fixed_trials_and_gpus_from_the_run_spec(tiny, tmp_path):
+    """Started with --fixed, --trials 5 and --gpus-per-trial 1: reopening the run for resume
+    gives exactly those, whatever the YAML says (the GPU count is only recorded: nothing runs)."""
+    from archsearch.tune.runner import reopen_run, start_run, trial_resources
+
+    space, _ = tiny
+    pinned = space.pinned({"d_model": 16, "n_layers": 1})
+    launch = start_run(pinned, searcher="random", trials=5, gpus_per_trial=1, name="r",
+                       storage=tmp_path, fixed={"d_model": 16, "n_layers": 1}, address=None)
+    assert launch.space.budget.trials == 5
+    launch.run.tune_state_file.parent.mkdir(parents=True)
+    launch.run.tune_state_file.write_bytes(b"")  # as if Tune had started, then the driver died
+
+    again = reopen_run(launch.run.path)
+    assert trial_resources(again) == {"cpu": 1.0, "gpu": 1.0}
+    assert again.spec.trials == 5 and again.space.budget.trials == 5
+    assert again.spec.fixed == {"d_model": 16, "n_layers": 1}
+    assert again.space.params["d_model"].choices == [16]
+    assert again.space.params["n_layers"].choices == [1]
+    assert again.spec.searcher == "random" and len(again.spec.resumed) == 1
+    # the spec on disk says the same (a second resume reads it again)
+    on_disk = json.loads(launch.run.spec_file.read_text())
+    assert on_disk["gpus_per_trial"] == 1 and on_disk["trials"] == 5
+
+
+# ---------------------------------------------------------------------- one searcher path
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("bench_searchers", ROOT / "benchmarks" / "searchers.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _TinyProblem:
+    """A benchmark problem over the tiny space: constant metrics, known costs as the CLI's."""
+
+    name = "tiny"
+
+    def __init__(self, space, data):
+        from archsearch.models.costs import known_costs_fn
+
+        self.space, self.cost_fn, self.ref, self.max_hv = space, known_costs_fn(data, space.fixed), [0.0, -1e12], 1.0
+
+    def evaluate(self, config):
+        return config, {"accuracy": 0.6, **self.cost_fn(config)}, False
+
+    def objectives(self, m):
+        return [m["accuracy"], -m["flops_per_sample"]]
+
+    def feasible(self, m):
+        return True
+
+
+@pytest.mark.parametrize("name", ["random", "tpe", "nsga2", "qnehvi", "ahto"])
+def test_benchmark_and_cli_build_the_searcher_with_the_same_call(tiny, monkeypatch, name):
+    import archsearch.search as search
+    from archsearch.tune.searchers import build_core
+
+    space, data = tiny
+    space = space.model_copy(update={"budget": space.budget.model_copy(update={"trials": 40})})
+    calls, real_make = [], search.make
+
+    def spy(*args, **kwargs):
+        obj = real_make(*args, **kwargs)
+        calls.append((args, {k: v for k, v in kwargs.items() if k != "cost_fn"},
+                      type(kwargs.get("cost_fn")).__name__, obj))
+        return obj
+
+    monkeypatch.setattr(search, "make", spy)
+    build_core(name, space, data, seed=3)                      # what `archsearch search` builds
+    _load_benchmark().run_one(_TinyProblem(space, data), name, 3, budget=1)   # what it compares
+    assert len(calls) == 2
+    (a_args, a_kw, a_fn, a), (b_args, b_kw, b_fn, b) = calls
+    assert a_args[0] == b_args[0] == name and a_kw == b_kw and a_fn == b_fn == "function"
+    assert type(a) is type(b)
+    if hasattr(a, "study"):  # the Optuna baselines: the same sampler, configured alike
+        sa, sb = a.study.sampler, b.study.sampler
+        assert type(sa) is type(sb)
+        for attr in ("_n_startup_trials", "_population_size", "_multivariate"):
+            assert getattr(sa, attr, None) == getattr(sb, attr, None), attr
+
+
+@pytest.mark.parametrize("name", ["tpe", "nsga2"])
+def test_optuna_baselines_get_the_constraints_without_deprecation(tiny, name):
+    """The space's constraint reaches the sampler through Trial.set_constraint (read by TPE
+    and NSGA-II as FrozenTrial.constraints), with no FutureWarning from Optuna 5."""
+    from archsearch.tune.searchers import build_core
+
+    space, data = tiny
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        core = build_core(name, space, data, seed=0)
+        tid, cfg = core.ask()
+        core.tell(tid, {"accuracy": 0.7, "flops_per_sample": 1e5, "params_trainable": 5e5})
+        tid2, _ = core.ask()
+        core.tell(tid2, {"accuracy": 0.6, "flops_per_sample": 1e5, "params_trainable": 1e3})
+    done = [t for t in core.study.trials if t.state.name == "COMPLETE"]
+    assert [t.constraints for t in done] == [{"params_trainable.max": 5e5 - 4e5},
+                                             {"params_trainable.max": 1e3 - 4e5}]
+
+
+# ---------------------------------------------------------------------- pre-launch check
+def test_prelaunch_check_uses_the_reported_cost(tmp_path, cache_dir):
+    """A bound the cheapest config meets by the FLOPs its trial reports is never refused, and
+    a bound it misses is. Sentences are far shorter than max_len here, so costing the config at
+    max_len (the old check) would refuse the first bound."""
+    from archsearch.data import prepare_for_space
+    from archsearch.errors import UserError
+    from archsearch.space import load_space
+    from archsearch.tune.runner import check_constraints, smallest_config, trial_settings
+    from archsearch.tune.trainable import TrialLoop
+
+    spec = copy.deepcopy(TINY_SPACE)
+    spec["dataset"]["max_len"] = 128
+    space = load_space(tiny_space_file(tmp_path, dataset=spec["dataset"]))
+    data = prepare_for_space(space)
+    cfg = smallest_config(space)
+    reported = TrialLoop(cfg, data, trial_settings(space, 1)).evaluate()["flops_per_sample"]
+
+    def with_bound(value):
+        bounds = {"flops_per_sample": space.constraints["params_trainable"].model_copy(update={"max": value})}
+        return space.model_copy(update={"constraints": bounds})
+
+    check_constraints(with_bound(reported * 1.0001), data)  # feasible by the reported metric
+    with pytest.raises(UserError, match="constraints.flops_per_sample.max"):
+        check_constraints(with_bound(reported * 0.99), data)
