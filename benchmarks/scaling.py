@@ -48,13 +48,9 @@ def space_spec(trials: int, epochs: int, train_samples: int, concurrent: int) ->
 
 
 def records(run_dir: Path) -> list[dict]:
-    out = []
-    for p in (run_dir / "trials").glob("*.json"):
-        try:
-            out.append(json.loads(p.read_text()))
-        except (OSError, json.JSONDecodeError):
-            pass
-    return out
+    from archsearch.runs import RunDir
+
+    return RunDir(run_dir).read_trials()
 
 
 def count_faults(run_dir: Path, study_name: str, asked: int) -> tuple[int, int]:
@@ -63,7 +59,9 @@ def count_faults(run_dir: Path, study_name: str, asked: int) -> tuple[int, int]:
     recs = records(run_dir)
     done = [r for r in recs if r["status"] in ("TERMINATED", "STOPPED")]
     lost = asked - len(done)
-    storage = optuna.storages.RDBStorage(f"sqlite:///{run_dir / 'optuna.db'}")
+    from archsearch.runs import RunDir
+
+    storage = optuna.storages.RDBStorage(RunDir(run_dir).optuna_url)
     n_optuna = len(optuna.load_study(study_name=study_name, storage=storage).trials)
     dup = max(0, n_optuna - len(recs))
     for r in recs:
@@ -101,7 +99,7 @@ def run_on_cluster(tmp: Path, n_nodes: int, spec: dict, name: str, kill_node: bo
     if kill_node:
         run_dir = tmp / "runs" / name
         while th.is_alive():
-            recs = read_trials(run_dir) if (run_dir / "trials").exists() else []
+            recs = read_trials(run_dir)
             running = [r for r in recs if r["status"] == "RUNNING"]
             if len(running) >= 2 and all(r["history"] for r in running):
                 cluster.remove_node(nodes[0], allow_graceful=False)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from archsearch.runs import RunDir
 from conftest import TINY_SPACE
 
 #: Trials long enough (3 epochs, one at a time) to be interrupted part-way.
@@ -24,13 +25,7 @@ def _cli(*args, **kw):
 
 
 def _records(run_dir: Path) -> list[dict]:
-    out = []
-    for p in (run_dir / "trials").glob("*.json"):
-        try:
-            out.append(json.loads(p.read_text()))
-        except (json.JSONDecodeError, OSError):
-            pass
-    return out
+    return RunDir(run_dir).read_trials()  # atomic writes: a record is never read half-written
 
 
 @pytest.mark.ray
@@ -82,7 +77,7 @@ def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path, cache
     assert all(r["config"]["d_model"] == 16 for r in recs), [r["config"] for r in recs]
     for r in recs:  # the interrupted trial continued: one history entry per epoch, no repeats
         assert [h["epoch"] for h in r["history"]] == [1, 2, 3]
-    storage = optuna.storages.RDBStorage(f"sqlite:///{run_dir / 'optuna.db'}")
+    storage = optuna.storages.RDBStorage(RunDir(run_dir).optuna_url)
     study = optuna.load_study(study_name="r", storage=storage)
     states = [t.state for t in study.trials]
     assert states.count(optuna.trial.TrialState.COMPLETE) == 4, states
@@ -117,7 +112,7 @@ run_dir = tmp / "runs" / "nodes"
 deadline = time.time() + 300
 killed = None
 while time.time() < deadline and killed is None:
-    recs = read_trials(run_dir) if (run_dir / "trials").exists() else []
+    recs = read_trials(run_dir)
     running = [r for r in recs if r["status"] == "RUNNING"]
     # both nodes busy with a trial that has a checkpoint: whichever node dies, its trial
     # must continue from that checkpoint
@@ -172,15 +167,13 @@ def test_orphaned_running_trial_is_recorded_as_failed_not_dropped(tmp_path):
     failed, with the reason, in both the trial records and the Optuna study."""
     import optuna
 
-    from archsearch.runs import RunDir, read_trials
+    from archsearch.runs import read_trials
     from archsearch.tune.runner import reconcile
 
-    (tmp_path / "trials").mkdir()
-    for tid, status in (("a", "TERMINATED"), ("b", "RUNNING")):
-        (tmp_path / "trials" / f"{tid}.json").write_text(json.dumps(
-            {"trial_id": tid, "status": status, "config": {}, "metrics": {}, "history": [],
-             "error": None, "started": 0}))
     run = RunDir(tmp_path)
+    for tid, status in (("a", "TERMINATED"), ("b", "RUNNING")):
+        run.write_trial({"trial_id": tid, "status": status, "config": {}, "metrics": {},
+                         "history": [], "error": None, "started": 0})
     storage = optuna.storages.RDBStorage(run.optuna_url)
     study = optuna.create_study(study_name=run.name, storage=storage)
     study.tell(study.ask(), 1.0)

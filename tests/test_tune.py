@@ -41,7 +41,9 @@ def test_tiny_search_end_to_end(tiny_run):
         assert m["flops_per_sample"] > 0 and m["params_trainable"] > 0 and m["latency_ms"] > 0
         assert math.isfinite(m["val_loss"]) and m["train_seconds"] > 0
     # Optuna storage holds one study with every trial and both objective values
-    storage = optuna.storages.RDBStorage(f"sqlite:///{res.run_dir / 'optuna.db'}")
+    from archsearch.runs import RunDir
+
+    storage = optuna.storages.RDBStorage(RunDir(res.run_dir).optuna_url)
     study = optuna.load_study(study_name="tiny-run", storage=storage)
     assert len(study.trials) == 3
     assert all(t.state == optuna.trial.TrialState.COMPLETE and len(t.values) == 2 for t in study.trials)
