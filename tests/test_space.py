@@ -1,5 +1,6 @@
 """Search-space validation: every user mistake is one line naming the file and the field."""
 
+import math
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import pytest
 
 from archsearch.errors import UserError
 from archsearch.space import load_space
+from conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,37 +41,95 @@ def test_conditional_param_only_when_condition_holds(tmp_path):
     space = load_space(write(tmp_path, BASE))
     assert space.active("dht_lambda", {"gating": "dht"})
     assert not space.active("dht_lambda", {"gating": "static"})
+    assert not space.active("dht_lambda", {})
     x = space.encode({"n_layers": 3, "gating": "static"})
     assert space.decode(x) == {"n_layers": 3, "gating": "static"}
     cfg = space.decode(space.encode({"n_layers": 1, "gating": "dht", "dht_lambda": 0.1}))
-    assert cfg["gating"] == "dht" and cfg["dht_lambda"] == pytest.approx(0.1)
+    assert cfg == {"n_layers": 1, "gating": "dht", "dht_lambda": pytest.approx(0.1)}
+    # unit cube: n_layers 1..3 linear, gating one-hot, dht_lambda on a log scale (0.1 is the
+    # geometric middle of [0.01, 1], so it maps to 0.5, not to (0.1 - 0.01) / 0.99)
+    dims = space.dims()
+    assert dims == [("n_layers", None), ("gating", "static"), ("gating", "dht"), ("dht_lambda", None)]
+    assert space.encode({"n_layers": 2, "gating": "dht", "dht_lambda": 0.1}) == pytest.approx(
+        [0.5, 0.0, 1.0, 0.5])
+    assert space.encode({"n_layers": 3, "gating": "dht", "dht_lambda": 1.0}) == pytest.approx(
+        [1.0, 0.0, 1.0, 1.0])
+
+
+def check_samples(cfgs: list[dict]) -> None:
+    """What any sampler of ``BASE`` must give over a few hundred draws: values within the
+    bounds (``high`` included), the conditional param exactly when its condition holds, and
+    ``dht_lambda`` log-uniform: half of it below 0.1, the geometric middle of [0.01, 1]
+    (a uniform sampler puts 9 % there)."""
+    assert len(cfgs) >= 200
+    layers = [c["n_layers"] for c in cfgs]
+    assert all(isinstance(n, int) for n in layers)
+    assert set(layers) == {1, 2, 3}, sorted(set(layers))
+    assert all(layers.count(n) > 0.2 * len(cfgs) for n in (1, 2, 3))
+    gatings = [c["gating"] for c in cfgs]
+    assert set(gatings) == {"static", "dht"}
+    assert 0.35 < gatings.count("dht") / len(cfgs) < 0.65
+    for c in cfgs:
+        if c["gating"] == "dht":
+            assert 0.01 <= c["dht_lambda"] <= 1.0, c
+        else:
+            assert c.get("dht_lambda") is None, c
+    lams = [c["dht_lambda"] for c in cfgs if c["gating"] == "dht"]
+    below = sum(lam < 0.1 for lam in lams) / len(lams)
+    assert 0.35 < below < 0.65, f"{below:.0%} of dht_lambda below 0.1: not log-uniform"
+    mean_log = sum(math.log10(lam) for lam in lams) / len(lams)
+    assert -1.2 < mean_log < -0.8, mean_log  # log-uniform on [-2, 0]: mean -1
 
 
 def test_optuna_define_by_run_respects_conditions(tmp_path):
     import optuna
 
     space = load_space(write(tmp_path, BASE))
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    seen = set()
-    for _ in range(30):
-        trial = study.ask()
-        cfg = space.suggest(trial)
-        assert ("dht_lambda" in cfg) == (cfg["gating"] == "dht")
-        assert 1 <= cfg["n_layers"] <= 3
-        seen.add(cfg["gating"])
-        study.tell(trial, 0.0)
-    assert seen == {"static", "dht"}
+
+    def draw(seed, n=300):
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+        cfgs = []
+        for _ in range(n):
+            trial = study.ask()
+            cfg = space.suggest(trial)
+            assert cfg == trial.params  # only the active params are suggested
+            cfgs.append(cfg)
+            study.tell(trial, 0.0)
+        return cfgs
+
+    cfgs = draw(seed=0)
+    check_samples(cfgs)
+    assert draw(seed=0, n=20) == cfgs[:20]  # seeded: reproducible
+    assert draw(seed=1, n=20) != cfgs[:20]
     dists = space.to_optuna()
     assert set(dists) == {"n_layers", "gating", "dht_lambda"}
+    assert dists["dht_lambda"].log and (dists["dht_lambda"].low, dists["dht_lambda"].high) == (0.01, 1.0)
+    assert (dists["n_layers"].low, dists["n_layers"].high) == (1, 3)
 
 
 def test_ray_param_space_samples_conditions(tmp_path):
+    import numpy as np
     from ray.tune.search.variant_generator import generate_variants
 
     space = load_space(write(tmp_path, BASE))
-    cfgs = [cfg for _, cfg in generate_variants(space.to_ray())]
-    for cfg in cfgs:
-        assert (cfg["dht_lambda"] is not None) == (cfg["gating"] == "dht")
+    param_space = space.to_ray()
+
+    def draw(seed, n=300):
+        # Ray samples plain domains from random_state, a sample_from (the conditional
+        # dht_lambda) from numpy's global generator: seed both, restore the global one.
+        saved = np.random.get_state()
+        np.random.seed(seed)
+        try:
+            rng = np.random.RandomState(seed)
+            return [cfg for _ in range(n) for _, cfg in generate_variants(param_space, random_state=rng)]
+        finally:
+            np.random.set_state(saved)
+
+    cfgs = draw(seed=0)
+    assert len(cfgs) == 300  # one variant per call: no grid search in the space
+    check_samples(cfgs)
+    assert draw(seed=0, n=20) == cfgs[:20]
+    assert draw(seed=1, n=20) != cfgs[:20]
 
 
 @pytest.mark.parametrize(
@@ -127,8 +187,7 @@ def test_cli_bad_input_exit_2_one_line_no_traceback(tmp_path, args, needle):
     write(tmp_path, BASE.replace("type: int", "type: integer"), "BAD.yaml")
     write(tmp_path, BASE, "GOOD.yaml")
     (tmp_path / "NOT_A_RUN").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "archsearch.cli", *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cli(*args, cwd=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -158,9 +217,13 @@ def test_impossible_constraint_is_refused_before_launch(tmp_path, cache_dir):
 
 
 def test_existing_run_name_and_unwritable_storage(tmp_path):
-    from archsearch.tune.runner import check_run_dir
+    from archsearch.runs import RunDir
+
+    def check_run_dir(storage, name):
+        return RunDir.create(storage, name).path
 
     run = check_run_dir(tmp_path / "runs", "a")
+    assert run == tmp_path / "runs" / "a" and run.is_dir()
     (run / "run.json").write_text("{}")
     with pytest.raises(UserError, match="--name"):
         check_run_dir(tmp_path / "runs", "a")
