@@ -21,8 +21,8 @@ The markers are kept honest here, not by memory:
 * the terminal summary lists tests that took more than ``SLOW_AUDIT_S`` seconds without
   the ``slow`` marker (a hint, not a failure: timings depend on the machine's load).
 
-Helpers that import ``archsearch`` do it lazily, inside the function: the package is being
-reorganised and a conftest that fails to import takes every test file down with it.
+Helpers that import ``archsearch`` do it inside the function, so that collecting the tests
+imports no heavy library.
 """
 
 from __future__ import annotations
@@ -162,25 +162,15 @@ def pytest_terminal_summary(terminalreporter):
 # ------------------------------------------------------------------------------------------
 
 
-def _init_ray():
-    """``init_ray`` wherever the package keeps it (it is moving out of the runner)."""
-    try:
-        from archsearch.tune import init_ray
-    except ImportError:
-        try:
-            from archsearch.tune.ray_session import init_ray
-        except ImportError:
-            from archsearch.tune.runner import init_ray
-    return init_ray
-
-
 @pytest.fixture(scope="session")
 def ray_session():
     """A real local Ray instance (2 CPUs, no dashboard), shared by every test that needs it.
     Using it marks the test ``ray``."""
     import ray
 
-    _init_ray()(None, num_cpus=2, dashboard=False)
+    from archsearch.tune.ray_session import init_ray
+
+    init_ray(None, num_cpus=2, dashboard=False)
     yield ray
     ray.shutdown()
 

@@ -12,16 +12,12 @@ import pytest
 import yaml
 
 from archsearch.runs import RunDir
-from conftest import TINY_SPACE
+from conftest import TINY_SPACE, cli_command
 
 #: Trials long enough (3 epochs, one at a time) to be interrupted part-way.
 TINY = {**TINY_SPACE, "name": "faults",
         "budget": {**TINY_SPACE["budget"], "trials": 4, "max_concurrent": 1, "epochs": 3}}
 TINY.pop("constraints")
-
-
-def _cli(*args, **kw):
-    return [sys.executable, "-m", "archsearch.cli", *args]
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -40,7 +36,7 @@ def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path, cache
     run_dir = tmp_path / "runs" / "r"
     # the driver's output goes to a file, never a pipe: an undrained pipe blocks a chatty driver
     log = open(tmp_path / "driver.log", "w")
-    proc = subprocess.Popen(_cli("search", str(space), "--searcher", "tpe", "--name", "r",
+    proc = subprocess.Popen(cli_command("search", str(space), "--searcher", "tpe", "--name", "r",
                                  "--trials", "4", "--fixed", '{"d_model": 16}',
                                  "--storage", str(tmp_path / "runs"), "--reports",
                                  str(tmp_path / "reports"), "--no-progress", "--no-ray-dashboard"),
@@ -66,7 +62,7 @@ def test_driver_killed_then_resumed_loses_and_duplicates_nothing(tmp_path, cache
     before = {r["trial_id"]: r["status"] for r in _records(run_dir)}
     assert "RUNNING" in before.values()
 
-    res = subprocess.run(_cli("resume", str(run_dir), "--reports", str(tmp_path / "reports"),
+    res = subprocess.run(cli_command("resume", str(run_dir), "--reports", str(tmp_path / "reports"),
                               "--no-progress", "--no-ray-dashboard"),
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -5,23 +5,7 @@ import math
 
 import pytest
 
-from conftest import TINY_SPACE, tiny_space_file
-
-def tiny_space(tmp_path, **changes):
-    from archsearch.space import load_space
-
-    return load_space(tiny_space_file(tmp_path, **changes))
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory, ray_session, cache_dir):
-    """One real tiny search (3 trials x 2 epochs on 1,024 real sentences), shared by tests."""
-    from archsearch.tune.runner import run_search
-
-    tmp_path = tmp_path_factory.mktemp("tiny")
-    space = tiny_space(tmp_path)
-    return run_search(space, searcher="random", name="tiny-run", storage=tmp_path / "runs",
-                      reports=tmp_path / "reports", progress=False)
+from conftest import TINY_SPACE, cli_command, free_port, run_cli, tiny_space
 
 
 @pytest.mark.ray
@@ -85,25 +69,16 @@ def test_nan_trial_is_recorded_as_failed_and_search_goes_on(tmp_path, ray_sessio
     assert res.summary["n_failed"] == len(failed)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.ray
 def test_optuna_dashboard_serves_the_run(tiny_run):
     """`archsearch dashboard RUN_DIR` on 127.0.0.1: /api/studies lists the study and its trials."""
     import subprocess
-    import sys
     import time
     import urllib.request
 
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "archsearch.cli", "dashboard", str(tiny_run.run_dir),
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = free_port()
+    proc = subprocess.Popen(cli_command("dashboard", tiny_run.run_dir, "--port", port),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         body, deadline = None, time.time() + 60
         while time.time() < deadline and body is None:
@@ -125,12 +100,8 @@ def test_optuna_dashboard_serves_the_run(tiny_run):
 
 @pytest.mark.ray
 def test_report_command_rewrites_the_report(tiny_run, tmp_path):
-    import subprocess
-    import sys
-
     out = tmp_path / "again"
-    proc = subprocess.run([sys.executable, "-m", "archsearch.cli", "report", str(tiny_run.run_dir),
-                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    proc = run_cli("report", tiny_run.run_dir, "--out", out, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "pareto.json").read_text())["n_trials"] == 3
     assert "hypervolume" in proc.stdout
