@@ -40,7 +40,8 @@ from pathlib import Path
 import torch
 
 from archsearch.data import prepare
-from archsearch.tune.trainable import TrialLoop, _trim
+from archsearch.models.config import trim_padding as _trim
+from archsearch.tune.trainable import TrialLoop
 
 RESULTS = Path(__file__).parent / "results" / "dht.json"
 

@@ -10,16 +10,18 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from archsearch.dynamic import gating_class
-from archsearch.dynamic.length_drop import (
-    LengthDropGating,
+from archsearch.dynamic.length_config import (
     check_length_config,
     constant_ratio_config,
-    length_config_flops,
-    length_drop_forward,
     sample_length_config,
     scale_counts,
-    significance,
     smallest_length_config,
+)
+from archsearch.dynamic.length_drop import (
+    LengthDropGating,
+    length_config_flops,
+    length_drop_forward,
+    significance,
 )
 from archsearch.models.costs import count_flops_torch, flops_per_sample
 from archsearch.models.transformer import Transformer, TransformerConfig
@@ -252,9 +254,9 @@ def test_gating_is_registered_and_trains_with_the_sandwich_then_searches(rt_data
     loop = TrialLoop(cfg, rt_data, {"epochs": 2, "batch_size": 64, "seed": 0, "latency_batch_size": 16,
                                     "evolution_store": str(store)})
     gating = loop.gating
-    x, mask, y = next(loop._train_batches())
+    x, mask, y = next(loop.train_batches())
     loop.model.train()
-    loss = gating.training_loss(x, mask, y, loop._loss)
+    loss = gating.training_loss(x, mask, y, loop.task_loss)
     assert loss.ndim == 0 and torch.isfinite(loss)
     # the sandwich: (CE(full) + 3 KL terms) / 4 >= CE(full) / 4, and every sub-model gets gradient
     loss.backward()
@@ -312,7 +314,7 @@ def test_language_model_trains_and_evaluates_with_drop_and_restore(cache_dir):
     loop.gating.set_length_config((16, 8))
     half = loop.evaluate()
     assert math.isfinite(half["perplexity"]) and half["flops_per_sample"] < full["flops_per_sample"]
-    ppl, flops = loop.gating.evaluate_config(list(loop._eval_batches()), (16, 8))
+    ppl, flops = loop.gating.evaluate_config(list(loop.eval_batches()), (16, 8))
     assert ppl == pytest.approx(half["perplexity"]) and flops == pytest.approx(half["flops_per_sample"])
     loop.gating.set_length_config(None)
     curve = loop.gating.finalize()["anytime_curve"]

@@ -325,3 +325,111 @@ def test_tiny_classifier_overfits_random_labels():
         losses.append(loss.item())
     assert losses[0] > 0.5 * math.log(2)
     assert losses[-1] < 0.1 * losses[0]
+
+
+# -- trial config -> model config, known costs -----------------------------------------------------
+
+
+def test_trial_config_merges_defaults_fixed_and_searched_values():
+    from archsearch.models.config import DEFAULTS, trial_config
+
+    cfg = trial_config({"n_layers": 3, "lr": None, "gamma": 0.5}, {"n_layers": 1, "lr": 5e-4})
+    assert cfg["n_layers"] == 3  # searched beats fixed
+    assert cfg["lr"] == 5e-4  # an inactive (None) searched value leaves the fixed one
+    assert cfg["gamma"] == 0.5 and cfg["d_model"] == DEFAULTS["d_model"]
+    assert trial_config({}) == DEFAULTS and trial_config({}) is not DEFAULTS
+
+
+def test_model_config_reads_data_and_ffn_width():
+    from types import SimpleNamespace
+
+    from archsearch.models.config import model_config, trial_config
+
+    data = SimpleNamespace(vocab_size=300, max_len=20, pad_id=1, task="classification", n_classes=3)
+    mcfg = model_config(trial_config({"d_model": 48, "n_heads": 4, "d_ffn_mult": 2.5}), data)
+    assert (mcfg.vocab_size, mcfg.max_len, mcfg.pad_id, mcfg.n_classes) == (300, 20, 1, 3)
+    assert (mcfg.d_model, mcfg.d_ffn, mcfg.n_heads) == (48, 120, 4)
+    assert model_config(trial_config({"d_ffn": 70}), data).d_ffn == 70  # an explicit width wins
+    lm = SimpleNamespace(vocab_size=65, max_len=16, pad_id=0, task="lm", n_classes=None)
+    assert model_config(trial_config({}), lm).task == "lm"
+    with pytest.raises(ValueError):
+        model_config(trial_config({"d_model": 30, "n_heads": 4}), data)
+
+
+def test_trim_padding_cuts_to_the_last_real_column():
+    from archsearch.models.config import trim_padding
+
+    ids = torch.arange(12).view(2, 6)
+    mask = torch.tensor([[1, 1, 0, 0, 0, 0], [0, 1, 1, 1, 0, 0]], dtype=torch.bool)  # (2, 6)
+    t_ids, t_mask = trim_padding(ids, mask)
+    assert torch.equal(t_ids, ids[:, :4]) and torch.equal(t_mask, mask[:, :4])
+    none = torch.zeros(3, 5, dtype=torch.bool)
+    assert trim_padding(torch.zeros(3, 5), none)[1].shape == (3, 1)  # at least one column
+    full = torch.ones(2, 5, dtype=torch.bool)
+    assert trim_padding(ids[:, :5], full)[0].shape == (2, 5)
+
+
+@pytest.fixture(scope="module")
+def mixed_length_data(cache_dir):
+    """Real Rotten Tomatoes data whose validation split is its 256 shortest sentences, then 100
+    sentences of ``max_len`` tokens: the first evaluation batch runs trimmed, the second at full
+    length."""
+    import dataclasses
+
+    from archsearch.data import prepare
+
+    data = prepare("rotten_tomatoes_sentences", vocab_size=1000, max_len=32)
+    v = data.validation
+    lengths = v.attention_mask.sum(1)  # (N,)
+    short = lengths.argsort(stable=True)[:256].sort().values
+    long = (lengths == 32).nonzero().flatten()[:100]
+    assert int(lengths[short].max()) < 32 and len(long) == 100
+    idx = torch.cat([short, long])
+    val = dataclasses.replace(v, input_ids=v.input_ids[idx], attention_mask=v.attention_mask[idx],
+                              labels=v.labels[idx])
+    return dataclasses.replace(data, data={**data.data, "validation": val})
+
+
+def test_eval_lengths_are_the_trainables_validation_batches(mixed_length_data):
+    from archsearch.models.config import eval_lengths
+    from archsearch.tune.trainable import TrialLoop
+
+    lengths = eval_lengths(mixed_length_data)
+    assert lengths[1] == (32, 100) and lengths[0] == (int(mixed_length_data.validation.lengths[:256].max()), 256)
+    assert lengths[0][0] < 32
+    loop = TrialLoop({"n_layers": 1, "d_model": 16, "n_heads": 2}, mixed_length_data, {"epochs": 1})
+    assert [(x.shape[1], x.shape[0]) for x, _, _ in loop.eval_batches()] == lengths
+    assert [(T, n) for T, n in eval_lengths(mixed_length_data, 100)] == \
+        [(x.shape[1], x.shape[0]) for x, _, _ in loop.eval_batches(batch_size=100)]
+    lm = type("LM", (), {"task": "lm", "max_len": 24})()
+    assert eval_lengths(lm) == [(24, 1)]
+
+
+def test_known_costs_equal_what_a_static_trial_reports(mixed_length_data):
+    import pickle
+
+    cloudpickle = pytest.importorskip("cloudpickle")
+    from archsearch.dynamic.base import TrialContext
+    from archsearch.models.config import model_config, trial_config
+    from archsearch.models.costs import known_costs_fn
+    from archsearch.tune.trainable import TrialLoop
+
+    settings = {"epochs": 1, "batch_size": 64, "seed": 0, "latency_batch_size": 4,
+                "fixed": {"d_ffn_mult": 2}}
+    cost_fn = known_costs_fn(mixed_length_data, settings["fixed"])
+    for cfg in ({"n_layers": 2, "d_model": 32, "n_heads": 2},
+                {"n_layers": 1, "d_model": 48, "n_heads": 4, "d_ffn": 80}):
+        loop = TrialLoop(cfg, mixed_length_data, settings)
+        assert isinstance(loop, TrialContext)
+        reported = loop.evaluate()
+        known = cost_fn(cfg)
+        assert known["flops_per_sample"] == pytest.approx(reported["flops_per_sample"], rel=1e-6)
+        assert known["params_total"] == reported["params_total"]
+        assert known["params_trainable"] == reported["params_trainable"]
+        # trimmed batches: cheaper than the same model at full max_len
+        mcfg = model_config(trial_config(cfg, settings["fixed"]), mixed_length_data)
+        assert known["flops_per_sample"] < flops_per_sample(mcfg, 32)
+    assert cost_fn(cfg) == known and cost_fn(cfg) is not cost_fn(cfg)  # cached, returned as copies
+    blob = cloudpickle.dumps(cost_fn)  # how Ray ships it: the dataset must not travel along
+    assert len(blob) < 20_000, len(blob)
+    assert pickle.loads(blob)(cfg) == known

@@ -128,12 +128,13 @@ def test_agent_only_ties_a_layer_to_itself_or_an_earlier_one():
     assert tying_map(model) == [0] * 5  # starts with everything tied to block 0
     seen = set()
     for step in range(1, 201):
-        layer = rl.layer
+        layer, before = rl.layer, tying_map(model)
         rl.after_step(step, 2.0 + 0.1 * (step % 7))
         p = rl.pending
         assert p["layer"] == layer and 0 <= p["action"] <= layer
-        s = tying_map(model)
-        assert all(0 <= j <= i for i, j in enumerate(s)) and all(s[j] == j for j in s)
+        assert p["state"] == before
+        # the model now carries exactly the decided change (and nothing else)
+        assert tying_map(model) == next_map(before, layer, p["action"])
         seen.add((layer, p["action"]))
     # exploration reached every legal action of every block (block 0 has no choice)
     assert seen == {(i, j) for i in range(1, 5) for j in range(i + 1)}
@@ -180,8 +181,12 @@ def test_optimizer_follows_tie_and_untie_changes(data):
     assert rl.tying.decisions == SETTINGS["steps_per_epoch"]
     assert_optimizer_consistent(rl)
     m = rl.evaluate()
-    assert m["tying_map"] == tying_map(rl.model) and m["n_distinct_layers"] >= 1
-    assert m["params_trainable"] == costs.params_trainable(rl.model)
+    s = tying_map(rl.model)
+    assert m["tying_map"] == s and m["n_distinct_layers"] == len(set(s))
+    # each block that shares another's weights saves one block of parameters
+    untied = costs.known_costs_fn(data)(TINY)["params_trainable"]
+    per_block = sum(p.numel() for p in rl.model.blocks[0].parameters())
+    assert m["params_trainable"] == untied - (TINY["n_layers"] - len(set(s))) * per_block
 
 
 def test_q_update_converges_on_a_tiny_deterministic_mdp():

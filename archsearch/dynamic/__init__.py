@@ -3,8 +3,9 @@
 A *gating strategy* (``gating:`` in the search space) decides per sample or per batch which
 layers, heads or tokens are computed; a *tying controller* (``tying:``) decides which layers
 share weights during training. The trainable (:mod:`archsearch.tune.trainable`) talks to both
-only through the small interfaces in :mod:`archsearch.dynamic.base`, so each strategy lives in
-its own module and is registered here by name (imported lazily).
+only through the small interfaces in :mod:`archsearch.dynamic.base`, and they see the trainable
+only through its :class:`~archsearch.dynamic.base.TrialContext`, so each strategy lives in its
+own module and is registered here by name (imported lazily).
 """
 
 from __future__ import annotations

@@ -18,20 +18,77 @@ evolutionary search of sub-networks) and returns entries for the final results, 
 ``state_dict()`` / ``load_state_dict()`` go into the trial checkpoint, which is read with
 ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only.
 
+Strategies see the trial loop only through :class:`TrialContext` (the ``loop`` argument, or
+``None`` when a strategy runs on its own, e.g. in tests): they never touch its other attributes.
+
 Shapes: ``x`` ``B x T`` token ids; ``mask`` ``B x T`` bool (True = real token) or ``None``
 (LM); ``y`` ``B`` labels or ``B x T`` next-token ids; logits ``B x C`` or ``B x T x V``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Iterator
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from archsearch.models import costs
+from archsearch.models.config import EVAL_BATCH_SIZE
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: ``(x, mask, y)``: ``B x T`` ids, ``B x T`` bool or ``None`` (LM), ``B`` labels or ``B x T`` targets.
+Batch = tuple[torch.Tensor, "torch.Tensor | None", torch.Tensor]
+
+
+@runtime_checkable
+class TrialContext(Protocol):
+    """What a strategy may use of the trial loop that runs it
+    (:class:`archsearch.tune.trainable.TrialLoop` implements it).
+
+    Attributes:
+        cfg: the complete trial config (defaults, fixed and searched values).
+        data: the run's :class:`archsearch.data.PreparedData` (splits, ``task``, ``max_len``...).
+        device: where the model and the batches a strategy builds must live.
+        settings: the trial budget (``epochs``, ``batch_size``, ``seed``...).
+        step: optimizer steps taken so far (int, counts across epochs).
+        epoch: finished epochs (int).
+        train_seconds: cumulative training wall time of the trial (s).
+        opt: the optimizer over :meth:`trainable_parameters` (``torch.optim.Optimizer``), or
+            ``None`` until the loop has built it (while strategies are being constructed).
+    """
+
+    cfg: dict[str, Any]
+    data: Any
+    device: torch.device
+    settings: dict[str, Any]
+    step: int
+    epoch: int
+    train_seconds: float
+    opt: "torch.optim.Optimizer | None"
+
+    def eval_batches(self, split_name: str = "validation",
+                     batch_size: int = EVAL_BATCH_SIZE) -> Iterator[Batch]:
+        """The evaluation batches of ``split_name`` in order, as evaluation runs them (CPU
+        tensors): classification ``B x T'`` trimmed by
+        :func:`archsearch.models.config.trim_padding`; LM ``B x max_len`` blocks."""
+        ...
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Distinct trainable Parameters of the model and of the strategies' extra modules
+        (a Parameter shared by tied layers appears once)."""
+        ...
+
+    def rebuild_optimizer(self) -> None:
+        """Replace ``opt`` (and its LR schedule, at the current ``step``) by a fresh one over
+        :meth:`trainable_parameters`; optimizer state is not carried over."""
+        ...
+
+    def latency_ms(self) -> float:
+        """Median forward time per sample (ms) of the gating strategy's :meth:`GatingStrategy.predict`
+        path on one validation batch of ``settings["latency_batch_size"]``."""
+        ...
 
 
 class GatingStrategy:
@@ -41,10 +98,12 @@ class GatingStrategy:
         model: the trial's :class:`archsearch.models.transformer.Transformer`.
         cfg: the trial config (searched and fixed values, e.g. ``dht_lambda``, ``gamma``).
         settings: the budget (``epochs``, ``batch_size``, ``seed``...).
-        loop: the :class:`archsearch.tune.trainable.TrialLoop` (data, evaluation helpers).
+        loop: the :class:`TrialContext` running the strategy (data, evaluation batches), or
+            ``None``.
     """
 
-    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any], loop=None):
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None):
         self.model, self.cfg, self.settings, self.loop = model, cfg, settings, loop
 
     def extra_modules(self) -> list[nn.Module]:
@@ -60,11 +119,11 @@ class GatingStrategy:
         """Called after each optimizer step with the batch's training loss (nats)."""
 
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inference: ``(logits, flops)`` with ``flops`` a float tensor ``(B,)`` of FLOPs
+        """Inference: ``(logits, flops)`` with ``flops`` a float64 tensor ``(B,)`` of FLOPs
         executed per sample (multiply-add = 2)."""
         logits = self.model(x, mask)
         f = costs.flops_per_sample(self.model.config, x.shape[1])
-        return logits, torch.full((x.shape[0],), float(f))
+        return logits, torch.full((x.shape[0],), float(f), dtype=torch.float64)
 
     def metrics(self) -> dict[str, Any]:
         """Extra per-epoch results (JSON-serialisable)."""
@@ -87,12 +146,14 @@ class StaticGating(GatingStrategy):
 
 class PredictModule(nn.Module):
     """Wrap a strategy's :meth:`GatingStrategy.predict` as a module returning logits, so
-    :func:`archsearch.models.costs.latency_ms` times the same path evaluation runs."""
+    :func:`archsearch.models.costs.latency_ms` times the same path evaluation runs. Starts in
+    the model's train/eval mode, so restoring its own mode leaves the model's as it was."""
 
     def __init__(self, strategy: GatingStrategy):
         super().__init__()
         self.strategy = strategy
         self.inner = strategy.model
+        self.train(strategy.model.training)
 
     def forward(self, input_ids, attention_mask=None):
         return self.strategy.predict(input_ids, attention_mask)[0]
@@ -105,11 +166,13 @@ class TyingController:
         model: the trial's Transformer.
         cfg: the trial config (``tying``, ``tying_k``...).
         settings: the budget.
-        loop: the TrialLoop; a controller that changes parameters must keep ``loop.opt``
-            consistent (each trainable tensor once, no stale state).
+        loop: the :class:`TrialContext`, or ``None``; a controller that changes parameters must
+            keep ``loop.opt`` consistent (each trainable tensor once, no stale state), e.g. with
+            :meth:`TrialContext.rebuild_optimizer`.
     """
 
-    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any], loop=None):
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None):
         self.model, self.cfg, self.settings, self.loop = model, cfg, settings, loop
 
     def after_step(self, step: int, loss: float) -> None:

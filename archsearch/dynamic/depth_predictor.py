@@ -48,8 +48,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from archsearch.dynamic.base import GatingStrategy, LossFn
+from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
 from archsearch.models import costs
+from archsearch.models.config import trim_padding
 
 
 def revpc(probs: torch.Tensor) -> torch.Tensor:
@@ -113,15 +114,16 @@ class DepthPredictorGating(GatingStrategy):
         cfg: the trial config (``gamma``, ``min_layers``, ``depth_warmup_steps``,
             ``predictor_hidden``).
         settings: the trial budget (unused).
-        loop: the :class:`~archsearch.tune.trainable.TrialLoop`, or ``None``; when given,
-            :meth:`metrics` reads the validation split from ``loop.data``.
+        loop: the :class:`~archsearch.dynamic.base.TrialContext`, or ``None``; when given,
+            :meth:`metrics` runs the predictor on ``loop.eval_batches()``.
 
     Raises:
         ValueError: an LM model, ``gamma < 0``, ``min_layers`` outside ``[1, n_layers]``,
             negative warm-up, ``predictor_hidden < 1``.
     """
 
-    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any], loop=None):
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
         config = model.config
         if config.task != "classification":
@@ -269,8 +271,9 @@ class DepthPredictorGating(GatingStrategy):
 
         Args:
             split: a :class:`~archsearch.data.ClassificationSplit` to run the predictor on
-                (embedding, fixed blocks and predictor only, eval mode), or ``None`` for the
-                counts accumulated by :meth:`predict` since :meth:`reset_stats`.
+                (embedding, fixed blocks and predictor only, eval mode; consecutive batches
+                trimmed by :func:`~archsearch.models.config.trim_padding`), or ``None`` for
+                the counts accumulated by :meth:`predict` since :meth:`reset_stats`.
             batch_size: rows per forward when ``split`` is given.
 
         Returns:
@@ -280,23 +283,29 @@ class DepthPredictorGating(GatingStrategy):
             mean arg-max depth actually executed.
         """
         if split is None:
-            hist, exp_sum = self._hist.clone(), self._expected_sum
-        else:
-            hist, exp_sum = torch.zeros(self.n_depths, dtype=torch.long), 0.0
-            was_training = self.model.training
-            self.model.eval()
-            try:
-                with torch.inference_mode():
-                    dev = self.depths.device
-                    for i in range(0, len(split), batch_size):
-                        ids = split.input_ids[i:i + batch_size].to(dev)  # (b, T)
-                        m = split.attention_mask[i:i + batch_size].to(dev)  # (b, T)
-                        _, _, dl = self._front(ids, m)
-                        hist += torch.bincount(dl.argmax(-1).cpu(), minlength=self.n_depths)
-                        exp_sum += float(self.expected_depth(dl.softmax(-1)).sum())
-            finally:
-                self.model.train(was_training)
-                self.predictor.train(was_training)
+            return self._stats(self._hist.clone(), self._expected_sum)
+        batches = (trim_padding(split.input_ids[i:i + batch_size], split.attention_mask[i:i + batch_size])
+                   for i in range(0, len(split), batch_size))
+        return self._stats_over(batches)
+
+    def _stats_over(self, batches) -> dict[str, Any]:
+        """:meth:`depth_stats` of the predictions on ``batches`` (``(ids, mask)``, ``b x T``)."""
+        hist, exp_sum = torch.zeros(self.n_depths, dtype=torch.long), 0.0
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                dev = self.depths.device
+                for ids, m in batches:
+                    _, _, dl = self._front(ids.to(dev), m.to(dev))  # dl: (b, D)
+                    hist += torch.bincount(dl.argmax(-1).cpu(), minlength=self.n_depths)
+                    exp_sum += float(self.expected_depth(dl.softmax(-1)).sum())
+        finally:
+            self.model.train(was_training)
+            self.predictor.train(was_training)
+        return self._stats(hist, exp_sum)
+
+    def _stats(self, hist: torch.Tensor, exp_sum: float) -> dict[str, Any]:
         n = int(hist.sum())
         depths = list(range(self.n_fixed, self.n_layers + 1))
         return {
@@ -310,14 +319,14 @@ class DepthPredictorGating(GatingStrategy):
         (``depth_histogram``, ``expected_depth``, ``mean_exit_depth``; see :meth:`depth_stats`)
         and the last training batch's ``train_expected_depth``.
 
-        With a ``loop`` the statistics are recomputed on ``loop.data.validation`` (the split
-        :meth:`TrialLoop.evaluate` scores), so latency timing calls to :meth:`predict` do not
+        With a ``loop`` the statistics are recomputed on ``loop.eval_batches()`` (the batches
+        the trial's evaluation scores), so latency timing calls to :meth:`predict` do not
         count; without one they are the counts since the last :meth:`reset_stats`.
         """
-        split = None
-        if self.loop is not None and getattr(self.loop, "data", None) is not None:
-            split = self.loop.data.validation
-        out = self.depth_stats(split)
+        if self.loop is None:
+            out = self.depth_stats()
+        else:
+            out = self._stats_over((x, m) for x, m, _ in self.loop.eval_batches())
         out["train_expected_depth"] = self._last_train["expected_depth"]
         return out
 

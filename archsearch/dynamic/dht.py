@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from archsearch.dynamic.bandits import UCB1, CombinatorialTS, LinUCB
-from archsearch.dynamic.base import GatingStrategy, LossFn
+from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
 from archsearch.models import costs
 
 CONTEXT_DIM = 16
@@ -58,7 +58,8 @@ class DHTGating(GatingStrategy):
         model: the trial's :class:`~archsearch.models.transformer.Transformer`.
         cfg: trial config (keys in the module docstring).
         settings: budget; ``seed`` seeds the projection and the Thompson sampler.
-        loop: the TrialLoop (optional; used for the overhead percentage in :meth:`metrics`).
+        loop: the :class:`~archsearch.dynamic.base.TrialContext` (optional; its ``train_seconds``
+            gives the overhead percentage in :meth:`metrics`).
         alpha: LinUCB exploration scale.
         ucb_c: UCB1 exploration scale (rewards are O(1)).
         decay: forgetting factor of all bandits per update (the model keeps training, so
@@ -78,7 +79,8 @@ class DHTGating(GatingStrategy):
             ``[1, n_heads]``, negative ``dht_lambda`` or ``dht_warmup_steps``.
     """
 
-    def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any], loop=None, *,
+    def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None, *,
                  alpha: float = 0.3, ucb_c: float = 0.3, decay: float = 0.99, ema: float = 0.95):
         super().__init__(model, cfg, settings, loop)
         conf = model.config
@@ -338,7 +340,7 @@ class DHTGating(GatingStrategy):
             "dht_train_depth_hist": {str(d): float(c / max(tr.sum(), 1)) for d, c in zip(self.depths, tr)},
             "dht_bandit_seconds": float(self.bandit_seconds),
         }
-        train_s = getattr(self.loop, "train_seconds", 0.0) if self.loop is not None else 0.0
+        train_s = self.loop.train_seconds if self.loop is not None else 0.0
         if train_s:
             out["dht_bandit_overhead_pct"] = 100.0 * self.bandit_seconds / train_s
         self._eval_counts = np.zeros(len(self.depths))

@@ -4,7 +4,7 @@ Source: Kim & Cho, "Length-Adaptive Transformer: Train Once with Length Drop, Us
 Search", arXiv 2010.07003, sec. 4 (and the Length-Adaptive section of DESIGN.md):
 
 * a *gene* is a length configuration ``(l_1, ..., l_L)``, non-increasing, each in
-  ``[min_tokens, n]`` (see :mod:`archsearch.dynamic.length_drop`);
+  ``[min_tokens, n]`` (see :mod:`archsearch.dynamic.length_config`);
 * the initial population holds constant-ratio reductions (every layer keeps the fraction ``q``
   of its input, ``q`` from 1 down to 0) spanning the FLOPs range, from full length to
   ``min_tokens`` everywhere;
@@ -14,7 +14,7 @@ Search", arXiv 2010.07003, sec. 4 (and the Length-Adaptive section of DESIGN.md)
   by crossover (ceiling of the element-wise mean of two parents); a gene already evaluated is
   not counted and is redrawn (at most ``attempts_per_child`` draws per child);
 * the front is recomputed over everything evaluated (with
-  :func:`archsearch.report.pareto.non_dominated_mask`).
+  :func:`archsearch.pareto.non_dominated_mask`).
 
 Every evaluated gene is cached (an evaluation runs a validation subset). With ``store_path`` the
 search state (evaluated genes, finished iterations, RNG state) is written atomically (temporary
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from archsearch.dynamic.length_drop import MIN_TOKENS, check_length_config, constant_ratio_config
-from archsearch.report.pareto import non_dominated_mask
+from archsearch.dynamic.length_config import MIN_TOKENS, check_length_config, constant_ratio_config
+from archsearch.pareto import non_dominated_mask
 
 Gene = tuple[int, ...]
 STORE_VERSION = 1

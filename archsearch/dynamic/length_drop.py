@@ -6,12 +6,8 @@ distillation, drop-and-restore; section 4: evolutionary search, see
 :mod:`archsearch.dynamic.evolution`). Our specification: the Length-Adaptive section of
 DESIGN.md.
 
-**Length configuration.** A tuple ``(l_1, ..., l_L)`` (one int per block, non-increasing,
-``l_i >= min_tokens``, ``l_1 <= n``) in tokens *of a full sequence of ``n = max_len`` tokens*:
-``l_i`` tokens leave block ``i`` and go on to block ``i + 1``. A sequence with ``m`` real tokens
-keeps ``k_i = clamp(ceil(l_i * m / n), min(min_tokens, m), m)`` of them (proportional scaling),
-so a configuration means the same *fraction* of every sentence whatever its length; padding is
-never a kept token. For the causal LM ``m`` is the block length ``T`` of the batch.
+**Length configuration.** See :mod:`archsearch.dynamic.length_config`: one length per block
+in tokens of a full ``max_len`` sequence, scaled to each sequence's real length.
 
 **Padding (classification).** Samples of a batch keep different counts; the batch runs at
 ``K_i = max_s k_i(s)`` slots per layer, the slots of a sample beyond its ``k_i(s)`` are padding
@@ -62,113 +58,22 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from archsearch.dynamic.base import GatingStrategy
+from archsearch.dynamic.base import GatingStrategy, TrialContext
+from archsearch.dynamic.evolution import EvolutionarySearch
+from archsearch.dynamic.length_config import (
+    DEFAULT_P,
+    MIN_TOKENS,
+    check_length_config,
+    sample_length_config,
+    scale_counts,
+    smallest_length_config,
+)
 from archsearch.models import costs
+from archsearch.models.config import trim_padding
 from archsearch.models.transformer import Block, Transformer, TransformerConfig
 
-DEFAULT_P = 0.2
+#: LayerDrop probability (each block skipped in a random sub-model).
 DEFAULT_LAYER_DROP_P = 0.2
-MIN_TOKENS = 2
-
-
-# ---------------------------------------------------------------------------------- configs
-
-
-def _ceil_frac(p_keep: float, n: int) -> int:
-    """``ceil(p_keep * n)`` robust to float noise (0.8 * 40 must give 32, not 33)."""
-    return math.ceil(round(p_keep * n, 9))
-
-
-def check_length_config(length_config: Sequence[int], n_layers: int, n: int,
-                        min_tokens: int = MIN_TOKENS) -> tuple[int, ...]:
-    """Validate a length configuration and return it as a tuple of ints.
-
-    Raises:
-        ValueError: wrong number of entries, an entry outside ``[min(min_tokens, n), n]`` or
-            a length larger than the previous one.
-    """
-    cfg = tuple(int(v) for v in length_config)
-    if len(cfg) != n_layers:
-        raise ValueError(f"length config has {len(cfg)} entries, expected one per layer ({n_layers})")
-    lo = min(min_tokens, n)
-    prev = n
-    for i, v in enumerate(cfg):
-        if not lo <= v <= prev:
-            raise ValueError(f"length config {list(cfg)}: entry {i} = {v} must be in [{lo}, {prev}] "
-                             f"(non-increasing, at least {lo}, at most n={n})")
-        prev = v
-    return cfg
-
-
-def smallest_length_config(n_layers: int, n: int, p: float = DEFAULT_P,
-                           min_tokens: int = MIN_TOKENS) -> tuple[int, ...]:
-    """The smallest LengthDrop sub-model: ``l_{i+1} = max(min_tokens, ceil((1 - p) l_i))``,
-    ``l_0 = n`` (Kim & Cho 2020, sec. 3.2, sandwich rule)."""
-    out, prev = [], n
-    for _ in range(n_layers):
-        prev = min(prev, max(min_tokens, _ceil_frac(1.0 - p, prev)))
-        out.append(prev)
-    return tuple(out)
-
-
-def sample_length_config(n_layers: int, n: int, p: float = DEFAULT_P, *,
-                         min_tokens: int = MIN_TOKENS,
-                         generator: torch.Generator | None = None) -> tuple[int, ...]:
-    """LengthDrop: ``l_{i+1} ~ Uniform{ceil((1 - p) l_i), ..., l_i}`` (integers), ``l_0 = n``,
-    never below ``min_tokens`` (Kim & Cho 2020, sec. 3.1).
-
-    Args:
-        n_layers: number of blocks ``L``.
-        n: reference sequence length (``max_len``).
-        p: LengthDrop probability, ``0 <= p < 1``.
-        min_tokens: lower bound of every length.
-        generator: torch RNG (reproducible sampling).
-
-    Returns:
-        ``L`` non-increasing ints.
-
-    Raises:
-        ValueError: ``p`` outside ``[0, 1)`` or ``n < 1``.
-    """
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"length drop p must be in [0, 1), got {p}")
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    out, prev = [], n
-    for _ in range(n_layers):
-        lo = min(prev, max(min_tokens, _ceil_frac(1.0 - p, prev)))
-        prev = int(torch.randint(lo, prev + 1, (1,), generator=generator))
-        out.append(prev)
-    return tuple(out)
-
-
-def constant_ratio_config(n_layers: int, n: int, keep: float,
-                          min_tokens: int = MIN_TOKENS) -> tuple[int, ...]:
-    """Every block keeps the fraction ``keep`` of its input tokens:
-    ``l_i = max(min_tokens, ceil(keep * l_{i-1}))``, ``l_0 = n`` (the paper's initial
-    population, sec. 4).
-
-    Raises:
-        ValueError: ``keep`` outside ``[0, 1]``.
-    """
-    if not 0.0 <= keep <= 1.0:
-        raise ValueError(f"keep must be in [0, 1], got {keep}")
-    return smallest_length_config(n_layers, n, 1.0 - keep, min_tokens)
-
-
-def scale_counts(length: int, real: torch.Tensor, n: int, min_tokens: int = MIN_TOKENS) -> torch.Tensor:
-    """Per-sample kept counts ``clamp(ceil(length * m / n), min(min_tokens, m), m)``.
-
-    Args:
-        length: ``l_i`` in tokens of a full ``n``-token sequence.
-        real: ``(B,)`` int64 real-token counts ``m``.
-        n: reference length.
-
-    Returns:
-        ``(B,)`` int64 counts.
-    """
-    k = (length * real + n - 1) // n  # (B,) ceil
-    return torch.maximum(k, real.clamp(max=min_tokens)).minimum(real)  # (B,)
 
 
 # ---------------------------------------------------------------------------------- FLOPs
@@ -300,8 +205,8 @@ def length_drop_forward(
         input_ids: ``B x T`` token ids.
         attention_mask: ``B x T`` bool (True = real token) or ``None`` (see
             ``Transformer.padding_mask``).
-        length_config: ``L`` lengths in tokens of an ``n = max_len`` sequence (see the module
-            docstring), or ``None`` for full length.
+        length_config: ``L`` lengths in tokens of an ``n = max_len`` sequence (see
+            :mod:`archsearch.dynamic.length_config`), or ``None`` for full length.
         layers: per block, whether it runs (LayerDrop); ``None`` = all.
         min_tokens: at least this many tokens (or all real ones, if fewer) stay.
 
@@ -396,17 +301,18 @@ def distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     return F.kl_div(s, t, reduction="batchmean", log_target=True)
 
 
-def validation_subset(loop, limit: int, seed: int = 0, batch_size: int = 256) -> list[tuple]:
-    """A fixed validation subset as evaluation batches ``[(x, mask, y), ...]``.
+def validation_subset(loop: TrialContext, limit: int, seed: int = 0, batch_size: int = 256) -> list[tuple]:
+    """A fixed validation subset as evaluation batches ``[(x, mask, y), ...]`` on ``loop.device``.
 
     Classification: ``limit`` samples drawn at random (seeded; validation files are often sorted
-    by label), in batches of ``batch_size`` trimmed to their longest sample like the trainable's
-    evaluation batches. LM: the first ``limit`` blocks of ``loop._eval_batches``.
+    by label), in batches of ``batch_size`` trimmed by
+    :func:`~archsearch.models.config.trim_padding` like the trainable's evaluation batches. LM:
+    the first ``limit`` blocks of ``loop.eval_batches()``.
     """
     dev = loop.device
     if loop.data.task == "lm":
         out, seen = [], 0
-        for x, mask, y in loop._eval_batches("validation", batch_size=batch_size):
+        for x, mask, y in loop.eval_batches("validation", batch_size=batch_size):
             take = min(len(x), limit - seen)
             out.append((x[:take].to(dev), None, y[:take].to(dev)))
             seen += take
@@ -419,9 +325,8 @@ def validation_subset(loop, limit: int, seed: int = 0, batch_size: int = 256) ->
     out = []
     for i in range(0, len(rows), batch_size):
         j = rows[i:i + batch_size]
-        mask = split.attention_mask[j]  # (b, T)
-        t = max(1, int(mask.sum(1).max()))
-        out.append((split.input_ids[j][:, :t].to(dev), mask[:, :t].to(dev), split.labels[j].to(dev)))
+        ids, mask = trim_padding(split.input_ids[j], split.attention_mask[j])  # (b, T')
+        out.append((ids.to(dev), mask.to(dev), split.labels[j].to(dev)))
     return out
 
 
@@ -445,7 +350,7 @@ class LengthDropGating(GatingStrategy):
 
     n_sandwich = 2
 
-    def __init__(self, model, cfg, settings, loop=None):
+    def __init__(self, model, cfg, settings, loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
         p, lp = cfg.get("length_drop_p"), cfg.get("layer_drop_p")
         self.p = DEFAULT_P if p is None else float(p)
@@ -500,7 +405,7 @@ class LengthDropGating(GatingStrategy):
         else:
             logits, lengths = length_drop_forward(self.model, x, mask, self.length_config)
             f = length_config_flops(self.model.config, lengths)
-        return logits, torch.full((x.shape[0],), float(f))
+        return logits, torch.full((x.shape[0],), float(f), dtype=torch.float64)
 
     # -- search -----------------------------------------------------------------------------
 
@@ -529,8 +434,6 @@ class LengthDropGating(GatingStrategy):
         """Evolutionary search of length configurations on a fixed validation subset; returns
         ``{"anytime_curve": [{"flops_per_sample", "accuracy" | "perplexity", "latency_ms",
         "length_config"}, ...]}`` (the Pareto set, sorted by FLOPs)."""
-        from archsearch.dynamic.evolution import EvolutionarySearch
-
         if self.loop is None:
             return {}
         cfg = self.model.config

@@ -17,8 +17,9 @@ Untying gives block ``i`` fresh Parameters holding copies of its current values.
 ``i``'s own slots change, so the blocks that shared with ``i`` keep their weights.
 
 **Optimizer.** After a change during training, :func:`sync_optimizer` rebuilds ``loop.opt`` over
-the distinct trainable Parameters (``loop.rebuild_optimizer()``, which also rebuilds ``loop.sched``
-at the current step) and carries the AdamW state of every surviving Parameter over; new copies
+the distinct trainable Parameters (``loop.rebuild_optimizer()`` of the
+:class:`~archsearch.dynamic.base.TrialContext`, which also rebuilds the LR schedule at the current
+step) and carries the AdamW state of every surviving Parameter over; new copies
 start with fresh state, dropped Parameters take theirs with them.
 
 **The agent** (``tying: rl``, :class:`RLTying`): the state starts with every block tied to block
@@ -48,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from archsearch.dynamic.base import TyingController
+from archsearch.dynamic.base import TrialContext, TyingController
 
 #: Training batches between two decisions of the agent (``tying_every``).
 DEFAULT_TYING_EVERY = 4
@@ -188,8 +189,8 @@ def apply_tying_map(model: nn.Module, s: Sequence[int]) -> bool:
     return changed
 
 
-def sync_optimizer(loop) -> None:
-    """Rebuild ``loop.opt`` (and ``loop.sched``) after the parameter set changed.
+def sync_optimizer(loop: TrialContext | None) -> None:
+    """Rebuild ``loop.opt`` (and its LR schedule) after the parameter set changed.
 
     Calls ``loop.rebuild_optimizer()`` (a fresh AdamW over ``loop.trainable_parameters()``, each
     distinct Parameter once, schedule at the current step) and copies the per-parameter state
@@ -197,7 +198,7 @@ def sync_optimizer(loop) -> None:
     Parameters (untied copies) start with empty state; state of Parameters no longer in the model
     is dropped. No-op when ``loop`` is None or has no optimizer yet.
     """
-    old = getattr(loop, "opt", None) if loop is not None else None
+    old = loop.opt if loop is not None else None
     if old is None:
         return
     old_state = old.state
@@ -360,7 +361,8 @@ def reward_from_loss(cross_entropy: float) -> float:
 class _MapTying(TyingController):
     """Shared part of the controllers: apply a map, keep the optimizer in step, report, save."""
 
-    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any], loop=None):
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
         self.n_layers = len(_blocks(model))
 
@@ -389,7 +391,8 @@ class _MapTying(TyingController):
 class AllTying(_MapTying):
     """``tying: all``: every block shares block 0's weights for the whole run (ALBERT-style)."""
 
-    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any], loop=None):
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
         self._apply([0] * self.n_layers)
 
@@ -403,7 +406,8 @@ class EveryKTying(_MapTying):
         ValueError: ``tying_k < 1``.
     """
 
-    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any], loop=None):
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
         k = cfg.get("tying_k")
         self.k = DEFAULT_TYING_K if k is None else int(k)
@@ -423,7 +427,8 @@ class RLTying(_MapTying):
         ValueError: ``tying_every < 1``.
     """
 
-    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any], loop=None):
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
         every = cfg.get("tying_every")
         self.every = DEFAULT_TYING_EVERY if every is None else int(every)

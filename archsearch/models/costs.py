@@ -6,6 +6,9 @@ Every function is named with its unit (see the metric table in DESIGN.md):
 * :func:`flops_per_sample` -- analytic forward FLOPs for one sequence (a multiply-add = 2 FLOPs).
 * :func:`count_flops_torch` -- the same quantity measured with ``FlopCounterMode`` (the check).
 * :func:`latency_ms` -- median wall-clock forward milliseconds per sample on this machine.
+* :func:`known_costs_fn` -- the costs of a trial config known without training (FLOPs per
+  sample on the validation batches, parameter counts): the one cost function searchers and
+  pre-launch constraint checks share.
 
 What the FLOP count covers: exactly what ``torch.utils.flop_counter.FlopCounterMode`` counts for
 our model, i.e. matrix multiplies only:
@@ -28,14 +31,17 @@ counted by neither (``FlopCounterMode`` counts ``addmm`` as ``2*M*N*K``).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import nn
 
+from archsearch.models.config import eval_lengths, model_config, trial_config
 from archsearch.models.transformer import MultiHeadAttention, Transformer, TransformerConfig
 
 
@@ -227,3 +233,54 @@ def latency_ms(
     finally:
         model.train(was_training)
     return statistics.median(times) * 1000.0 / batch_size
+
+
+def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Mapping[str, Any]], dict]:
+    """The costs of a trial config known without training, for the searchers and the
+    pre-launch constraint checks.
+
+    ``cost_fn(config)`` merges ``config`` as the trainable does
+    (:func:`archsearch.models.config.trial_config`), builds its
+    :func:`~archsearch.models.config.model_config` and returns floats:
+
+    * ``flops_per_sample`` (FLOPs): :func:`flops_per_sample` averaged over the validation batches
+      exactly as the trainable evaluates them (:func:`~archsearch.models.config.eval_lengths`:
+      batches trimmed to their last real token; LM blocks of ``max_len``). It equals the metric a
+      static trial reports; gated trials execute less than this upper bound.
+    * ``params_total`` / ``params_trainable`` (counts): of the model built on the ``meta``
+      device (no memory, no initialisation). Layer tying is not applied: for ``tying`` other
+      than ``none`` both are the untied model's, an upper bound of what the trial reports.
+
+    Results are cached per model config. The function keeps only the scalars it needs (not the
+    dataset), so it stays small when pickled (Ray).
+
+    Args:
+        data: the run's :class:`archsearch.data.PreparedData`.
+        fixed: the space's ``fixed`` values (merged under each config).
+
+    Returns:
+        ``cost_fn(config) -> {"flops_per_sample", "params_total", "params_trainable"}``;
+        ``cost_fn`` raises what :func:`~archsearch.models.config.model_config` raises.
+    """
+    lengths = eval_lengths(data)  # [(T', rows)]
+    total = sum(n for _, n in lengths)
+    scalars = SimpleNamespace(vocab_size=int(data.vocab_size), max_len=int(data.max_len),
+                              pad_id=int(data.pad_id), task=data.task,
+                              n_classes=int(getattr(data, "n_classes", 0) or 0))
+    fixed = dict(fixed or {})
+    cache: dict[tuple, dict[str, float]] = {}
+
+    def cost_fn(config: Mapping[str, Any]) -> dict[str, float]:
+        mcfg = model_config(trial_config(config, fixed), scalars)
+        key = dataclasses.astuple(mcfg)
+        hit = cache.get(key)
+        if hit is None:
+            flops = sum(n * flops_per_sample(mcfg, T) for T, n in lengths) / total
+            with torch.device("meta"):
+                model = Transformer(mcfg)
+            hit = {"flops_per_sample": float(flops), "params_total": float(params_total(model)),
+                   "params_trainable": float(params_trainable(model))}
+            cache[key] = hit
+        return dict(hit)
+
+    return cost_fn

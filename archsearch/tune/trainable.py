@@ -26,43 +26,7 @@ from typing import Any, Callable
 
 from archsearch.dynamic import gating_class, tying_class
 from archsearch.dynamic.base import PredictModule
-
-#: Defaults for config keys a space may leave out.
-DEFAULTS: dict[str, Any] = {
-    "n_layers": 2,
-    "d_model": 64,
-    "n_heads": 4,
-    "d_ffn_mult": 4,
-    "dropout": 0.1,
-    "lr": 1e-3,
-    "weight_decay": 0.01,
-    "warmup_steps": 50,
-    "label_smoothing": 0.0,
-    "gating": "static",
-    "tying": "none",
-}
-
-
-def model_config(cfg: dict[str, Any], data) -> "TransformerConfig":  # noqa: F821
-    """The :class:`TransformerConfig` for a trial config and the run's data."""
-    from archsearch.models.transformer import TransformerConfig
-
-    d_model = int(cfg["d_model"])
-    d_ffn = int(cfg["d_ffn"]) if cfg.get("d_ffn") else int(round(float(cfg["d_ffn_mult"]) * d_model))
-    kwargs = dict(
-        vocab_size=int(data.vocab_size),
-        max_len=int(data.max_len),
-        n_layers=int(cfg["n_layers"]),
-        d_model=d_model,
-        n_heads=int(cfg["n_heads"]),
-        d_ffn=d_ffn,
-        dropout=float(cfg["dropout"]),
-        task=data.task,
-        pad_id=int(data.pad_id),
-    )
-    if data.task == "classification":
-        kwargs["n_classes"] = int(data.n_classes)
-    return TransformerConfig(**kwargs)
+from archsearch.models.config import EVAL_BATCH_SIZE, model_config, trial_config, trim_padding
 
 
 def _lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
@@ -73,20 +37,25 @@ def _lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
     return f
 
 
-def _trim(ids, mask):
-    """Drop trailing all-padding columns of a batch: (B, T) -> (B, T') with T' = longest."""
-    t = int(mask.any(0).nonzero().max().item()) + 1 if bool(mask.any()) else 1
-    return ids[:, :t], mask[:, :t]
-
-
 class TrialLoop:
     """Training state of one trial: model, optimizer, LR schedule, RNG and progress.
 
+    Implements :class:`archsearch.dynamic.base.TrialContext`, the part of the loop the inner-loop
+    strategies may use (``data``, ``device``, ``settings``, ``cfg``, ``step``, ``epoch``,
+    ``train_seconds``, ``opt``, :meth:`eval_batches`, :meth:`trainable_parameters`,
+    :meth:`rebuild_optimizer`, :meth:`latency_ms`).
+
     Args:
-        cfg: the trial config (searched params and fixed values).
+        cfg: the trial config (searched params; merged over ``settings["fixed"]`` and the
+            defaults by :func:`archsearch.models.config.trial_config`).
         data: :class:`archsearch.data.PreparedData`.
         settings: budget values: ``epochs``, ``batch_size``, ``steps_per_epoch`` (LM),
-            ``latency_batch_size``, ``seed``, ``threads``.
+            ``eval_blocks`` (LM), ``latency_batch_size``, ``seed``, ``threads``, ``fixed``.
+
+    Attributes:
+        mcfg: the model's :class:`~archsearch.models.transformer.TransformerConfig`.
+        opt, sched: the AdamW optimizer and its LR schedule (``opt`` is ``None`` while the
+            strategies are built, before the first :meth:`rebuild_optimizer`).
     """
 
     def __init__(self, cfg: dict[str, Any], data, settings: dict[str, Any]):
@@ -94,28 +63,28 @@ class TrialLoop:
 
         from archsearch.models.transformer import Transformer
 
-        self.cfg = {**DEFAULTS, **settings.get("fixed", {}), **{k: v for k, v in cfg.items() if v is not None}}
+        self.cfg = trial_config(cfg, settings.get("fixed"))
         self.data, self.settings = data, settings
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         seed = int(settings.get("seed", 0))
         torch.manual_seed(seed)
         self.gen = torch.Generator().manual_seed(seed)
         self.mcfg = model_config(self.cfg, data)
-        if self.cfg.get("init_from"):  # a local BERT-style checkpoint defines the architecture
+        if self.cfg.get("init_from"):  # a local BERT-style checkpoint: its weights too
             from archsearch.models.pretrained import transformer_for_data
 
             self.model = transformer_for_data(str(self.cfg["init_from"]), data,
                                               dropout=float(self.cfg["dropout"])).to(self.device)
-            self.mcfg = self.model.config
         else:
             self.model = Transformer(self.mcfg).to(self.device)
         self.batch_size = int(self.cfg.get("batch_size") or settings.get("batch_size", 64))
-        self.gating = gating_class(str(self.cfg["gating"]))(self.model, self.cfg, settings, loop=self)
-        self.tying = tying_class(str(self.cfg["tying"]))(self.model, self.cfg, settings, loop=self)
         self.step = 0
-        self.rebuild_optimizer()
         self.epoch = 0
         self.train_seconds = 0.0
+        self.opt = self.sched = None
+        self.gating = gating_class(str(self.cfg["gating"]))(self.model, self.cfg, settings, loop=self)
+        self.tying = tying_class(str(self.cfg["tying"]))(self.model, self.cfg, settings, loop=self)
+        self.rebuild_optimizer()
         self.history: list[dict[str, float]] = []
 
     def trainable_parameters(self) -> list:
@@ -148,12 +117,18 @@ class TrialLoop:
 
     # ------------------------------------------------------------------ data
     def steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch: ``settings["steps_per_epoch"]`` (LM, default 200) or
+        ``ceil(train rows / batch_size)`` (classification)."""
         if self.data.task == "lm":
             return int(self.settings.get("steps_per_epoch") or 200)
         n = len(self.data.train)
         return math.ceil(n / self.batch_size)
 
-    def _train_batches(self):
+    def train_batches(self):
+        """One epoch of training batches ``(x, mask, y)`` from the loop's RNG: LM ``B x T``
+        random windows (``mask`` None, ``y`` the next tokens ``B x T``); classification a
+        shuffled pass, each batch trimmed by :func:`~archsearch.models.config.trim_padding`
+        (``B x T'``, ``y`` ``B`` labels). CPU tensors."""
         import torch
 
         if self.data.task == "lm":
@@ -169,29 +144,39 @@ class TrialLoop:
             perm = torch.randperm(len(split), generator=self.gen)
             for i in range(0, len(perm), self.batch_size):
                 j = perm[i:i + self.batch_size]
-                ids, mask = _trim(split.input_ids[j], split.attention_mask[j])  # (B, T')
+                ids, mask = trim_padding(split.input_ids[j], split.attention_mask[j])  # (B, T')
                 yield ids, mask, split.labels[j]
 
-    def _eval_batches(self, split_name: str = "validation", batch_size: int = 256):
+    def eval_batches(self, split_name: str = "validation", batch_size: int = EVAL_BATCH_SIZE):
+        """The evaluation batches ``(x, mask, y)`` of a split, in order (CPU tensors).
+
+        Classification: consecutive rows, ``x`` ``B x T'`` ids and ``mask`` ``B x T'`` bool
+        trimmed by :func:`~archsearch.models.config.trim_padding`, ``y`` ``B`` labels (the
+        batches :func:`~archsearch.models.config.eval_lengths` describes). LM: consecutive
+        non-overlapping blocks (at most ``settings["eval_blocks"]``, default 256), ``x`` ``B x T``
+        with ``T = max_len``, ``mask`` None, ``y`` ``B x T`` next tokens.
+        """
+        import torch
+
         if self.data.task == "lm":
             stream = self.data[split_name]  # (n_tokens,)
             T = self.mcfg.max_len
             n_blocks = min((len(stream) - 1) // T, int(self.settings.get("eval_blocks", 256)))
             for i in range(0, n_blocks, batch_size):
                 rows = [stream[b * T:(b + 1) * T + 1] for b in range(i, min(i + batch_size, n_blocks))]
-                import torch
                 chunk = torch.stack(rows)  # (B, T+1)
                 yield chunk[:, :-1], None, chunk[:, 1:]
         else:
             split = self.data[split_name]
-            n = len(split)
-            for i in range(0, n, batch_size):
-                ids, mask = _trim(split.input_ids[i:i + batch_size],
-                                  split.attention_mask[i:i + batch_size])  # (B, T')
+            for i in range(0, len(split), batch_size):
+                ids, mask = trim_padding(split.input_ids[i:i + batch_size],
+                                         split.attention_mask[i:i + batch_size])  # (B, T')
                 yield ids, mask, split.labels[i:i + batch_size]
 
     # ------------------------------------------------------------------ loop
-    def _loss(self, logits, y):
+    def task_loss(self, logits, y):
+        """Mean training cross-entropy (nats): LM over tokens (``B x T x V`` logits, ``B x T``
+        targets), classification over samples (``B x C``, ``B``; with ``label_smoothing``)."""
         import torch.nn.functional as F
 
         if self.data.task == "lm":
@@ -209,10 +194,10 @@ class TrialLoop:
         self.model.train()
         t0 = time.perf_counter()
         total, n = 0.0, 0
-        for step, (x, mask, y) in enumerate(self._train_batches()):
+        for step, (x, mask, y) in enumerate(self.train_batches()):
             x, y = x.to(self.device), y.to(self.device)
             mask = None if mask is None else mask.to(self.device)
-            loss = self.gating.training_loss(x, mask, y, self._loss)
+            loss = self.gating.training_loss(x, mask, y, self.task_loss)
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"training loss is {loss.item()} at epoch {self.epoch + 1}, step {step} "
@@ -232,6 +217,21 @@ class TrialLoop:
         self.epoch += 1
         return total / max(n, 1)
 
+    def run_epoch(self) -> dict[str, Any]:
+        """Train one epoch, evaluate, and append the epoch's results to ``history``: the
+        :meth:`evaluate` metrics plus ``train_loss`` (nats), and after the last epoch the
+        gating strategy's :meth:`~archsearch.dynamic.base.GatingStrategy.finalize` entries.
+
+        Raises:
+            FloatingPointError: as :meth:`train_epoch`.
+        """
+        train_loss = self.train_epoch()
+        metrics = {**self.evaluate(), "train_loss": train_loss}
+        if self.epoch == int(self.settings["epochs"]):
+            metrics.update(self.gating.finalize())
+        self.history.append(metrics)
+        return metrics
+
     def evaluate(self, split_name: str = "validation") -> dict[str, float]:
         """Validation metrics (DESIGN.md names and units) of the current model."""
         import torch
@@ -241,12 +241,12 @@ class TrialLoop:
         self.model.eval()
         loss_sum, correct, count, flops_sum, n_samples = 0.0, 0, 0, 0.0, 0
         with torch.inference_mode():
-            for x, mask, y in self._eval_batches(split_name):
+            for x, mask, y in self.eval_batches(split_name):
                 x, y = x.to(self.device), y.to(self.device)
                 mask = None if mask is None else mask.to(self.device)
                 logits, flops = self.gating.predict(x, mask)  # (B, ...), (B,) FLOPs executed
                 if self.data.task == "lm":
-                    loss_sum += float(self._loss(logits, y)) * y.numel()
+                    loss_sum += float(self.task_loss(logits, y)) * y.numel()
                     count += y.numel()
                 else:
                     loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
@@ -275,7 +275,7 @@ class TrialLoop:
         from archsearch.models import costs
 
         bs = int(self.settings.get("latency_batch_size", 32))
-        x, mask, _ = next(iter(self._eval_batches("validation", batch_size=bs)))
+        x, mask, _ = next(iter(self.eval_batches("validation", batch_size=bs)))
         return float(costs.latency_ms(PredictModule(self.gating), x.to(self.device),
                                       None if mask is None else mask.to(self.device),
                                       batch_size=bs, repeats=5, warmup=1))
@@ -319,11 +319,7 @@ def run_trial(cfg: dict[str, Any], data, settings: dict[str, Any],
     """Train one config for ``settings["epochs"]`` epochs without Ray; returns the history."""
     loop = TrialLoop(cfg, data, settings)
     while loop.epoch < int(settings["epochs"]):
-        train_loss = loop.train_epoch()
-        metrics = {**loop.evaluate(), "train_loss": train_loss}
-        if loop.epoch == int(settings["epochs"]):
-            metrics.update(loop.gating.finalize())
-        loop.history.append(metrics)
+        metrics = loop.run_epoch()
         if on_epoch:
             on_epoch(metrics, loop)
     return loop.history
@@ -348,13 +344,9 @@ def train_trial(config: dict[str, Any], data=None, settings: dict[str, Any] | No
             loop.load(d)
         restored_from = loop.epoch
     while loop.epoch < int(settings["epochs"]):
-        train_loss = loop.train_epoch()
-        metrics = {**loop.evaluate(), "train_loss": train_loss}
+        metrics = loop.run_epoch()
         if restored_from is not None:
             metrics["restored_from_epoch"] = restored_from
-        if loop.epoch == int(settings["epochs"]):
-            metrics.update(loop.gating.finalize())
-        loop.history.append(metrics)
         with tempfile.TemporaryDirectory() as d:
             loop.save(d)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
