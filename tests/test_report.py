@@ -1,8 +1,9 @@
 """Tests of archsearch.report on realistic synthetic trial records (no Ray, no training).
 
-They exercise the public contract only: the functions of ``archsearch.report.pareto`` and
-``write_report`` with its four output files. Hypervolumes are checked against hand-computed
-areas and against BoTorch's exact ``Hypervolume`` as an independent reference.
+They exercise the public contract only: ``write_report`` with its output files,
+``report_run`` on a run directory, and the comparison. Front and hypervolume are checked
+against :mod:`archsearch.pareto` (itself tested in ``tests/test_pareto.py``) and against
+BoTorch's exact ``Hypervolume`` as an independent reference.
 """
 
 from __future__ import annotations
@@ -16,13 +17,8 @@ import re
 import numpy as np
 import pytest
 
+from archsearch.pareto import hypervolume, non_dominated_mask, reference_point
 from archsearch.report import write_report
-from archsearch.report.pareto import (
-    hypervolume,
-    hypervolume_history,
-    non_dominated_mask,
-    reference_point,
-)
 
 OBJECTIVES = [{"metric": "accuracy", "mode": "max"}, {"metric": "flops_per_sample", "mode": "min"}]
 XSS = "</script><script>alert(1)</script>"
@@ -79,114 +75,6 @@ def botorch_hv(Y_max: np.ndarray, ref_max: list[float]) -> float:
     pts = torch.tensor(Y_max, dtype=torch.double)
     pts = pts[is_non_dominated(pts)]
     return float(Hypervolume(torch.tensor(ref_max, dtype=torch.double)).compute(pts))
-
-
-# ------------------------------------------------------------------------------------------
-# pareto.py
-# ------------------------------------------------------------------------------------------
-
-
-def test_non_dominated_mask_known_set_max_max():
-    Y = np.array([[1.0, 5.0], [2.0, 4.0], [3.0, 1.0], [1.5, 3.0], [0.5, 0.5], [3.0, 0.5]])
-    # (1.5, 3) is dominated by (2, 4); (0.5, 0.5) by everything; (3, 0.5) by (3, 1).
-    assert non_dominated_mask(Y, ["max", "max"]).tolist() == [True, True, True, False, False, False]
-
-
-def test_min_max_flipping():
-    acc = np.array([0.70, 0.75, 0.80, 0.72, 0.80])
-    flops = np.array([1e6, 2e6, 4e6, 3e6, 5e6])
-    Y = np.column_stack([acc, flops])
-    mask = non_dominated_mask(Y, ["max", "min"])
-    # (0.72, 3e6) is beaten by (0.75, 2e6); (0.80, 5e6) by (0.80, 4e6).
-    assert mask.tolist() == [True, True, True, False, False]
-    # Negating the min column and maximising both must give the same front ...
-    assert non_dominated_mask(np.column_stack([acc, -flops]), ["max", "max"]).tolist() == mask.tolist()
-    # ... and so must negating the max column and minimising both.
-    assert non_dominated_mask(np.column_stack([-acc, flops]), ["min", "min"]).tolist() == mask.tolist()
-    # Flipping a mode changes the answer: minimising accuracy favours the 0.70 trial only.
-    assert non_dominated_mask(Y, ["min", "min"]).tolist() == [True, False, False, False, False]
-
-
-def test_non_dominated_mask_ignores_nan_rows_and_handles_empty():
-    Y = np.array([[0.9, 1e6], [np.nan, 1.0], [0.8, np.nan], [0.7, 2e6]])
-    assert non_dominated_mask(Y, ["max", "min"]).tolist() == [True, False, False, False]
-    assert non_dominated_mask(np.empty((0, 2)), ["max", "min"]).tolist() == []
-
-
-@pytest.mark.parametrize("m", [2, 3])
-def test_non_dominated_mask_matches_botorch(m):
-    """Same answer as BoTorch's is_non_dominated(deduplicate=False), ties and duplicates
-    included (values on a coarse integer grid make many of them)."""
-    import torch
-    from botorch.utils.multi_objective.pareto import is_non_dominated
-
-    rng = np.random.default_rng(10 + m)
-    modes = ["max", "min", "max"][:m]
-    signs = np.array([1.0 if mode == "max" else -1.0 for mode in modes])
-    for n in (1, 7, 300):
-        Y = rng.integers(0, 6, size=(n, m)).astype(float)
-        expected = is_non_dominated(torch.tensor(Y * signs), deduplicate=False).numpy()
-        assert non_dominated_mask(Y, modes).tolist() == expected.tolist()
-
-
-@pytest.mark.parametrize("bad_modes", [["max"], ["max", "minimize"]])
-def test_bad_modes_raise(bad_modes):
-    with pytest.raises(ValueError):
-        non_dominated_mask(np.ones((3, 2)), bad_modes)
-
-
-def test_hypervolume_equals_hand_computed_area():
-    # Max/max staircase over ref (0, 0): 1*3 + (2-1)*2 + (3-2)*1 = 6.
-    Y = np.array([[1.0, 3.0], [2.0, 2.0], [3.0, 1.0], [1.0, 1.0]])
-    assert hypervolume(Y, ["max", "max"], [0.0, 0.0]) == pytest.approx(6.0)
-    # Accuracy (max) vs FLOPs (min), ref (0.5, 4e6 FLOPs); sorted by FLOPs the front is
-    # (0.5e6, 0.7), (1e6, 0.8), (2e6, 0.9): area = 3.5e6*0.2 + 3e6*0.1 + 2e6*0.1 = 1.2e6.
-    Y = np.array([[0.8, 1e6], [0.9, 2e6], [0.85, 3e6], [0.7, 0.5e6]])
-    assert hypervolume(Y, ["max", "min"], [0.5, 4e6]) == pytest.approx(1.2e6)
-    # Points not strictly better than the reference contribute nothing.
-    assert hypervolume(Y, ["max", "min"], [0.95, 4e6]) == 0.0
-    assert hypervolume(np.empty((0, 2)), ["max", "min"], [0.5, 4e6]) == 0.0
-
-
-@pytest.mark.parametrize("m", [2, 3])
-def test_hypervolume_matches_botorch(m):
-    rng = np.random.default_rng(m)
-    Y = rng.uniform(0, 1, size=(60, m))
-    modes = ["max", "min", "max"][:m]
-    ref = [0.0, 1.1, -0.1][:m]
-    signs = np.array([1.0 if mode == "max" else -1.0 for mode in modes])
-    expected = botorch_hv(Y * signs, list(np.array(ref) * signs))
-    assert hypervolume(Y, modes, ref) == pytest.approx(expected, rel=1e-9)
-
-
-def test_one_objective_hypervolume_is_improvement_over_ref():
-    Y = np.array([[0.7], [0.82], [np.nan], [0.75]])
-    assert hypervolume(Y, ["max"], [0.6]) == pytest.approx(0.22)
-    assert hypervolume(np.array([[3.0], [2.5]]), ["min"], [4.0]) == pytest.approx(1.5)
-
-
-def test_reference_point_rule():
-    Y = np.array([[0.70, 1e6], [0.85, 5e6], [0.80, 2e6]])
-    ref = reference_point(Y, ["max", "min"], [None, None])
-    # worst value moved outward by 10% of the observed range
-    assert ref == pytest.approx([0.70 - 0.015, 5e6 + 0.4e6])
-    assert reference_point(Y, ["max", "min"], [0.5, None])[0] == 0.5
-    # no data and no user value: undeterminable
-    assert reference_point(np.empty((0, 2)), ["max", "min"], [None, 3e6]) == [None, 3e6]
-
-
-def test_hypervolume_history_monotone_and_final_value():
-    rng = np.random.default_rng(1)
-    Y = np.column_stack([rng.uniform(0.6, 0.8, 50), rng.uniform(1e6, 1e7, 50)])
-    Y[[4, 17]] = np.nan  # failed trials keep the previous value
-    ref = [0.55, 1.2e7]
-    hist = hypervolume_history(Y, ["max", "min"], ref)
-    assert len(hist) == 50
-    assert all(b >= a for a, b in zip(hist, hist[1:]))
-    assert hist[4] == hist[3] and hist[17] == hist[16]
-    assert hist[-1] == pytest.approx(hypervolume(Y, ["max", "min"], ref))
-    for i in (0, 9, 30):
-        assert hist[i] == pytest.approx(hypervolume(Y[: i + 1], ["max", "min"], ref))
 
 
 # ------------------------------------------------------------------------------------------
@@ -541,3 +429,57 @@ def test_compare_rejects_mismatched_objectives(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert str(b) in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "cmp" / "index.html").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# report_run: a run directory -> reports/<run name>/
+# ------------------------------------------------------------------------------------------
+
+
+def test_report_run_writes_the_report_of_a_run_directory(tmp_path, monkeypatch):
+    from archsearch.errors import UserError
+    from archsearch.report import report_run
+
+    trials = realistic_trials(12)
+    run = write_run(tmp_path / "runs", "my-run", trials)
+    monkeypatch.chdir(tmp_path)
+    out, summary = report_run(run, reports="reports")
+    assert out.resolve() == tmp_path / "reports" / "my-run"
+    for f in ("index.html", "pareto.png", "hypervolume.png", "trials.csv", "pareto.json"):
+        assert (out / f).is_file(), f
+    assert json.loads((out / "pareto.json").read_text()) == summary
+    # the same numbers as the records handed to write_report directly
+    assert summary == write_report(trials, OBJECTIVES, tmp_path / "direct")
+    page = (out / "index.html").read_text(encoding="utf-8")
+    # the header shows the run spec, with paths relative to the working directory
+    assert "<th>Run</th><td>my-run</td>" in page
+    assert "<th>Run directory</th><td>runs/my-run</td>" in page
+    assert "<th>Search space</th><td>runs/my-run/space.yaml</td>" in page
+    assert "<th>cpus_per_trial</th><td>1.0</td>" in page
+    assert "<th>Wall time</th><td>1 min 00 s (60.0 s)</td>" in page
+    assert "<th>argv</th>" not in page and "<th>fixed</th>" not in page
+    # out_dir instead of reports/<name>
+    other, _ = report_run(run, out_dir=tmp_path / "elsewhere")
+    assert other == tmp_path / "elsewhere" and (other / "index.html").is_file()
+    with pytest.raises(UserError, match="not a run directory"):
+        report_run(tmp_path / "runs", reports="reports")
+
+
+def test_report_package_is_cheap_and_reads_runs_without_archsearch_tune():
+    import subprocess
+    import sys
+
+    code = ("import sys, archsearch.report as r; "
+            "print(sorted(m for m in ('numpy', 'plotly', 'matplotlib', 'torch', 'pydantic') "
+            "if m in sys.modules)); "
+            "import archsearch.report.compare, archsearch.report.files, archsearch.report.inputs; "
+            "print(sorted(m for m in sys.modules if m.startswith(('archsearch.tune', 'ray', "
+            "'torch'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "[]"], out.stdout
+
+
+def test_unknown_objective_metric_raises(tmp_path):
+    with pytest.raises(ValueError, match=r"objectives\[1\]\.metric: .*unknown metric 'flops'"):
+        write_report(realistic_trials(3), [OBJECTIVES[0], {"metric": "flops", "mode": "min"}],
+                     tmp_path)

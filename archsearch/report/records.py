@@ -1,9 +1,11 @@
-"""Validate the runner's trial records and compute everything a report shows.
+"""Validate and classify the runner's trial records.
 
-The input contract (written by ``archsearch.tune``) is documented in
-:func:`archsearch.report.write_report`. This module turns it into one :class:`ReportData`
-that the CSV/JSON writers, the plots and the HTML page all read, so they agree on which
-trials failed, which are feasible and which are on the front.
+The input contract (written by ``archsearch.tune`` through :class:`archsearch.runs.RunDir`)
+is documented in :func:`archsearch.report.write_report`. The records become one
+:class:`~archsearch.report.data.ReportData` that the CSV/JSON writers, the figures and the
+HTML page all read, so they agree on which trials failed, which are feasible and which are on
+the front. This module holds the per-record part: parsing, classification and anytime-curve
+sub-trials.
 
 Definitions used everywhere in the report:
 
@@ -25,23 +27,25 @@ Definitions used everywhere in the report:
   config = the trial's config plus the point's own settings (its non-metric keys, and the
   entries of a ``"config"`` dict), metrics = the point's metrics plus the trained model's
   parameter counts (``params_total``, ``params_trainable``: the same at every operating
-  point) from the trial when the point does not carry them. Sub-trials are classified like trials and can be on the front and add hypervolume
-  (in the hypervolume history they arrive with their trial); they are not counted in
+  point) from the trial when the point does not carry them. Sub-trials are classified like
+  trials and can be on the front and add hypervolume (in the hypervolume history they arrive
+  with their trial); they are not counted in
   ``n_trials`` / ``n_failed``. Points without a finite value for every objective and
   constraint metric are dropped (counted in ``ReportData.n_dropped_points``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+from pydantic import ValidationError
 
-STATUSES = ("TERMINATED", "ERROR", "STOPPED", "RUNNING")
+from archsearch.report.values import METRIC_UNITS, to_float
+from archsearch.runs import ERROR, RUNNING, STATUSES, STOPPED
+from archsearch.space import Objective
 
 #: Metrics of the trained model itself, the same at every operating point of its anytime
 #: curve: a sub-trial takes them from its trial when the point does not carry them.
@@ -53,76 +57,6 @@ ANYTIME_KEY = "anytime_curve"
 #: Final-metrics key of the layer-tying map learned by a tying controller (``s[i] = j``:
 #: layer ``i`` uses layer ``j``'s weights; Hay & Wolf 2024). Shown with the config.
 TYING_KEY = "tying_map"
-
-#: Units of the metric names fixed in DESIGN.md. Other metric names are allowed and shown
-#: without a unit.
-METRIC_UNITS: dict[str, str] = {
-    "accuracy": "fraction 0..1",
-    "val_loss": "nats/token",
-    "perplexity": "-",
-    "flops_per_sample": "FLOPs",
-    "params_total": "count",
-    "params_trainable": "count",
-    "latency_ms": "ms",
-    "train_seconds": "s",
-}
-
-#: Metrics plotted on a log axis (when every plotted value is > 0): they span orders of
-#: magnitude across architectures.
-LOG_SCALE_METRICS = frozenset({"flops_per_sample", "params_total", "params_trainable"})
-
-
-def metric_label(name: str) -> str:
-    """Axis label with unit, e.g. ``"flops_per_sample [FLOPs]"``; plain name if unit unknown."""
-    unit = METRIC_UNITS.get(name)
-    return f"{name} [{unit}]" if unit else name
-
-
-def to_float(value: Any) -> float:
-    """``value`` as a float; NaN for None, booleans and anything non-numeric."""
-    if value is None or isinstance(value, bool):
-        return math.nan
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def jsonable(value: Any) -> Any:
-    """Plain-JSON copy of ``value``: non-finite floats -> None, numpy scalars -> Python,
-    tuples -> lists, unknown objects -> ``str``. The result passes ``json.dumps(allow_nan=False)``.
-    """
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return f if math.isfinite(f) else None
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, np.ndarray):
-        return [jsonable(v) for v in value.tolist()]
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
-    return str(value)
-
-
-def config_json(config: Mapping[str, Any]) -> str:
-    """Compact, key-sorted JSON of a trial config (what the repro command passes)."""
-    return json.dumps(jsonable(config), sort_keys=True, separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class Objective:
-    """One objective: a metric name, ``"max"`` or ``"min"``, and an optional user reference
-    value in the metric's unit."""
-
-    metric: str
-    mode: str
-    ref: float | None = None
 
 
 @dataclass
@@ -149,7 +83,7 @@ class TrialRow:
     @property
     def stopped(self) -> bool:
         """Early-stopped by the scheduler (ASHA): fewer epochs than the budget."""
-        return self.status == "STOPPED"
+        return self.status == STOPPED
 
     @property
     def is_subtrial(self) -> bool:
@@ -169,139 +103,15 @@ class TrialRow:
         return self.metrics.get(TYING_KEY)
 
 
-@dataclass
-class ReportData:
-    """Everything the report shows, computed once.
-
-    ``trials`` are the runner's records (trial order); ``subtrials`` the anytime-curve points
-    of dynamic trials; ``rows`` is both, and ``row.index`` is the row's position in it and in
-    ``Y``. ``Y`` is ``(n_rows, n_objectives)`` in the objectives' units with NaN rows for
-    failed rows; ``reference_point`` and ``hypervolume`` use feasible rows only;
-    ``hv_history[i]`` is the hypervolume after trial ``i`` (trial order, with its sub-trials).
-    """
-
-    objectives: list[Objective]
-    constraints: dict[str, dict[str, float]]
-    run_info: dict[str, Any]
-    trials: list[TrialRow]
-    Y: np.ndarray
-    reference_point: list[float | None]
-    hypervolume: float
-    hv_history: list[float]
-    subtrials: list[TrialRow] = field(default_factory=list)
-    n_dropped_points: int = 0
-
-    @property
-    def rows(self) -> list[TrialRow]:
-        return self.trials + self.subtrials
-
-    @property
-    def modes(self) -> list[str]:
-        return [o.mode for o in self.objectives]
-
-    @property
-    def n_trials(self) -> int:
-        return len(self.trials)
-
-    @property
-    def n_failed(self) -> int:
-        return sum(t.failed for t in self.trials)
-
-    @property
-    def n_successful(self) -> int:
-        return self.n_trials - self.n_failed
-
-    @property
-    def n_feasible(self) -> int:
-        return sum(t.feasible for t in self.trials)
-
-    @property
-    def n_stopped(self) -> int:
-        return sum(t.stopped and not t.failed for t in self.trials)
-
-    @property
-    def n_pareto(self) -> int:
-        return sum(r.pareto for r in self.rows)
-
-    def pareto_trials(self) -> list[TrialRow]:
-        """Pareto rows (trials and sub-trials) sorted best-first on the first objective
-        (ties: trial_id)."""
-        rows = [t for t in self.rows if t.pareto]
-        sign = -1.0 if self.objectives[0].mode == "max" else 1.0
-        return sorted(rows, key=lambda t: (sign * float(self.Y[t.index, 0]), t.trial_id))
-
-    def failed_trials(self) -> list[TrialRow]:
-        return [t for t in self.trials if t.failed]
-
-    def subtrials_of(self, trial_id: str) -> list[TrialRow]:
-        """The sub-trials of one trial, in curve order."""
-        by_parent: dict[str, list[TrialRow]] = {}
-        for s in self.subtrials:
-            by_parent.setdefault(s.parent, []).append(s)
-        return by_parent.get(trial_id, [])
-
-    def dynamic_trials(self) -> list[TrialRow]:
-        """Trials that have sub-trials (an anytime curve with at least one usable point)."""
-        parents = {s.parent for s in self.subtrials}
-        return [t for t in self.trials if t.trial_id in parents]
-
-    def metric_names(self, *, scalar_only: bool = False) -> list[str]:
-        """Objective metrics first, then every other reported metric name, sorted.
-
-        ``scalar_only``: leave out metrics whose values are lists or dicts (``anytime_curve``,
-        ``tying_map``, histograms), for table columns.
-        """
-        first = [o.metric for o in self.objectives]
-        names = {k for t in self.rows for k in t.metrics} - set(first)
-        if scalar_only:
-            names = {k for k in names
-                     if not any(isinstance(t.metrics.get(k), (Mapping, list, tuple))
-                                for t in self.rows)}
-        return first + sorted(names)
-
-    def config_names(self) -> list[str]:
-        """Union of config keys over all rows, sorted."""
-        return sorted({k for t in self.rows for k in t.config})
-
-    def rescore(self, ref: Sequence[float | None]) -> None:
-        """Recompute ``hypervolume`` and ``hv_history`` with the reference point ``ref``
-        (objectives' units), e.g. one shared by several runs (:mod:`archsearch.report.compare`).
-
-        Raises:
-            ValueError: ``ref`` of the wrong length or with non-finite values.
-        """
-        from archsearch.report import pareto
-
-        ref = [None if r is None else float(r) for r in ref]
-        if len(ref) != len(self.objectives):
-            raise ValueError(f"reference point has {len(ref)} values for "
-                             f"{len(self.objectives)} objectives")
-        self.reference_point = ref
-        feasible = np.array([r.feasible for r in self.rows], dtype=bool)
-        if not feasible.any() or any(r is None for r in ref):
-            self.hypervolume, self.hv_history = 0.0, [0.0] * self.n_trials
-            return
-        Y_feasible = np.where(feasible[:, None], self.Y, np.nan)
-        # trial order, each trial followed by its sub-trials
-        order: list[int] = []
-        last_of_trial: list[int] = []
-        subs: dict[str, list[int]] = {}
-        for s in self.subtrials:
-            subs.setdefault(s.parent, []).append(s.index)
-        for t in self.trials:
-            order.append(t.index)
-            order.extend(subs.get(t.trial_id, []))
-            last_of_trial.append(len(order) - 1)
-        history = pareto.hypervolume_history(Y_feasible[order], self.modes, ref)
-        self.hv_history = [history[i] for i in last_of_trial]
-        self.hypervolume = self.hv_history[-1] if self.hv_history else 0.0
-
-
 def parse_objectives(objectives: Sequence[Mapping[str, Any]]) -> list[Objective]:
-    """Validate ``[{"metric": str, "mode": "max"|"min", "ref": float (optional)}, ...]``.
+    """Validate ``[{"metric": str, "mode": "max"|"min", "ref": float (optional)}, ...]``
+    into the search space's own :class:`archsearch.space.Objective` (``ref`` in the metric's
+    unit), so a report and the space that produced its run speak of the same objects.
 
     Raises:
-        ValueError: empty list, missing keys, unknown mode, duplicate metric, non-finite ref.
+        ValueError: empty list, missing or unknown keys, unknown mode, a metric name that is
+            not one of DESIGN.md's (``archsearch.space.METRICS``), duplicate metric,
+            non-finite ref.
     """
     if not objectives:
         raise ValueError("need at least one objective")
@@ -320,7 +130,10 @@ def parse_objectives(objectives: Sequence[Mapping[str, Any]]) -> list[Objective]
             ref = to_float(ref)
             if not math.isfinite(ref):
                 raise ValueError(f"objectives[{i}].ref must be a finite number, got {obj['ref']!r}")
-        parsed.append(Objective(metric, mode, ref))
+        try:
+            parsed.append(Objective(metric=metric, mode=mode, ref=ref))
+        except ValidationError as e:  # a metric name DESIGN.md does not define
+            raise ValueError(f"objectives[{i}].metric: {e.errors()[0]['msg']}") from None
     names = [o.metric for o in parsed]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate objective metric in {names}")
@@ -386,13 +199,13 @@ def parse_trial(index: int, record: Mapping[str, Any]) -> TrialRow:
     )
 
 
-def _classify(row: TrialRow, objectives: list[Objective], constraints: dict) -> None:
+def classify(row: TrialRow, objectives: list[Objective], constraints: dict) -> None:
     """Set ``failed``, ``failure_reason``, ``violations`` and ``feasible`` of one trial."""
-    if row.status == "ERROR":
+    if row.status == ERROR:
         row.failed = True
         row.failure_reason = row.error or "trial ended with status ERROR (no error message)"
         return
-    if row.status == "RUNNING":
+    if row.status == RUNNING:
         row.failed = True
         row.failure_reason = ("unfinished: status RUNNING (the run stopped, or is still going, "
                               f"before this trial completed; {len(row.history)} epochs recorded)")
@@ -463,7 +276,7 @@ def make_subtrials(parent: TrialRow, first_index: int, objectives: list[Objectiv
             history=[], error=None, parent=parent.trial_id, point=k, settings=settings,
             inherited=inherited,
         )
-        _classify(row, objectives, constraints)
+        classify(row, objectives, constraints)
         if row.failed:  # a point without its objective values: nothing to draw
             dropped += 1
             continue
@@ -471,75 +284,3 @@ def make_subtrials(parent: TrialRow, first_index: int, objectives: list[Objectiv
     return rows, dropped
 
 
-def build_report_data(
-    trials: Sequence[Mapping[str, Any]],
-    objectives: Sequence[Mapping[str, Any]],
-    constraints: Mapping[str, Any] | None = None,
-    run_info: Mapping[str, Any] | None = None,
-    *,
-    reference: Sequence[float | None] | None = None,
-) -> ReportData:
-    """Validate the inputs; compute failures, feasibility, sub-trials, the front and the
-    hypervolume.
-
-    Args:
-        trials, objectives, constraints, run_info: as :func:`archsearch.report.write_report`.
-        reference: a reference point to use instead of the automatic one (objectives' units;
-            e.g. shared by several runs). ``None`` entries fall back to the automatic rule.
-
-    Raises:
-        ValueError: any contract violation (see the ``parse_*`` functions) or duplicate
-            ``trial_id``.
-    """
-    from archsearch.report import pareto
-
-    objs = parse_objectives(objectives)
-    cons = parse_constraints(constraints)
-    rows = [parse_trial(i, rec) for i, rec in enumerate(trials)]
-    ids = [r.trial_id for r in rows]
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        dupes = sorted({i for i in ids if i in seen or seen.add(i)})[:5]
-        raise ValueError(f"duplicate trial_id in trials: {dupes}")
-    for row in rows:
-        _classify(row, objs, cons)
-    subtrials: list[TrialRow] = []
-    dropped = 0
-    for row in rows:
-        subs, n_drop = make_subtrials(row, len(rows) + len(subtrials), objs, cons)
-        subtrials += subs
-        dropped += n_drop
-
-    every = rows + subtrials
-    modes = [o.mode for o in objs]
-    Y = np.full((len(every), len(objs)), np.nan)
-    for row in every:
-        if not row.failed:
-            Y[row.index] = [to_float(row.metrics[o.metric]) for o in objs]
-    feasible = np.array([r.feasible for r in every], dtype=bool)
-    Y_feasible = np.where(feasible[:, None], Y, np.nan)
-
-    mask = pareto.non_dominated_mask(Y_feasible, modes)
-    for row in every:
-        row.pareto = bool(mask[row.index])
-
-    user_refs = [o.ref for o in objs]
-    if reference is not None:
-        if len(reference) != len(objs):
-            raise ValueError(f"reference point has {len(reference)} values for {len(objs)} objectives")
-        user_refs = [r if r is not None else u for r, u in zip(reference, user_refs)]
-    ref = pareto.reference_point(Y_feasible, modes, user_refs)
-    data = ReportData(
-        objectives=objs,
-        constraints=cons,
-        run_info=dict(run_info or {}),
-        trials=rows,
-        Y=Y,
-        reference_point=ref,
-        hypervolume=0.0,
-        hv_history=[0.0] * len(rows),
-        subtrials=subtrials,
-        n_dropped_points=dropped,
-    )
-    data.rescore(ref)
-    return data

@@ -145,28 +145,30 @@ def synthetic_trials(n: int, *, seed: int = 0, epochs: int = 5,
 def write_run_dir(run_dir, trials: list[dict[str, Any]], *, space_yaml: str, name: str,
                   searcher: str = "random", wall_seconds: float | None = None):
     """Write ``trials`` as a run directory the runner would leave (``run.json``,
-    ``space.yaml``, ``trials/ID.json``), so ``archsearch report`` / ``compare`` can read it.
+    ``space.yaml``, ``trials/ID.json``, through :class:`archsearch.runs.RunDir`), so
+    ``archsearch report`` / ``compare`` can read it.
 
     Args:
         run_dir: directory to create (parents too).
         trials: records (e.g. from :func:`synthetic_trials`); a ``started`` key keeps their
-            order when read back, and is added when missing.
+            order when read back, and is added when missing. Written as the runner writes
+            them: non-finite metric values become ``null``.
         space_yaml: the search-space YAML text (its objectives and constraints are used).
-        name, searcher, wall_seconds: go to ``run.json``.
+        name, searcher, wall_seconds: go to ``run.json`` (:class:`archsearch.runs.RunSpec`;
+            seed 0, one CPU and no GPU per trial, started at Unix time 1.7e9).
 
     Returns:
         The run directory as a :class:`pathlib.Path`.
     """
-    import json
-    from pathlib import Path
+    from archsearch.runs import RunDir, RunSpec, atomic_write
 
-    path = Path(run_dir)
-    (path / "trials").mkdir(parents=True, exist_ok=True)
-    (path / "space.yaml").write_text(space_yaml)
-    info = {"name": name, "searcher": searcher, "space_file": str(path / "space.yaml"),
-            "trials": len(trials), "seed": 0, "started": 1.7e9, "wall_seconds": wall_seconds}
-    (path / "run.json").write_text(json.dumps(info, indent=1))
+    run = RunDir(run_dir)
+    run.trials_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(run.space_file, space_yaml)
+    run.write_spec(RunSpec(name=name, searcher=searcher, seed=0, trials=len(trials),
+                           cpus_per_trial=1.0, gpus_per_trial=0.0,
+                           space_file=str(run.space_file), started=1.7e9,
+                           wall_seconds=wall_seconds))
     for k, rec in enumerate(trials):
-        rec = {"started": 1.7e9 + k, **rec}
-        (path / "trials" / f"{rec['trial_id']}.json").write_text(json.dumps(rec))
-    return path
+        run.write_trial({"started": 1.7e9 + k, **rec})
+    return run.path

@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 import torch
 
-from archsearch.search.base import KNOWN_COST_METRICS, CostFn, Observation, Searcher, hypervolume
+from archsearch.pareto import hypervolume
+from archsearch.search.base import KNOWN_COST_METRICS, CostFn, Observation, Searcher
 from archsearch.search.policy import FactorisedPolicy
 
 DTYPE = torch.double
@@ -192,7 +193,7 @@ class AHTOSearcher(QNEHVISearcher):
     # ------------------------------------------------------------------ state vector
     def _hv(self, obs: list[Observation], ref: list[float]) -> float:
         ys = [self.objective_values(o.metrics) for o in obs if self.feasible(o.metrics)]
-        return hypervolume(ys, ref)
+        return hypervolume(ys, ["max"] * len(ref), ref)  # ys, ref in maximisation form
 
     def _box(self, obs: list[Observation], ref: list[float]) -> float:
         ys = [self.objective_values(o.metrics) for o in obs]

@@ -33,7 +33,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 CostFn = Callable[[Mapping[str, Any]], Mapping[str, float]]
 
@@ -224,39 +224,3 @@ class Searcher(ABC):
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-# ---------------------------------------------------------------------- hypervolume
-def pareto_mask(Y: Sequence[Sequence[float]]) -> list[bool]:
-    """Non-dominated rows of ``Y`` (``n x m``, maximisation)."""
-    n = len(Y)
-    out = []
-    for i in range(n):
-        dom = False
-        for j in range(n):
-            if j != i and all(a >= b for a, b in zip(Y[j], Y[i])) and any(a > b for a, b in zip(Y[j], Y[i])):
-                dom = True
-                break
-        out.append(not dom)
-    return out
-
-
-def hypervolume(Y: Sequence[Sequence[float]], ref: Sequence[float]) -> float:
-    """Hypervolume dominated by ``Y`` (``n x m``, maximisation) above ``ref`` (``m``).
-
-    Exact: BoTorch's box decomposition (``botorch.utils.multi_objective.hypervolume``).
-    Points not strictly better than ``ref`` in every objective contribute nothing.
-    """
-    import torch
-    from botorch.utils.multi_objective.hypervolume import Hypervolume
-
-    pts = [list(map(float, y)) for y in Y if all(a > r for a, r in zip(y, ref))]
-    if not pts:
-        return 0.0
-    if len(ref) == 1:
-        return max(p[0] for p in pts) - float(ref[0])
-    hv = Hypervolume(torch.tensor(list(map(float, ref)), dtype=torch.double))
-    t = torch.tensor(pts, dtype=torch.double)
-    from botorch.utils.multi_objective.pareto import is_non_dominated
-
-    return float(hv.compute(t[is_non_dominated(t)]))

@@ -1,13 +1,20 @@
-"""Pareto front, reference point and hypervolume of a run, in the objectives' own units.
+"""Non-dominated sorting, reference point and hypervolume: THE Pareto arithmetic of archsearch.
+
+The report (:mod:`archsearch.report`), the searchers (:mod:`archsearch.search`), the
+evolutionary length search (:mod:`archsearch.dynamic.evolution`) and the benchmarks all use
+these functions; there is no other Pareto mask or hypervolume in the package.
 
 Conventions used by every function here:
 
-* ``Y`` is an ``(n, m)`` float array: one row per trial, one column per objective, each column
-  in that metric's own unit (``accuracy`` as a fraction 0..1, ``flops_per_sample`` in FLOPs,
+* ``Y`` is an ``n x m`` float array (or a list of ``n`` rows of ``m`` numbers; an empty
+  sequence means ``n = 0``): one row per trial, one column per objective, each column in that
+  metric's own unit (``accuracy`` as a fraction 0..1, ``flops_per_sample`` in FLOPs,
   ``latency_ms`` in ms, ...; see DESIGN.md). Nothing is normalised or log-transformed, so a
   hypervolume is in the product of the objectives' units (e.g. "accuracy x FLOPs").
 * ``modes`` gives one ``"max"`` or ``"min"`` per column. Internally min columns are negated so
   that BoTorch's maximisation convention applies; results are returned in the original signs.
+  A caller that already works in maximisation form (the searchers: ``sign * value``) passes
+  ``["max"] * m``.
 * A row with any non-finite value (NaN, +-inf) is a trial that does not count (failed or
   infeasible: the caller sets such rows to NaN). It is never on the front and never adds
   hypervolume.
@@ -15,8 +22,10 @@ Conventions used by every function here:
 Errors: :class:`ValueError` for a malformed ``Y`` / ``modes`` / ``ref`` (wrong shape, unknown
 mode, non-finite reference value).
 
-BoTorch and torch are imported inside the functions, and only for hypervolumes of four or more
-objectives, so that importing this module (and a 2- or 3-objective report) stays cheap.
+Only numpy is imported at module level. BoTorch (``Hypervolume``, the exact dimension-sweep
+algorithm) and torch are imported inside :func:`hypervolume`, and only for four or more
+objectives: one to three objectives are exact numpy sweeps, so a 2- or 3-objective report or
+searcher never imports torch for its hypervolume.
 """
 
 from __future__ import annotations
@@ -25,6 +34,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+#: ``Y`` as the functions here take it: an ``n x m`` array or ``n`` rows of ``m`` numbers.
+ArrayLike = np.ndarray | Sequence[Sequence[float]]
+
 MODES = ("max", "min")
 
 #: Fraction of the observed range by which the automatic reference point is moved past the
@@ -32,9 +44,11 @@ MODES = ("max", "min")
 REF_OFFSET_FRACTION = 0.1
 
 
-def _check(Y: np.ndarray, modes: Sequence[str]) -> np.ndarray:
+def _check(Y: ArrayLike, modes: Sequence[str]) -> np.ndarray:
     """Return ``Y`` as a float64 ``(n, m)`` array after checking it against ``modes``."""
     Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim == 1 and Y.size == 0:
+        Y = Y.reshape(0, len(modes))  # ``[]``: no rows yet
     if Y.ndim != 2:
         raise ValueError(f"Y must be a 2-D (n_trials, n_objectives) array, got shape {Y.shape}")
     if len(modes) != Y.shape[1]:
@@ -85,18 +99,19 @@ def _non_dominated_max(Z: np.ndarray) -> np.ndarray:
     return mask
 
 
-def non_dominated_mask(Y: np.ndarray, modes: Sequence[str]) -> np.ndarray:
+def non_dominated_mask(Y: ArrayLike, modes: Sequence[str]) -> np.ndarray:
     """Which rows of ``Y`` are Pareto-optimal (not dominated by any other row).
 
     A row dominates another when it is at least as good in every objective and strictly better
     in one (better = larger for ``"max"``, smaller for ``"min"``). Rows with identical objective
     values do not dominate each other, so all copies of a non-dominated point are marked
-    (as BoTorch's ``is_non_dominated(deduplicate=False)``, which ``tests/test_report.py``
-    checks it against). Rows containing NaN/inf are never marked. Pure numpy (no torch
-    import): one sorted pass, O(n log n + n f m) for a front of f points.
+    (as BoTorch's ``is_non_dominated(deduplicate=False)``; ``tests/test_pareto.py`` checks
+    both against a brute-force O(n^2) dominance check). Rows containing NaN/inf are never
+    marked. Pure numpy, so a report or searcher need not import torch for it: one sorted
+    pass, O(n log n + n f m) for a front of f points.
 
     Args:
-        Y: ``(n, m)`` objective values in their own units.
+        Y: ``n x m`` objective values in their own units (array or ``n`` rows).
         modes: ``m`` strings, ``"max"`` or ``"min"``.
 
     Returns:
@@ -115,7 +130,7 @@ def non_dominated_mask(Y: np.ndarray, modes: Sequence[str]) -> np.ndarray:
 
 
 def reference_point(
-    Y: np.ndarray,
+    Y: ArrayLike,
     modes: Sequence[str],
     user_refs: Sequence[float | None] | None = None,
 ) -> list[float | None]:
@@ -175,7 +190,7 @@ def reference_point(
     return ref
 
 
-def hypervolume(Y: np.ndarray, modes: Sequence[str], ref: Sequence[float]) -> float:
+def hypervolume(Y: ArrayLike, modes: Sequence[str], ref: Sequence[float]) -> float:
     """Hypervolume dominated by the rows of ``Y`` and bounded by ``ref``.
 
     Computed on ``Y * sign`` and ``ref * sign`` (sign = +1 for max, -1 for min), so the value
@@ -262,7 +277,7 @@ def _hypervolume_max(Y_max: np.ndarray, ref_max: np.ndarray) -> float:
 
 
 def hypervolume_history(
-    Y_in_trial_order: np.ndarray, modes: Sequence[str], ref: Sequence[float]
+    Y_in_trial_order: ArrayLike, modes: Sequence[str], ref: Sequence[float]
 ) -> list[float]:
     """Hypervolume after each trial, in trial order, with one fixed reference point.
 
