@@ -60,12 +60,10 @@ B1_SAMPLES = 128
 
 def trimmed_batches(split, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Consecutive ``(ids, mask)`` batches, each cut to its longest row (as evaluation runs)."""
-    out = []
-    for i in range(0, len(split), batch_size):
-        ids, mask = split.input_ids[i:i + batch_size], split.attention_mask[i:i + batch_size]
-        t = int(mask.any(0).nonzero().max()) + 1
-        out.append((ids[:, :t], mask[:, :t]))
-    return out
+    from archsearch.models.config import trim_padding
+
+    return [trim_padding(split.input_ids[i:i + batch_size], split.attention_mask[i:i + batch_size])
+            for i in range(0, len(split), batch_size)]
 
 
 def pass_seconds(gating: GatingStrategy, batches) -> float:

@@ -65,12 +65,12 @@ def sorted_batches(split, rows, batch_size):
     """Batches of ``rows`` of ``split`` sorted by length, trimmed to their longest sentence."""
     lengths = split.attention_mask[rows].sum(1)
     rows = rows[lengths.argsort(stable=True)]
+    from archsearch.models.config import trim_padding
+
     out = []
     for i in range(0, len(rows), batch_size):
         j = rows[i:i + batch_size]
-        mask = split.attention_mask[j]
-        t = int(mask.sum(1).max())
-        out.append((split.input_ids[j][:, :t], mask[:, :t], split.labels[j]))
+        out.append((*trim_padding(split.input_ids[j], split.attention_mask[j]), split.labels[j]))
     return out
 
 

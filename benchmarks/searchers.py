@@ -94,9 +94,9 @@ class Synthetic:
 
 class Replay:
     def __init__(self, table: Path = TABLE, max_records: int | None = None):
-        from archsearch.search.known_costs import transformer_cost_fn
+        from archsearch.models.costs import known_costs_fn as transformer_cost_fn
         from archsearch.space import load_space
-        from archsearch.tune.runner import prepare_data
+        from archsearch.data import prepare_for_space
 
         space = load_space(ROOT / "search_spaces" / "default.yaml")
         self.space = space.model_copy(update={"budget": space.budget.model_copy(update={"trials": HORIZON})})
@@ -104,14 +104,14 @@ class Replay:
         recs.sort(key=lambda r: r["index"])
         self.records = recs[:max_records] if max_records else recs
         self.X = [self.space.encode(r["config"]) for r in self.records]
-        self.cost_fn = transformer_cost_fn(prepare_data(space), space.fixed)
+        self.cost_fn = transformer_cost_fn(prepare_for_space(space), space.fixed)
         ok = [r for r in self.records if r["status"] == "TERMINATED"]
         self.ref = [space.objectives[0].ref, -1.1 * max(r["metrics"]["flops_per_sample"] for r in ok)]
         self.limit = space.constraints["params_trainable"].max
-        from archsearch.search.base import hypervolume
+        from archsearch.pareto import hypervolume
 
         self.max_hv = hypervolume([self.objectives(r["metrics"]) for r in ok
-                                   if self.feasible(r["metrics"])], self.ref)
+                                   if self.feasible(r["metrics"])], ["max", "max"], self.ref)
         self.name = "replay"
 
     def nearest(self, config) -> dict:
@@ -142,10 +142,11 @@ def run_one(problem, searcher: str, seed: int, budget: int = HORIZON) -> dict:
     import torch
 
     from archsearch.search import make
-    from archsearch.search.base import hypervolume
+    from archsearch.pareto import hypervolume
 
-    kw = {"horizon": HORIZON}
-    s = make(searcher, problem.space, seed=seed, cost_fn=problem.cost_fn, **kw)
+    # the same call as the CLI's (archsearch.tune.searchers.tune_searcher); the space's budget
+    # is HORIZON trials, which sets NSGA-II's population and AHTO's horizon as in a real run
+    s = make(searcher, problem.space, seed=seed, cost_fn=problem.cost_fn)
     ys, curve, secs, cpu = [], [], [], []
     for _ in range(budget):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -159,7 +160,7 @@ def run_one(problem, searcher: str, seed: int, budget: int = HORIZON) -> dict:
             s.tell(tid, metrics, config=ran)
             if problem.feasible(metrics):
                 ys.append(problem.objectives(metrics))
-        curve.append(hypervolume(ys, problem.ref) / problem.max_hv)
+        curve.append(hypervolume(ys, ["max"] * len(problem.ref), problem.ref) / problem.max_hv)
     return {"problem": problem.name, "searcher": searcher, "seed": seed, "curve": curve,
             "ask_seconds": secs, "ask_cpu_seconds": cpu, "torch_threads": torch.get_num_threads(),
             "n_table": len(getattr(problem, "records", [])) or None}

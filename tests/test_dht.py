@@ -220,6 +220,7 @@ def test_shipped_dht_space_validates():
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_tiny_dht_search_through_the_cli(tmp_path, cache_dir):
     import yaml
 
@@ -249,7 +250,7 @@ def test_tiny_dht_search_through_the_cli(tmp_path, cache_dir):
            "--reports", str(tmp_path / "reports"), "--no-progress", "--no-ray-dashboard"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    from archsearch.tune.runner import read_trials
+    from archsearch.runs import read_trials
 
     trials = read_trials(tmp_path / "runs" / "tiny-dht")
     assert len(trials) == 2

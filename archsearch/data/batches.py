@@ -46,6 +46,8 @@ def classification_batches(
     """
     import torch
 
+    from archsearch.models.config import trim_padding
+
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     n = len(split)
@@ -55,8 +57,7 @@ def classification_batches(
         idx = order[start:start + batch_size]
         ids, mask = split.input_ids[idx], split.attention_mask[idx]
         if trim:
-            t = int(mask.sum(dim=1).max()) if len(idx) else 0
-            ids, mask = ids[:, :max(t, 1)], mask[:, :max(t, 1)]
+            ids, mask = trim_padding(ids, mask)
         yield {"input_ids": ids, "attention_mask": mask, "labels": split.labels[idx]}
 
 
