@@ -9,7 +9,7 @@ Conventions used by every function here:
 * ``Y`` is an ``n x m`` float array (or a list of ``n`` rows of ``m`` numbers; an empty
   sequence means ``n = 0``): one row per trial, one column per objective, each column in that
   metric's own unit (``accuracy`` as a fraction 0..1, ``flops_per_sample`` in FLOPs,
-  ``latency_ms`` in ms, ...; see DESIGN.md). Nothing is normalised or log-transformed, so a
+  ``latency_ms`` in ms, ...; see docs/design.md). Nothing is normalised or log-transformed, so a
   hypervolume is in the product of the objectives' units (e.g. "accuracy x FLOPs").
 * ``modes`` gives one ``"max"`` or ``"min"`` per column. Internally min columns are negated so
   that BoTorch's maximisation convention applies; results are returned in the original signs.

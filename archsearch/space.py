@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from archsearch.errors import UserError
 
-#: Metric names (DESIGN.md), with the direction that makes each one "better".
+#: Metric names (docs/design.md), with the direction that makes each one "better".
 METRICS: dict[str, str] = {
     "accuracy": "max",
     "val_loss": "min",

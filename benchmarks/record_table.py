@@ -3,7 +3,7 @@
 The table feeds ``benchmarks/searchers.py`` (syne-tune's simulator idea: searchers are compared
 on recorded results instead of retraining). Configurations come from a scrambled Sobol sequence
 over the space's unit cube (``SearchSpace.decode``), so the table covers the space evenly and
-is reproducible. Each line holds the config, the per-epoch history (every DESIGN.md metric) and
+is reproducible. Each line holds the config, the per-epoch history (every docs/design.md metric) and
 the budget it was trained with. The script is resumable: it skips configurations whose index is
 already in the output file, so it can run in pieces (kill it any time; rerun to continue).
 
@@ -17,7 +17,6 @@ Runs single-threaded (``torch.set_num_threads(1)``): this machine's 2 cores are 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys

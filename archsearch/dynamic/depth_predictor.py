@@ -3,7 +3,7 @@
 Source: Li, Li and Wang, "From Static to Dynamic: A Deeper, Faster, and Adaptive Language
 Modeling Approach" (structure predictor, RevPC, the gamma-weighted depth penalty; ALBERT-base
 1.68x faster at a GLUE average of 85.3 against 84.4). Our specification is the adaptive-depth
-section of DESIGN.md:
+section of docs/design.md:
 
 * Every sample runs the first ``n_fixed`` blocks. The hidden state of its *first token* (the
   ``<cls>`` a trained tokenizer puts first) goes through a small MLP (:class:`DepthPredictor`)

@@ -1,7 +1,7 @@
 """DHT: per-sample layer and head gating by contextual bandits (``gating: dht``).
 
 Source: Sample-based Dynamic Hierarchical Transformer (arXiv 2312.03038); our specification is
-the DHT section of DESIGN.md. Per batch:
+the DHT section of docs/design.md. Per batch:
 
 1. Every sample runs the embeddings and the first ``n_fixed`` blocks (all heads) as one batch.
 2. Context: the mean-pooled hidden state there, times a fixed random ``d x 16`` projection
@@ -27,7 +27,7 @@ uses greedy choices (LinUCB mean, best UCB1 mean, highest posterior means; no ex
 the same grouping. Before any bandit update, inference runs the deepest allowed depth with all
 heads.
 
-Config keys (trial config, DESIGN.md MODEL_KEYS): ``dht_lambda`` (default 0.5), ``n_fixed``
+Config keys (trial config, docs/design.md MODEL_KEYS): ``dht_lambda`` (default 0.5), ``n_fixed``
 (1), ``min_layers`` (``n_fixed``), ``max_layers`` (``n_layers``), ``min_heads`` (1),
 ``dht_warmup_steps`` (100). Depth limits are clamped into ``[n_fixed, n_layers]`` (a searched
 ``max_layers`` may exceed a searched ``n_layers``), and ``min_layers`` to at most ``max_layers``.

@@ -1,7 +1,7 @@
 """Evolutionary search of per-layer length configurations of a trained length-adaptive model.
 
 Source: Kim & Cho, "Length-Adaptive Transformer: Train Once with Length Drop, Use Anytime with
-Search", arXiv 2010.07003, sec. 4 (and the Length-Adaptive section of DESIGN.md):
+Search", arXiv 2010.07003, sec. 4 (and the Length-Adaptive section of docs/design.md):
 
 * a *gene* is a length configuration ``(l_1, ..., l_L)``, non-increasing, each in
   ``[min_tokens, n]`` (see :mod:`archsearch.dynamic.length_config`);

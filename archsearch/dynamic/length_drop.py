@@ -4,7 +4,7 @@ Source: Kim & Cho, "Length-Adaptive Transformer: Train Once with Length Drop, Us
 Search", arXiv 2010.07003 (section 3: LengthDrop, LayerDrop, sandwich rule with in-place
 distillation, drop-and-restore; section 4: evolutionary search, see
 :mod:`archsearch.dynamic.evolution`). Our specification: the Length-Adaptive section of
-DESIGN.md.
+docs/design.md.
 
 **Length configuration.** See :mod:`archsearch.dynamic.length_config`: one length per block
 in tokens of a full ``max_len`` sequence, scaled to each sequence's real length.

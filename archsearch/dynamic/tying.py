@@ -1,7 +1,7 @@
 """Layer tying during training: a Q-learning agent (``tying: rl``) and fixed baselines.
 
 Source: Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024;
-specified in DESIGN.md, "Dynamic layer tying".
+specified in docs/design.md, "Dynamic layer tying".
 
 **Tying state.** A list ``s`` of ``L`` ints (``L`` = number of blocks): ``s[i] = j`` means block
 ``i`` uses block ``j``'s weights, ``j <= i``; ``s[i] = i`` means block ``i`` has weights no earlier

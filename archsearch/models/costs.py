@@ -1,6 +1,6 @@
 """Cost model of :class:`~archsearch.models.transformer.Transformer`: params, FLOPs, latency.
 
-Every function is named with its unit (see the metric table in DESIGN.md):
+Every function is named with its unit (see the metric table in docs/design.md):
 
 * :func:`params_total` / :func:`params_trainable` -- counts of scalars.
 * :func:`flops_per_sample` -- analytic forward FLOPs for one sequence (a multiply-add = 2 FLOPs).

@@ -101,7 +101,7 @@ def write_report(
             the config).
         objectives: ``[{"metric": "accuracy", "mode": "max"},
             {"metric": "flops_per_sample", "mode": "min", "ref": 2e9}, ...]``; ``ref`` is an
-            optional reference value in the metric's unit; ``metric`` is one of DESIGN.md's
+            optional reference value in the metric's unit; ``metric`` is one of docs/design.md's
             metric names (``archsearch.space.METRICS``); each becomes an
             :class:`archsearch.space.Objective`.
         out_dir: directory to write into (created if missing; files are replaced).

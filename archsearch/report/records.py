@@ -110,7 +110,7 @@ def parse_objectives(objectives: Sequence[Mapping[str, Any]]) -> list[Objective]
 
     Raises:
         ValueError: empty list, missing or unknown keys, unknown mode, a metric name that is
-            not one of DESIGN.md's (``archsearch.space.METRICS``), duplicate metric,
+            not one of docs/design.md's (``archsearch.space.METRICS``), duplicate metric,
             non-finite ref.
     """
     if not objectives:
@@ -132,7 +132,7 @@ def parse_objectives(objectives: Sequence[Mapping[str, Any]]) -> list[Objective]
                 raise ValueError(f"objectives[{i}].ref must be a finite number, got {obj['ref']!r}")
         try:
             parsed.append(Objective(metric=metric, mode=mode, ref=ref))
-        except ValidationError as e:  # a metric name DESIGN.md does not define
+        except ValidationError as e:  # a metric name docs/design.md does not define
             raise ValueError(f"objectives[{i}].metric: {e.errors()[0]['msg']}") from None
     names = [o.metric for o in parsed]
     if len(set(names)) != len(names):

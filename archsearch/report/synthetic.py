@@ -1,6 +1,6 @@
 """Deterministic synthetic trial records shaped like the runner's, for tests, demos and the
 report benchmark. Nothing here is trained: numbers follow simple formulas plus seeded noise,
-loosely calibrated to DESIGN.md's from-scratch encoders (accuracy 0.70-0.80 on
+loosely calibrated to docs/design.md's from-scratch encoders (accuracy 0.70-0.80 on
 rotten_tomatoes, 48 tokens).
 
 Record shape (the runner's contract, see :func:`archsearch.report.write_report`):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-#: Units of the metric names fixed in DESIGN.md (the names of ``archsearch.space.METRICS``).
+#: Units of the metric names fixed in docs/design.md (the names of ``archsearch.space.METRICS``).
 #: Other reported metric names are allowed and shown without a unit.
 METRIC_UNITS: dict[str, str] = {
     "accuracy": "fraction 0..1",

@@ -1,4 +1,4 @@
-"""Outer-loop searchers (DESIGN.md "AHTO outer loop"): a framework-free ask/tell core.
+"""Outer-loop searchers (docs/design.md "AHTO outer loop"): a framework-free ask/tell core.
 
 :func:`make` builds any searcher by name: ``ahto`` and ``qnehvi`` (BoTorch, model-based; see
 :mod:`archsearch.search.ahto`) and the Optuna baselines ``random``, ``tpe``, ``nsga2``

@@ -8,7 +8,7 @@ params) with the cost function, and maximise qLogNEHVI with pending trials as ``
 * :class:`QNEHVISearcher` proposes the best of BoTorch's ``optimize_acqf`` restarts (continuous
   relaxation of the unit cube, then rounded with ``space.decode``; known-infeasible candidates
   are dropped).
-* :class:`AHTOSearcher` (DESIGN.md "AHTO outer loop") adds the learned policy of
+* :class:`AHTOSearcher` (docs/design.md "AHTO outer loop") adds the learned policy of
   :mod:`archsearch.search.policy`: each ask samples ``n_policy`` candidates from the policy,
   pools them with the optimiser's, scores every candidate with the acquisition and proposes the
   best; each tell rewards the policy with the normalised hypervolume improvement the trial made.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 

@@ -27,9 +27,7 @@ Conventions shared by every searcher (the shared test suite checks them):
 from __future__ import annotations
 
 import math
-import os
 import pickle
-import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +160,18 @@ class Searcher(ABC):
                 return False
         return True
 
+    def constraint_values(self, metrics: Mapping[str, float]) -> dict[str, float]:
+        """Optuna-style constraint values (feasible when <= 0), one per bound: ``METRIC.max``
+        is ``value - max``, ``METRIC.min`` is ``min - value`` (0 when the metric is unknown)."""
+        out = {}
+        for k, (lo, hi) in self.constraints.items():
+            v = metrics.get(k)
+            if hi is not None:
+                out[f"{k}.max"] = 0.0 if v is None else float(v) - hi
+            if lo is not None:
+                out[f"{k}.min"] = 0.0 if v is None else lo - float(v)
+        return out
+
     def known_feasible(self, config: Mapping[str, Any]) -> bool:
         """Whether ``config`` satisfies the constraints the cost function can check (True if
         there is no cost function)."""
@@ -195,12 +205,10 @@ class Searcher(ABC):
         self._load_state(state["impl"])
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`state_dict` to ``path`` atomically (temp file, then ``os.replace``)."""
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(self.state_dict(), f)
-        os.replace(tmp, path)
+        """Write :meth:`state_dict` to ``path`` atomically (:func:`archsearch.runs.atomic_write`)."""
+        from archsearch.runs import atomic_write
+
+        atomic_write(path, pickle.dumps(self.state_dict()))
 
     def restore(self, path: str | Path) -> None:
         """Load what :meth:`save` wrote (a file this program wrote itself: pickle)."""

@@ -19,7 +19,7 @@ This module wraps Optuna (a baseline, not the framework-free core): Optuna is im
 from __future__ import annotations
 
 import pickle
-from typing import Any, Mapping
+from typing import Any
 
 from archsearch.search.base import CostFn, Observation, Searcher
 
@@ -64,18 +64,6 @@ class OptunaSearcher(Searcher):
             directions=["maximize" if s > 0 else "minimize" for s in self.signs], sampler=sampler)
         self.trials: dict[str, tuple[int, dict]] = {}  # trial id -> (optuna number, params)
 
-    def _cvals(self, metrics: Mapping[str, float]) -> dict[str, float]:
-        """Optuna constraint values (feasible when <= 0), one per bound: ``METRIC.max`` is
-        ``value - max``, ``METRIC.min`` is ``min - value`` (0 when the metric is unknown)."""
-        out = {}
-        for k, (lo, hi) in self.constraints.items():
-            v = metrics.get(k)
-            if hi is not None:
-                out[f"{k}.max"] = 0.0 if v is None else float(v) - hi
-            if lo is not None:
-                out[f"{k}.min"] = 0.0 if v is None else lo - float(v)
-        return out
-
     def _trial(self, number: int):
         """The live ``optuna.Trial`` of trial ``number`` (to set constraints before its tell)."""
         import optuna
@@ -92,7 +80,7 @@ class OptunaSearcher(Searcher):
             cfg = self.space.suggest(trial)
             if self.known_feasible(cfg):
                 break
-            for key, value in self._cvals(self.cost_fn(cfg)).items():
+            for key, value in self.constraint_values(self.cost_fn(cfg)).items():
                 trial.set_constraint(key, value)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.trials[trial_id] = (trial.number, dict(cfg))
@@ -109,7 +97,7 @@ class OptunaSearcher(Searcher):
                 self.study.tell(trial, state=TS.FAIL)
             return
         values = [float(obs.metrics[k]) for k in self.metrics]
-        cvals = self._cvals(obs.metrics)
+        cvals = self.constraint_values(obs.metrics)
         if trial is not None and asked == obs.config:
             live = self._trial(number)
             for key, value in cvals.items():

@@ -1,6 +1,6 @@
 """AHTO's learned proposal policy: a factorised categorical distribution over a discretised space.
 
-One categorical head per search-space param (DESIGN.md, "AHTO outer loop"): a categorical param
+One categorical head per search-space param (docs/design.md, "AHTO outer loop"): a categorical param
 has one action per choice, an int param one per value (or ``bins`` evenly spaced values when it
 has more), a float param ``bins`` evenly spaced unit-cube bin centres (jittered uniformly within
 the bin when sampled). An MLP maps a small state vector built from the GP (incumbent posterior

@@ -1,12 +1,12 @@
 """The Ray Tune trainable: build the model a trial's config asks for, train it, evaluate it each
-epoch and report the DESIGN.md metrics with a checkpoint.
+epoch and report the docs/design.md metrics with a checkpoint.
 
 ``train_trial(config, data=..., settings=...)`` is a Tune *function trainable*; the runner
 binds ``data`` (the run's :class:`archsearch.data.PreparedData`, tokenized once and shared
 through Ray's object store) and ``settings`` (the budget and fixed values) with
 ``tune.with_parameters``. :func:`run_trial` is the same loop without Ray (tests, benchmarks).
 
-Reported each epoch (names and units from DESIGN.md): ``accuracy`` (classification),
+Reported each epoch (names and units from docs/design.md): ``accuracy`` (classification),
 ``val_loss`` (nats/token or nats/sample), ``perplexity`` (LM), ``flops_per_sample`` (FLOPs),
 ``params_total``, ``params_trainable`` (counts), ``latency_ms`` (ms per sample at
 ``latency_batch_size``), ``train_seconds`` (s, cumulative), plus ``epoch``.
@@ -233,7 +233,7 @@ class TrialLoop:
         return metrics
 
     def evaluate(self, split_name: str = "validation") -> dict[str, float]:
-        """Validation metrics (DESIGN.md names and units) of the current model."""
+        """Validation metrics (docs/design.md names and units) of the current model."""
         import torch
 
         from archsearch.models import costs

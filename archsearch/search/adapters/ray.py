@@ -79,12 +79,14 @@ class RaySearcher(_TuneSearcher):
         TS = optuna.trial.TrialState
         state = TS.FAIL if result is None else (TS.COMPLETE if fidelity >= 1.0 else TS.PRUNED)
         values = [float(result[k]) for k in self.core.metrics] if state == TS.COMPLETE else None
+        constraints = self.core.constraint_values(result) if state == TS.COMPLETE else None
         attrs = {k: float(v) for k, v in (result or {}).items()
                  if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                  and k not in ("time_this_iter_s", "time_total_s", "timestamp", "pid",
                                "time_since_restore", "iterations_since_restore")}
         self._study.add_trial(optuna.trial.create_trial(
             params=dict(config), distributions={k: dists[k] for k in config}, values=values,
+            constraints=constraints or None,
             state=state, user_attrs={**attrs, "fidelity": fidelity, "searcher": self.core.name,
                                      "trial_id": trial_id}))
 

@@ -1,0 +1,79 @@
+"""The package's layering (docs/design.md "Package map"): nothing imports upward, no circles,
+and no module outside runs.py spells a file name of the run directory."""
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "archsearch"
+
+#: Layer of each top-level part of the package; a module may import its own layer or lower.
+LAYERS = {"cli": 3, "tune": 2, "report": 2, "runs": 1, "search": 1, "dynamic": 1, "space": 1,
+          "data": 1, "models": 0, "pareto": 0, "errors": 0, "__init__": 0}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        parts = p.relative_to(PKG.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = p
+    return out
+
+
+def _imports(name: str, path: Path, known) -> set[str]:
+    """archsearch modules ``name`` imports, at module level or inside functions."""
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(pkg.split(".")[:len(pkg.split(".")) - node.level + 1] + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        out |= {t for t in targets if t in known and t != name}
+    return out
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_nothing_imports_upward_and_there_is_no_circle():
+    mods = _modules()
+    graph = {m: _imports(m, p, mods) for m, p in mods.items()}
+    upward = [(m, t) for m, ts in graph.items() for t in ts
+              if _part(t) != _part(m) and LAYERS[_part(t)] > LAYERS[_part(m)]]
+    assert not upward, upward
+    # a circle between parts (e.g. report -> tune -> report), found by depth-first search
+    parts = {p: {_part(t) for m, ts in graph.items() if _part(m) == p for t in ts} - {p}
+             for p in {_part(m) for m in graph}}
+    state: dict[str, int] = {}
+
+    def visit(p, path):
+        state[p] = 1
+        for q in parts[p]:
+            assert state.get(q) != 1, f"import circle: {' -> '.join(path + [q])}"
+            if q not in state:
+                visit(q, path + [q])
+        state[p] = 2
+
+    for p in parts:
+        if p not in state:
+            visit(p, [p])
+
+
+def test_only_runs_py_spells_the_run_directory_layout():
+    spelled = []
+    for p in PKG.rglob("*.py"):
+        if p.name == "runs.py":
+            continue
+        for i, line in enumerate(p.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if any(f'"{n}"' in code or f"'{n}'" in code for n in ("run.json", "space.yaml", "optuna.db", "tuner.pkl", "trials/")):
+                spelled.append(f"{p.relative_to(PKG)}:{i}: {line.strip()}")
+    assert not spelled, "\n".join(spelled)
