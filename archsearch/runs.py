@@ -123,7 +123,8 @@ def new_trial_record(trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
 
     ``trial_id``; ``status`` (one of :data:`STATUSES`); ``config`` (active params only);
     ``metrics`` (the last reported epoch); ``history`` (one entry per reported epoch);
-    ``error`` (one line, for ``ERROR``); ``started`` (Unix time).
+    ``error`` (one line, for ``ERROR``); ``started`` (Unix time); once it reported, ``pid`` and
+    ``node_ip`` of the worker process that runs it.
     """
     return {"trial_id": trial_id, "status": RUNNING,
             "config": {k: v for k, v in config.items() if v is not None},

@@ -1,21 +1,25 @@
-"""Scaling and fault tolerance on real Ray: 1 node vs 2 nodes, Tune's overhead, faults replayed.
+"""Tune overhead and multi-node scaling on real trial lengths, and a 500-trial load test.
 
-Measures, on this machine (several Ray nodes of 1 CPU each on one host):
-  * trials per hour of the same search (random searcher, same seed, so the same configs) on a
-    cluster of 1 worker node and of 2 worker nodes -> ``two_node_speedup``;
-  * Tune's overhead per trial on the 1-node run: ``100 * (wall - sum of trial run time) /
-    sum of trial run time``, where a trial's run time is Tune's ``time_total_s`` (its own
-    training + evaluation, as recorded per trial), so the rest is Ray start-up, scheduling,
-    actor set-up, checkpoints and reporting;
-  * two fault scenarios replayed: the driver SIGKILLed mid-search then ``archsearch resume``;
-    a worker node removed mid-trial. ``lost_trials`` (trials asked for minus trials completed)
-    and ``duplicated_trials`` (Optuna trials beyond the number of Tune trials, plus repeated
-    epochs in a trial's history) are summed over both.
+Claims: Ray Tune costs under 5% of a search's wall time; a second node nearly doubles the
+trials per hour; a 500-trial search runs through the CLI with bounded driver memory and still
+gets its report.
 
-    python benchmarks/scaling.py [--trials 6] [--epochs 2] [--train-samples 2000]
+* ``nodes 1`` / ``nodes 2``: a real Ray cluster on this host (``cluster/local_cluster.sh``:
+  a head with 0 CPUs for trials plus N worker nodes of 1 CPU each, separate raylets), and the
+  same 16-trial search (random searcher, seed 0: the same configs) submitted with
+  ``archsearch search --address``; trials of >= 60 s (2-layer d=64 encoders, full Rotten
+  Tomatoes training split). ``wall`` is the CLI process from start to exit (connect, data,
+  checks, Tune, report). Overhead = (wall - ideal makespan) / wall, where the ideal makespan
+  schedules the measured trial times (Tune's ``time_total_s``) on the N slots longest-first
+  with no gap (a lower bound of any schedule). ``two_node_speedup`` = wall(1) / wall(2).
+* ``load``: 500 trials of ~1 s (1-layer d=16 model, 64 training sentences, 1 epoch), 8 at a
+  time, local Ray through the CLI (``tpe``): the driver's peak RSS (VmHWM of the CLI process),
+  the searcher state Tune saved (bytes), the report's size, and wall time.
 
-Writes benchmarks/results/scaling.json. Other processes on the machine distort the timings;
-the script prints the load average before and after.
+    python benchmarks/scaling.py run [--only nodes1,nodes2,load]   # resumable
+    python benchmarks/scaling.py summarize                          # table + results/scaling.json
+
+Run alone on the machine.
 """
 
 from __future__ import annotations
@@ -23,170 +27,193 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
+import platform
+import shutil
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "benchmarks" / "data" / "scaling_runs.jsonl"
 OUT = ROOT / "benchmarks" / "results" / "scaling.json"
+WORK = Path(os.environ.get("SCALING_WORK", "/tmp/archsearch-scaling"))
+PORT = 6391
+TRIALS, SEED = 16, 0
 
 
-def space_spec(trials: int, epochs: int, train_samples: int, concurrent: int) -> dict:
+def nodes_spec(epochs: int) -> dict:
     spec = yaml.safe_load((ROOT / "search_spaces" / "default.yaml").read_text())
-    spec["name"] = "scaling"
-    spec["dataset"]["max_train_samples"] = train_samples
-    spec["budget"].update({"trials": trials, "epochs": epochs, "scheduler": "none",
-                           "max_concurrent": concurrent, "cpus_per_trial": 1, "max_failures": 2})
+    spec.update(name="scaling", fixed={"weight_decay": 0.01})
     spec.pop("constraints", None)
+    spec["budget"] = {"trials": TRIALS, "max_concurrent": 2, "epochs": epochs, "batch_size": 32,
+                      "scheduler": "none", "cpus_per_trial": 1, "max_failures": 1}
+    spec["params"] = {"n_layers": {"type": "int", "low": 2, "high": 2},
+                      "d_model": {"type": "categorical", "choices": [64]},
+                      "n_heads": {"type": "categorical", "choices": [4]},
+                      "lr": {"type": "float", "low": 5.0e-4, "high": 3.0e-3, "log": True}}
     return spec
 
 
-def records(run_dir: Path) -> list[dict]:
-    from archsearch.runs import RunDir
-
-    return RunDir(run_dir).read_trials()
-
-
-def count_faults(run_dir: Path, study_name: str, asked: int) -> tuple[int, int]:
-    import optuna
-
-    recs = records(run_dir)
-    done = [r for r in recs if r["status"] in ("TERMINATED", "STOPPED")]
-    lost = asked - len(done)
-    from archsearch.runs import RunDir
-
-    storage = optuna.storages.RDBStorage(RunDir(run_dir).optuna_url)
-    n_optuna = len(optuna.load_study(study_name=study_name, storage=storage).trials)
-    dup = max(0, n_optuna - len(recs))
-    for r in recs:
-        epochs = [h["epoch"] for h in r["history"]]
-        dup += len(epochs) - len(set(epochs))
-    return lost, dup
+def load_spec() -> dict:
+    spec = nodes_spec(1)
+    spec["name"] = "load"
+    spec["dataset"] = {**spec["dataset"], "max_train_samples": 64}
+    spec["budget"] = {"trials": 500, "max_concurrent": 8, "epochs": 1, "batch_size": 32,
+                      "scheduler": "none", "cpus_per_trial": 0.25, "max_failures": 0,
+                      "latency_batch_size": 8}
+    spec["params"] = {"n_layers": {"type": "int", "low": 1, "high": 1},
+                      "d_model": {"type": "categorical", "choices": [16]},
+                      "n_heads": {"type": "categorical", "choices": [2]},
+                      "lr": {"type": "float", "low": 5.0e-4, "high": 3.0e-3, "log": True}}
+    return spec
 
 
-def run_on_cluster(tmp: Path, n_nodes: int, spec: dict, name: str, kill_node: bool = False) -> dict:
-    """A search on a fresh Ray cluster of ``n_nodes`` worker nodes with 1 CPU each."""
-    import ray
-    from ray.cluster_utils import Cluster
+def ideal_makespan(times: list[float], slots: int) -> float:
+    """Longest-first list scheduling of ``times`` on ``slots`` machines, no gaps."""
+    loads = [0.0] * slots
+    for t in sorted(times, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += t
+    return max(loads)
 
-    from archsearch.space import load_space
-    from archsearch.runs import read_trials
-    from archsearch.tune.ray_session import init_ray
-    from archsearch.tune.runner import run_search
 
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    space = load_space(path)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    nodes = [cluster.add_node(num_cpus=1) for _ in range(n_nodes)]
-    cluster.wait_for_nodes()
-    init_ray(cluster.address)
-    out: dict = {}
-
-    def go():
-        out["res"] = run_search(space, searcher="random", name=name, storage=tmp / "runs",
-                                reports=tmp / "reports", progress=False, address=cluster.address)
-
+def _cli_run(args: list, work: Path, env: dict) -> tuple[int, float, int]:
+    """Run the CLI; returns (exit code, wall s, peak RSS of the CLI process in kB)."""
     t0 = time.time()
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    if kill_node:
-        run_dir = tmp / "runs" / name
-        while th.is_alive():
-            recs = read_trials(run_dir)
-            running = [r for r in recs if r["status"] == "RUNNING"]
-            if len(running) >= 2 and all(r["history"] for r in running):
-                cluster.remove_node(nodes[0], allow_graceful=False)
-                cluster.add_node(num_cpus=1)
-                break
-            time.sleep(0.2)
-    th.join()
-    wall = time.time() - t0
-    ray.shutdown()
-    cluster.shutdown()
-    run_dir = tmp / "runs" / name
-    trial_times = [r["metrics"]["time_total_s"] for r in records(run_dir)
-                   if r["metrics"].get("time_total_s") is not None]
-    return {"wall_s": wall, "run_dir": run_dir, "trial_seconds": trial_times,
-            "n_done": sum(r["status"] == "TERMINATED" for r in records(run_dir))}
+    with open(work / "driver.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "archsearch.cli", *map(str, args)], cwd=work,
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        peak = 0
+        while proc.poll() is None:
+            try:
+                status = Path(f"/proc/{proc.pid}/status").read_text()
+                peak = max(peak, int(status.split("VmHWM:")[1].split()[0]))
+            except (OSError, IndexError, ValueError):
+                pass
+            time.sleep(0.5)
+    return proc.returncode, time.time() - t0, peak
 
 
-def driver_kill_scenario(tmp: Path, spec: dict) -> tuple[int, int]:
-    """SIGKILL the driver after one trial finished and another has a checkpoint; resume."""
-    path = tmp / "kill.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    run_dir = tmp / "runs" / "kill"
-    cli = [sys.executable, "-m", "archsearch.cli"]
-    flags = ["--reports", str(tmp / "reports"), "--no-progress", "--no-ray-dashboard"]
-    proc = subprocess.Popen(cli + ["search", str(path), "--searcher", "tpe", "--name", "kill",
-                                   "--storage", str(tmp / "runs")] + flags,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        recs = records(run_dir) if run_dir.exists() else []
-        if any(r["status"] == "TERMINATED" for r in recs) and any(
-                r["status"] == "RUNNING" and r["history"] for r in recs):
-            break
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    subprocess.run(cli + ["resume", str(run_dir)] + flags, check=True, timeout=1800,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return count_faults(run_dir, "kill", spec["budget"]["trials"])
+def run_nodes(n: int, epochs: int) -> dict:
+    from archsearch.runs import RunDir
+
+    work = WORK / f"nodes{n}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    (work / "space.yaml").write_text(yaml.safe_dump(nodes_spec(epochs)))
+    env = {**os.environ, "RAY_PORT": str(PORT),  # `ray` of this interpreter's environment first
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    cluster = ["bash", str(ROOT / "cluster" / "local_cluster.sh")]
+    subprocess.run(cluster + ["stop"], env=env, capture_output=True)
+    subprocess.run(cluster + ["start", str(n)], env=env, check=True, capture_output=True)
+    try:
+        rc, wall, peak = _cli_run(["search", work / "space.yaml", "--searcher", "random", "--name", "run",
+                                   "--storage", work / "runs", "--reports", work / "reports",
+                                   "--address", f"127.0.0.1:{PORT}", "--no-progress"], work, env)
+    finally:
+        subprocess.run(cluster + ["stop"], env=env, capture_output=True)
+    recs = RunDir(work / "runs" / "run").read_trials()
+    times = [r["metrics"]["time_total_s"] for r in recs if r["status"] == "TERMINATED"]
+    ideal = ideal_makespan(times, n)
+    return {"case": f"nodes{n}", "nodes": n, "exit_code": rc, "wall_s": round(wall, 1),
+            "trials_done": len(times), "trial_seconds": [round(t, 1) for t in times],
+            "ideal_makespan_s": round(ideal, 1), "overhead_pct": round(100 * (wall - ideal) / wall, 2),
+            "trials_per_hour": round(3600 * len(times) / wall, 1), "driver_peak_rss_mb": round(peak / 1024, 1)}
+
+
+def run_load() -> dict:
+    from archsearch.runs import RunDir
+
+    work = WORK / "load"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    (work / "space.yaml").write_text(yaml.safe_dump(load_spec()))
+    env = dict(os.environ)
+    rc, wall, peak = _cli_run(["search", work / "space.yaml", "--searcher", "tpe", "--name", "load",
+                               "--storage", work / "runs", "--reports", work / "reports",
+                               "--no-progress", "--no-ray-dashboard"], work, env)
+    run = RunDir(work / "runs" / "load")
+    recs = run.read_trials()
+    state = [p for p in run.tune_dir.glob("searcher-state-*.pkl")]
+    report = work / "reports" / "load" / "index.html"
+    times = [r["metrics"].get("time_total_s") or 0 for r in recs if r["status"] == "TERMINATED"]
+    return {"case": "load", "exit_code": rc, "wall_s": round(wall, 1), "trials_done": len(times),
+            "trials_recorded": len(recs), "mean_trial_s": round(sum(times) / max(len(times), 1), 2),
+            "driver_peak_rss_mb": round(peak / 1024, 1),
+            "searcher_state_bytes": sum(p.stat().st_size for p in state),
+            "optuna_db_bytes": run.optuna_db.stat().st_size if run.optuna_db.exists() else 0,
+            "report_built": report.is_file(), "report_bytes": report.stat().st_size if report.is_file() else 0}
+
+
+def git_commit() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
+def cmd_run(args) -> None:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    done = {json.loads(l)["case"] for l in RUNS.read_text().splitlines() if l.strip()} if RUNS.exists() else set()
+    for case in args.only.split(","):
+        if case in done:
+            print(f"{case}: already measured (delete its line in {RUNS.name} to redo)")
+            continue
+        load_before = os.getloadavg()[0]
+        row = run_nodes(int(case[-1]), args.epochs) if case.startswith("nodes") else run_load()
+        row.update(commit=git_commit(), epochs=args.epochs if case.startswith("nodes") else 1,
+                   load_before=round(load_before, 2), load_after=round(os.getloadavg()[0], 2))
+        RUNS.parent.mkdir(parents=True, exist_ok=True)
+        with open(RUNS, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps({k: v for k, v in row.items() if k != "trial_seconds"}))
+
+
+def cmd_summarize(args) -> None:
+    import statistics
+
+    rows = {json.loads(l)["case"]: json.loads(l) for l in RUNS.read_text().splitlines() if l.strip()}
+    one, two, load = rows.get("nodes1"), rows.get("nodes2"), rows.get("load")
+    print(f"{'case':8s} {'wall s':>8s} {'trials':>6s} {'mean trial s':>12s} {'ideal s':>8s} {'overhead %':>10s} {'trials/h':>9s}")
+    for r in (one, two):
+        if r:
+            print(f"{r['case']:8s} {r['wall_s']:8.1f} {r['trials_done']:6d} {statistics.mean(r['trial_seconds']):12.1f} "
+                  f"{r['ideal_makespan_s']:8.1f} {r['overhead_pct']:10.2f} {r['trials_per_hour']:9.1f}")
+    secs = [s for r in (one, two) if r for s in r["trial_seconds"]]
+    summary = {
+        "tune_overhead_pct": max(r["overhead_pct"] for r in (one, two) if r) if (one or two) else None,
+        "two_node_speedup": round(one["wall_s"] / two["wall_s"], 3) if one and two else None,
+        "trials": min(r["trials_done"] for r in (one, two) if r) if (one or two) else None,
+        "mean_trial_s": round(statistics.mean(secs), 1) if secs else None,
+        "load_500_driver_rss_mb": load and load["driver_peak_rss_mb"],
+        "load_500_wall_s": load and load["wall_s"],
+        "load_500_trials_done": load and load["trials_done"],
+        "load_500_report_built": load and load["report_built"],
+        "load_500_searcher_state_bytes": load and load["searcher_state_bytes"],
+    }
+    print(json.dumps(summary))
+    prov = {"git_commit": sorted({r["commit"] for r in rows.values()}),
+            "command": "python benchmarks/scaling.py run; python benchmarks/scaling.py summarize",
+            "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                        "cpu_count": os.cpu_count()},
+            "seeds": {"searcher": SEED}, "wall_time_s": round(sum(r["wall_s"] for r in rows.values()), 1)}
+    OUT.write_text(json.dumps({"summary": summary, "runs": list(rows.values()), "provenance": prov,
+                               "protocol": __doc__}, indent=1))
+    print(f"wrote {OUT.relative_to(ROOT)}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=6)
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--train-samples", type=int, default=2000)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--only", default="nodes1,nodes2,load")
+    r.add_argument("--epochs", type=int, default=6)
+    r.set_defaults(fn=cmd_run)
+    s = sub.add_parser("summarize")
+    s.set_defaults(fn=cmd_summarize)
     args = ap.parse_args()
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    load_before = os.getloadavg()
-    rows = {}
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        one = run_on_cluster(tmp, 1, space_spec(args.trials, args.epochs, args.train_samples, 1), "one")
-        two = run_on_cluster(tmp, 2, space_spec(args.trials, args.epochs, args.train_samples, 2), "two")
-        for name, r in (("1 node", one), ("2 nodes", two)):
-            rows[name] = {"wall_s": r["wall_s"], "trials_done": r["n_done"],
-                          "trials_per_hour": 3600 * r["n_done"] / r["wall_s"],
-                          "sum_trial_s": sum(r["trial_seconds"])}
-        busy = sum(one["trial_seconds"])
-        overhead_pct = 100 * (one["wall_s"] - busy) / busy
-        speedup = rows["2 nodes"]["trials_per_hour"] / rows["1 node"]["trials_per_hour"]
-        lost1, dup1 = count_faults(one["run_dir"], "one", args.trials)
-        lost2, dup2 = count_faults(two["run_dir"], "two", args.trials)
-        spec_kill = space_spec(args.trials, args.epochs, args.train_samples, 2)
-        node = run_on_cluster(tmp, 2, spec_kill, "nodekill", kill_node=True)
-        lost3, dup3 = count_faults(node["run_dir"], "nodekill", args.trials)
-        lost4, dup4 = driver_kill_scenario(tmp, space_spec(args.trials, args.epochs,
-                                                           args.train_samples, 1))
-    faults = {"node_killed": {"lost": lost3, "duplicated": dup3},
-              "driver_killed_resumed": {"lost": lost4, "duplicated": dup4},
-              "clean_runs": {"lost": lost1 + lost2, "duplicated": dup1 + dup2}}
-    summary = {"two_node_speedup": round(speedup, 3), "tune_overhead_pct": round(overhead_pct, 2),
-               "lost_trials": lost3 + lost4, "duplicated_trials": dup3 + dup4}
-    print(f"{'cluster':10s} {'wall s':>8s} {'trials':>7s} {'trials/h':>9s} {'sum trial s':>12s}")
-    for k, r in rows.items():
-        print(f"{k:10s} {r['wall_s']:8.1f} {r['trials_done']:7d} {r['trials_per_hour']:9.1f} "
-              f"{r['sum_trial_s']:12.1f}")
-    print(f"faults: {json.dumps(faults)}")
-    print(f"summary: {json.dumps(summary)}")
-    load_after = os.getloadavg()
-    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (2 cores)")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"summary": summary, "runs": rows, "faults": faults,
-                               "settings": vars(args),
-                               "load_average": {"before": load_before, "after": load_after}},
-                              indent=1))
+    args.fn(args)
 
 
 if __name__ == "__main__":

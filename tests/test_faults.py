@@ -180,3 +180,51 @@ def test_orphaned_running_trial_is_recorded_as_failed_not_dropped(tmp_path):
     assert recs["b"]["status"] == "ERROR" and recs["b"]["error"].startswith("lost")
     states = [t.state for t in optuna.load_study(study_name=run.name, storage=storage).trials]
     assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
+
+
+def _fault_bench():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "faults.py"
+    spec = importlib.util.spec_from_file_location("bench_faults", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _finished_run(root: Path, n: int) -> RunDir:
+    """A run directory as a finished search leaves it: n records, n Optuna trials."""
+    import optuna
+
+    run = RunDir(root / "r")
+    run.trials_dir.mkdir(parents=True)
+    study = optuna.create_study(study_name=run.name, storage=optuna.storages.RDBStorage(run.optuna_url),
+                                directions=["maximize"])
+    for i in range(n):
+        run.write_trial({"trial_id": f"t{i}", "status": "TERMINATED", "config": {"lr": 1e-3 * (i + 1)},
+                         "metrics": {"accuracy": 0.5}, "history": [], "error": None, "started": i})
+        study.add_trial(optuna.trial.create_trial(
+            params={"lr": 1e-3 * (i + 1)}, values=[0.5], user_attrs={"trial_id": f"t{i}"},
+            distributions={"lr": optuna.distributions.FloatDistribution(1e-4, 1.0)}))
+    return run
+
+
+def test_fault_benchmark_count_catches_a_resume_that_skips_a_trial(tmp_path):
+    """The benchmark's check on a correct run finds nothing; on the broken variant (a resume
+    that skipped one trial: its record and its Optuna trial gone) it reports it lost; a trial
+    recorded twice is reported duplicated. A check that cannot fail would pass all three."""
+    faults = _fault_bench()
+    run = _finished_run(tmp_path, 4)
+    ok = faults.count(run.path, expected=4)
+    assert (ok["lost"], ok["duplicated"], ok["completed"]) == (0, 0, 4)
+
+    broken = faults.broken_resume(run.path, tmp_path / "broken", expected=4)
+    assert broken["lost"] == 1 and broken["completed"] == 3 and broken["duplicated"] == 0
+
+    rec = run.read_trials()[0]
+    run.write_trial({**rec, "trial_id": "t0-again"})  # the same config recorded twice
+    assert faults.count(run.path, expected=4)["duplicated"] == 1
+    run.trial_file("t0-again").unlink()
+    # a record left RUNNING at the end is not a recorded result: it is lost
+    run.write_trial({**run.read_trials()[1], "status": "RUNNING"})
+    assert faults.count(run.path, expected=4)["lost"] == 1

@@ -67,6 +67,7 @@ class TrialRecorder(Callback):
         # a retried trial reports its epochs again: keep one entry per epoch
         rec["history"] = [h for h in rec["history"] if h.get("epoch") != m.get("epoch")] + [m]
         rec["metrics"] = m
+        rec["pid"], rec["node_ip"] = result.get("pid"), result.get("node_ip")  # where it runs now
         self.run.write_trial(rec)
 
     def on_trial_complete(self, iteration, trials, trial, **info):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import tempfile
 import time
 from typing import Any, Callable
@@ -294,13 +295,22 @@ class TrialLoop:
                        "history": self.history}, f)
 
     def load(self, directory: str) -> None:
-        """Restore what :meth:`save` wrote (``torch.load(weights_only=True)``)."""
+        """Restore what :meth:`save` wrote (``torch.load(weights_only=True)``).
+
+        Raises:
+            RuntimeError: the checkpoint is truncated or corrupt (names the file); the trial
+                fails with that reason rather than silently starting over.
+        """
         import torch
 
-        state = torch.load(os.path.join(directory, "state.pt"), map_location=self.device,
-                           weights_only=True)
-        with open(os.path.join(directory, "progress.json")) as f:
-            progress = json.load(f)
+        path = os.path.join(directory, "state.pt")
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+            with open(os.path.join(directory, "progress.json")) as f:
+                progress = json.load(f)
+        except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as e:
+            raise RuntimeError(f"checkpoint {path} is unreadable, truncated or corrupt "
+                               f"({e.__class__.__name__}: {str(e).splitlines()[0][:120]})") from None
         self.step = progress.get("step", 0)
         self.tying.load_state_dict(state.get("tying", {}))  # re-creates the sharing first
         self.model.load_state_dict(state["model"])
