@@ -78,8 +78,11 @@ def config_json(config: Mapping[str, Any]) -> str:
 
 
 def esc(value: Any) -> str:
-    """``html.escape`` of ``str(value)`` (quotes too)."""
-    return html.escape(str(value), quote=True)
+    """``html.escape`` of ``str(value)`` (quotes too), safe in HTML text and attributes and in
+    plotly text (hover, legend, titles). ``"`` becomes ``&#34;``, not ``&quot;``: plotly.js
+    decodes only numeric entities and a few named ones (``&amp; &lt; &gt; &nbsp;``; not
+    ``&quot;``), so ``&quot;`` showed literally in hover labels and legends."""
+    return html.escape(str(value), quote=True).replace("&quot;", "&#34;")
 
 
 def fmt(value: Any) -> str:
