@@ -2,7 +2,9 @@
 
 Only typer is imported at module level; torch, Ray, Optuna and BoTorch are imported inside the
 commands, so ``archsearch --help`` answers fast. A :class:`~archsearch.errors.UserError` is
-printed as one line (``FILE: FIELD: message``) with exit code 2, never as a traceback.
+printed as one line (``FILE: FIELD: message``) with exit code 2, never as a traceback. A
+``search`` or ``resume`` in which no trial succeeded still writes its run directory and report,
+then exits with code 1 and one line saying so and where they are.
 """
 
 from __future__ import annotations
@@ -59,6 +61,25 @@ def search(
                      cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
                      ray_dashboard=ray_dashboard, fixed=pinned)
     _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds)
+    _exit_if_nothing_succeeded(res)
+
+
+def _exit_if_nothing_succeeded(res) -> None:
+    """Exit with code 1 and one stderr line when every trial of the run failed (or none ran):
+    a search without a single result is not a success, even though its run and report exist."""
+    n, failed = res.summary["n_trials"], res.summary["n_failed"]
+    if n and failed < n:
+        return
+    from archsearch.runs import RunDir
+
+    errors = [r["error"] for r in RunDir(res.run_dir).read_trials() if r.get("error")]
+    what = f"all {n} trials failed" if n else "no trial ran"
+    if errors:
+        first = " ".join(str(errors[0]).split())
+        what += f" (first error: {first[:150]}{'...' if len(first) > 150 else ''})"
+    print(f"error: {what}; run: {res.run_dir}; report: {res.report_dir / 'index.html'}",
+          file=sys.stderr)
+    raise typer.Exit(1)
 
 
 def _print_summary(summary: dict, report_dir: Path, run_dir: Path | None, wall: float | None):
@@ -102,6 +123,7 @@ def resume(
     res = resume_search(run_dir, address=address, reports=reports, progress=progress,
                         ray_dashboard=ray_dashboard)
     _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds)
+    _exit_if_nothing_succeeded(res)
 
 
 @app.command()
@@ -187,7 +209,7 @@ def data_prepare(
 def main() -> None:
     """Console entry point: run the app, turning UserError into one line and exit code 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # a command's typer.Exit(N) comes back as N
     except UserError as e:
         print(f"error: {e.one_line()}", file=sys.stderr)
         sys.exit(e.exit_code)
@@ -203,6 +225,8 @@ def main() -> None:
             e.show()
             sys.exit(2)
         raise
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

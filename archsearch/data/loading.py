@@ -15,6 +15,14 @@ Whatever the source, :func:`load` returns splits ``train``, ``validation`` and, 
 ``test``, with the column ``text`` (str) and, for classification, ``label`` (a
 :class:`datasets.ClassLabel`, values ``0..C-1``). All other columns are dropped.
 
+Local files are checked before ``datasets`` reads them, each mistake reported as one
+:class:`~archsearch.errors.UserError` line naming the file and the field: an empty file, a CSV/TSV
+with a header but no rows, and text files (``.csv .tsv .json .jsonl .txt``) that are not UTF-8
+(the line and column of the first bad byte are named). For classification, a text longer than
+:data:`MAX_TEXT_CHARS` characters in one row is refused (row and column named), whatever the
+source: it is never silently cut (such a row is almost always a broken file, e.g. an unclosed
+quote in a CSV that swallowed the rows after it).
+
 ``datasets`` and ``huggingface_hub`` are imported inside the functions, so importing this module is
 cheap.
 """
@@ -78,6 +86,12 @@ _SPLIT_ALIASES = {"valid": "validation", "val": "validation", "dev": "validation
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(:[\w.-]+)?$")
 HUB_TIMEOUT_S = 5.0
 MAX_CLASSES = 1000
+#: Classification: most characters one row's text may have. Tokenised inputs are at most
+#: ``max_len`` <= 8192 tokens, far below this, so a longer text is a broken file, not a sample.
+MAX_TEXT_CHARS = 100_000
+#: Local file types that are text and must be UTF-8.
+_TEXT_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".txt")
+_SCAN_CHUNK = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -223,14 +237,61 @@ def _load_file(path: Path) -> "datasets.DatasetDict":
                         f"{', '.join(LOCAL_FORMATS)}", file=str(path), field="dataset")
     if path.stat().st_size == 0:
         raise UserError("file is empty", file=str(path), field="dataset")
+    if suffix in _TEXT_SUFFIXES:
+        _scan_text_file(path, header=suffix in (".csv", ".tsv"))
     builder, kwargs = LOCAL_FORMATS[suffix]
     try:
         with _quiet_datasets():
             dd = datasets.load_dataset(builder, data_files={"train": str(path)}, **kwargs)
-    except Exception as e:  # malformed CSV/JSON/parquet, bad encoding, permissions...
+    except Exception as e:  # malformed CSV/JSON/parquet, permissions...
+        if "corresponds to no data" in str(e):  # e.g. a JSON file holding []
+            raise UserError("the file holds no rows", file=str(path), field="dataset") from e
         raise UserError(f"could not read as {suffix[1:]}: {_root_cause(e)}",
                         file=str(path), field="dataset") from e
     return dd
+
+
+def _scan_text_file(path: Path, *, header: bool) -> None:
+    """One pass over a local text file, in chunks: it must be UTF-8 and hold a row (below the
+    header line when ``header``).
+
+    Raises:
+        UserError: not UTF-8 (line and column of the first bad byte, counted from 1), only
+            blank lines, or only a header line.
+    """
+    lines_before = 0  # newlines in the chunks already checked
+    non_blank = 0  # non-blank lines seen, counted up to 2
+    carry = b""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(_SCAN_CHUNK)
+            data = carry + block
+            if block:  # cut after the last newline: a character never spans a newline byte
+                cut = data.rfind(b"\n") + 1
+                data, carry = (data[:cut], data[cut:]) if cut else (b"", data)
+            else:
+                carry = b""
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                line = lines_before + data.count(b"\n", 0, e.start) + 1
+                col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+                raise UserError(f"not UTF-8: byte 0x{data[e.start]:02x} at line {line}, column "
+                                f"{col}; save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+                                file=str(path), field="dataset") from None
+            pos = 0
+            while non_blank < 2 and pos < len(data):
+                end = data.find(b"\n", pos)
+                end = len(data) if end < 0 else end
+                non_blank += bool(data[pos:end].strip())
+                pos = end + 1
+            lines_before += data.count(b"\n")
+            if not block:
+                break
+    if non_blank == 0:
+        raise UserError("file is empty (blank lines only)", file=str(path), field="dataset")
+    if header and non_blank < 2:
+        raise UserError("the file has a header line but no rows", file=str(path), field="dataset")
 
 
 def _load_dir(path: Path) -> "datasets.DatasetDict":
@@ -284,7 +345,8 @@ def _quiet_datasets():
     was_enabled = datasets.utils.logging.is_progress_bar_enabled()
     level = datasets.utils.logging.get_verbosity()
     datasets.utils.logging.disable_progress_bar()
-    datasets.utils.logging.set_verbosity_error()
+    # errors too: each becomes a UserError, so its log line would be a second copy on stderr
+    datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
     try:
         yield
     finally:
@@ -528,7 +590,8 @@ def _encode_labels(dd: "datasets.DatasetDict", col: str, source: str) -> "datase
             out[split] = ds.map(encode, batched=True, features=new_feats, keep_in_memory=True)
         dd = datasets.DatasetDict(out)
     if len(names) < 2:
-        raise UserError(f"label column {col!r} has only {len(names)} class(es); need at least 2",
+        only = f"one class ({names[0]!r})" if names else "no class"
+        raise UserError(f"label column {col!r} has only {only}; classification needs at least 2",
                         file=source, field="label_column")
     return dd
 
@@ -536,6 +599,29 @@ def _encode_labels(dd: "datasets.DatasetDict", col: str, source: str) -> "datase
 def _arrow_column(ds: "datasets.Dataset", col: str):
     """The column as a pyarrow ChunkedArray, honouring an indices mapping left by ``select``."""
     return ds.with_format("arrow")[col]
+
+
+def _check_text_lengths(dd: "datasets.DatasetDict", col: str, source: str, *, header: bool) -> None:
+    """Refuse a classification text of more than :data:`MAX_TEXT_CHARS` characters.
+
+    Raises:
+        UserError: naming the column and the first such row (counted from 1 in the split as
+            read, i.e. after the header line of a CSV/TSV file, before nulls are dropped).
+    """
+    import pyarrow.compute as pc
+
+    for split, ds in dd.items():
+        lengths = pc.utf8_length(_arrow_column(ds, col))
+        longest = pc.max(lengths).as_py()
+        if longest is None or longest <= MAX_TEXT_CHARS:
+            continue
+        row = next(i for i, n in enumerate(lengths.to_pylist()) if n is not None and n > MAX_TEXT_CHARS)
+        where = f"row {row + 1}" + (" after the header" if header else "") + (
+            f" of split {split!r}" if len(dd) > 1 else "")
+        n = lengths[row].as_py()
+        raise UserError(f"column {col!r}, {where}: {n:,} characters, over the limit of "
+                        f"{MAX_TEXT_CHARS:,} per row for classification"
+                        + ("; an unclosed quote?" if header else ""), file=source, field="text_column")
 
 
 def _drop_nulls(dd: "datasets.DatasetDict", cols: list[str]) -> "datasets.DatasetDict":
@@ -627,7 +713,11 @@ def _load(name, *, text_column, label_column, task) -> "datasets.DatasetDict":
         lcol = None
 
     keep = [tcol] + ([lcol] if lcol else [])
-    dd = _drop_nulls(dd.select_columns(keep), keep)
+    dd = dd.select_columns(keep)
+    if task == "classification":
+        _check_text_lengths(dd, tcol, source,
+                            header=kind == "file" and ref.suffix.lower() in (".csv", ".tsv"))
+    dd = _drop_nulls(dd, keep)
     dd = _normalise_splits(dd, source, shuffle=(task == "classification"))
     if lcol is not None:
         dd = _encode_labels(dd, lcol, source)

@@ -125,7 +125,9 @@ def start_run(space: SearchSpace, *, searcher: str = "tpe", trials: int | None =
                             gpus_per_trial=gpus_per_trial)
     check_address(address)
     from archsearch.data import prepare_for_space
+    from archsearch.models.pretrained import check_init_from
 
+    check_init_from(space)
     data = prepare_for_space(space)
     check_constraints(space, data)
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"

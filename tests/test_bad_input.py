@@ -1,0 +1,216 @@
+"""Bad input beyond the space file, through the real CLI in a subprocess: bad dataset files,
+bad ``init_from`` checkpoints, a closed ``--address`` port, and a search whose every trial fails.
+
+The standard: one stderr line ``error: FILE: FIELD: message``, exit code 2, no traceback, and
+nothing already recorded is lost (the pre-launch errors come before a run directory is made:
+an existing run of the same ``--name`` stays byte-identical). A search in which every trial
+failed exits with code 1 and one line saying so and where its run and report are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_SPACE, free_port, run_cli, tiny_space_file
+
+RUN_NAME = "keep"
+
+
+# ------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file below ``directory`` (relative path -> bytes)."""
+    return {str(p.relative_to(directory)): p.read_bytes()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def kept_run(tmp_path):
+    """An existing run ``runs/keep`` (synthetic records) that a failing ``--name keep`` search
+    must leave byte-identical; yields (storage dir, snapshot of the run)."""
+    import yaml
+
+    from archsearch.report.synthetic import synthetic_trials, write_run_dir
+
+    storage = tmp_path / "runs"
+    run = write_run_dir(storage / RUN_NAME, synthetic_trials(3, epochs=1),
+                        space_yaml=yaml.safe_dump(TINY_SPACE), name=RUN_NAME)
+    return storage, snapshot(run)
+
+
+def search_fails(space: Path, kept_run, *extra, file: str, field: str, says: str) -> str:
+    """Run ``archsearch search SPACE --name keep``; assert the one-line exit-2 error naming
+    ``file`` and ``field`` and containing ``says``, and that the kept run is untouched and no
+    other run directory appeared. Returns the error line."""
+    storage, before = kept_run
+    proc = run_cli("search", space, "--searcher", "random", "--name", RUN_NAME,
+                   "--storage", storage, "--reports", storage.parent / "reports",
+                   "--no-progress", "--no-ray-dashboard", *extra, cwd=storage.parent, timeout=180)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    assert len(lines) == 1, proc.stderr
+    line = lines[0]
+    assert line.startswith(f"error: {file}: {field}: "), line
+    assert says in line, line
+    assert os.listdir(storage) == [RUN_NAME]
+    assert snapshot(storage / RUN_NAME) == before
+    assert not (storage.parent / "reports").exists()
+    return line
+
+
+# ------------------------------------------------------------------------------------------
+# 1. dataset files
+# ------------------------------------------------------------------------------------------
+
+
+def _rows(n: int, label=lambda i: i % 2) -> str:
+    return "".join(f"sentence number {i},{label(i)}\n" for i in range(n))
+
+
+#: name -> (file content, field, what the error says)
+BAD_CSV = {
+    "empty": (b"", "dataset", "file is empty"),
+    "header_only": (b"text,label\n", "dataset", "header line but no rows"),
+    "no_label_column": (("text,lab\n" + _rows(20)).encode(), "label_column",
+                        "column 'label' not found; available columns: text, lab"),
+    "one_class": (("text,label\n" + _rows(20, label=lambda i: "pos")).encode(), "label_column",
+                  "only one class ('pos')"),
+    "latin1": (b"text,label\n" + "caf\u00e9 au lait,1\n".encode("latin-1") + _rows(20).encode(),
+               "dataset", "not UTF-8: byte 0xe9 at line 2, column 4"),
+    # rule: a classification text over 100,000 characters in one row is refused, never cut
+    "10mb_row": (("text,label\n" + _rows(20) + "x" * 10_000_000 + ",1\n").encode(), "text_column",
+                 ("column 'text', row 21 after the header: 10,000,000 characters, over the limit "
+                  "of 100,000")),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CSV))
+def test_bad_dataset_csv_is_one_line_before_ray(case, tmp_path, cache_dir, kept_run):
+    content, field, says = BAD_CSV[case]
+    csv = (tmp_path / f"{case}.csv").resolve()
+    csv.write_bytes(content)
+    space = tiny_space_file(tmp_path, dataset={
+        "name": str(csv), "text_column": "text", "label_column": "label",
+        "vocab_size": 1000, "max_len": 32})
+    search_fails(space, kept_run, file=str(csv), field=field, says=says)
+
+
+# ------------------------------------------------------------------------------------------
+# 2. init_from checkpoints
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Tiny random-weight checkpoints saved with ``save_pretrained`` (no network): ``bert``,
+    ``gpt2`` (not BERT-style) and ``truncated`` (a BERT whose weight file is cut in half)."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("checkpoints")
+    gpt2 = AutoConfig.for_model("gpt2", n_layer=1, n_embd=16, n_head=2, vocab_size=128,
+                                n_positions=64, bos_token_id=0, eos_token_id=0)
+    AutoModel.from_config(gpt2).save_pretrained(root / "gpt2")
+    bert = AutoConfig.for_model("bert", num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
+                                intermediate_size=32, vocab_size=128, max_position_embeddings=64)
+    AutoModel.from_config(bert).save_pretrained(root / "bert")
+    shutil.copytree(root / "bert", root / "truncated")
+    weights = next((root / "truncated").glob("model.safetensors"))
+    with open(weights, "r+b") as f:
+        f.truncate(weights.stat().st_size // 2)
+    return root
+
+
+def _init_space(tmp_path: Path, *, fixed=None, init_choices=None, tokenizer=None) -> Path:
+    params = dict(TINY_SPACE["params"])
+    if init_choices is not None:
+        params["init_from"] = {"type": "categorical", "choices": init_choices}
+    dataset = {**TINY_SPACE["dataset"], **({"tokenizer": tokenizer} if tokenizer else {})}
+    return tiny_space_file(tmp_path, params=params, fixed=fixed or {}, dataset=dataset)
+
+
+def test_init_from_missing_path(tmp_path, cache_dir, kept_run):
+    missing = tmp_path / "no-such-checkpoint"
+    space = _init_space(tmp_path, fixed={"init_from": str(missing)})
+    search_fails(space, kept_run, file=str(space), field="fixed.init_from",
+                 says=f"no checkpoint at {missing}")
+
+
+def test_init_from_non_bert_checkpoint(tmp_path, cache_dir, kept_run, checkpoints):
+    space = _init_space(tmp_path, fixed={"init_from": str(checkpoints / "gpt2")})
+    search_fails(space, kept_run, file=str(space), field="fixed.init_from",
+                 says="model_type 'gpt2' is not BERT-style")
+
+
+def test_init_from_truncated_checkpoint_among_param_choices(tmp_path, cache_dir, kept_run, checkpoints):
+    # every value the space can produce is checked, not only the first trial's
+    space = _init_space(tmp_path, init_choices=[str(checkpoints / "bert"), str(checkpoints / "truncated")],
+                        tokenizer=str(checkpoints / "bert"))
+    search_fails(space, kept_run, file=str(space), field="params.init_from",
+                 says=f"{checkpoints / 'truncated' / 'model.safetensors'} is truncated or corrupt")
+
+
+def test_init_from_with_a_trained_tokenizer(tmp_path, cache_dir, kept_run, checkpoints):
+    space = _init_space(tmp_path, fixed={"init_from": str(checkpoints / "bert")})
+    search_fails(space, kept_run, file=str(space), field="dataset.tokenizer",
+                 says="init_from needs the checkpoint's own tokenizer")
+
+
+# ------------------------------------------------------------------------------------------
+# 3. --address with nothing listening
+# ------------------------------------------------------------------------------------------
+
+
+def test_address_closed_port(tmp_path, cache_dir, kept_run):
+    address = f"127.0.0.1:{free_port()}"
+    search_fails(tiny_space_file(tmp_path), kept_run, "--address", address,
+                 file=address, field="--address", says="no Ray cluster answers there")
+
+
+# ------------------------------------------------------------------------------------------
+# 4. every trial failed
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_search_where_every_trial_fails_exits_1_with_one_line(tmp_path, cache_dir):
+    """lr 1e6 turns the loss NaN within a few steps: both trials fail; the run directory and
+    the report are written, and the CLI says so in one line with exit code 1."""
+    space = tiny_space_file(
+        tmp_path,
+        dataset={**TINY_SPACE["dataset"], "max_train_samples": 256},
+        params={"n_layers": {"type": "int", "low": 1, "high": 1},
+                "d_model": {"type": "categorical", "choices": [16]},
+                "n_heads": {"type": "categorical", "choices": [2]},
+                "lr": {"type": "categorical", "choices": [1.0e6]}},
+        budget={**TINY_SPACE["budget"], "trials": 2, "epochs": 1, "max_failures": 0})
+    runs, reports = tmp_path / "runs", tmp_path / "reports"
+    proc = run_cli("search", space, "--searcher", "random", "--name", "all-fail",
+                   "--storage", runs, "--reports", reports, "--no-progress",
+                   "--no-ray-dashboard", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 1, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == errors[0]
+    line = errors[0]
+    assert line.startswith("error: all 2 trials failed"), line
+    assert f"run: {runs / 'all-fail'}" in line and f"report: {reports / 'all-fail' / 'index.html'}" in line
+    assert "Traceback" not in line
+    # nothing lost: the run and its report exist and record both failures
+    records = [json.loads(p.read_text()) for p in (runs / "all-fail" / "trials").glob("*.json")]
+    assert len(records) == 2 and all(r["status"] == "ERROR" for r in records)
+    assert (runs / "all-fail" / "run.json").is_file()
+    assert (reports / "all-fail" / "index.html").is_file()
+    assert json.loads((reports / "all-fail" / "pareto.json").read_text())["n_failed"] == 2
