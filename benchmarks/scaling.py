@@ -115,13 +115,17 @@ def run_nodes(n: int, epochs: int) -> dict:
                                    "--address", f"127.0.0.1:{PORT}", "--no-progress"], work, env)
     finally:
         subprocess.run(cluster + ["stop"], env=env, capture_output=True)
-    recs = RunDir(work / "runs" / "run").read_trials()
-    times = [r["metrics"]["time_total_s"] for r in recs if r["status"] == "TERMINATED"]
+    recs = [r for r in RunDir(work / "runs" / "run").read_trials() if r["status"] == "TERMINATED"]
+    times = [r["metrics"]["time_total_s"] for r in recs]
+    # inside a trial, besides training: evaluation, latency timing, checkpoint, report
+    in_trial = [r["metrics"]["time_total_s"] - r["metrics"]["train_seconds"] for r in recs]
     ideal = ideal_makespan(times, n)
     return {"case": f"nodes{n}", "nodes": n, "exit_code": rc, "wall_s": round(wall, 1),
             "trials_done": len(times), "trial_seconds": [round(t, 1) for t in times],
             "ideal_makespan_s": round(ideal, 1), "overhead_pct": round(100 * (wall - ideal) / wall, 2),
-            "trials_per_hour": round(3600 * len(times) / wall, 1), "driver_peak_rss_mb": round(peak / 1024, 1)}
+            "trials_per_hour": round(3600 * len(times) / wall, 1), "driver_peak_rss_mb": round(peak / 1024, 1),
+            "in_trial_not_training_s": round(sum(in_trial) / max(len(in_trial), 1), 2),
+            "outside_trials_s": round(wall - ideal, 1)}
 
 
 def run_load() -> dict:
