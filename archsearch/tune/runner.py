@@ -230,6 +230,9 @@ def _tuner(launch: Launch, progress: bool, restore: bool):
 
 def _fit(launch: Launch, *, progress: bool, ray_dashboard: bool, restore: bool,
          reports: str | Path) -> RunResult:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # also on resume: no INFO lines
     init_ray(launch.spec.address, num_cpus=launch.spec.num_cpus, dashboard=ray_dashboard)
     if progress:
         print_dashboards(launch.run.path, launch.spec.address, ray_dashboard)

@@ -37,12 +37,10 @@ def build_core(name: str, space, data, *, seed: int):
 def tune_searcher(name: str, space, data, run: RunDir, *, seed: int):
     """A Ray Tune search algorithm for the run: :func:`build_core` in the Ray adapter,
     recording into ``run``'s Optuna study, at most ``budget.max_concurrent`` trials at once."""
-    import optuna
     from ray.tune.search import ConcurrencyLimiter
 
     from archsearch.search.adapters.ray import RaySearcher
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     core = build_core(name, space, data, seed=seed)
     alg = RaySearcher(core, epochs=space.budget.epochs, storage=run.optuna_url, study_name=run.name)
     return ConcurrencyLimiter(alg, max_concurrent=space.budget.max_concurrent)
