@@ -240,8 +240,8 @@ def run_node_killed(work: Path, epochs: int, rng: random.Random, log):
     (work / "node_killed.yaml").write_text(yaml.safe_dump(space_spec("node_killed", epochs)))
     script = work / "node_driver.py"
     script.write_text(NODE_DRIVER)
-    rc = subprocess.run([sys.executable, script, work, epochs, ROOT / "benchmarks",
-                         rng.uniform(20, 150)], cwd=work, stdout=log, stderr=subprocess.STDOUT).returncode
+    argv = [sys.executable, script, work, epochs, ROOT / "benchmarks", round(rng.uniform(20, 150), 1)]
+    rc = subprocess.run(list(map(str, argv)), cwd=work, stdout=log, stderr=subprocess.STDOUT).returncode
     ev = json.loads((work / "node_event.json").read_text()) if (work / "node_event.json").exists() else None
     return work / "runs" / "node_killed", [ev] if ev else [], rc
 
