@@ -77,6 +77,9 @@ def space_spec(fault: str, epochs: int) -> dict:
         spec["params"]["n_heads"]["choices"] = [2, 4, 8, 3]  # 3 does not divide d_model 64
     if fault == "trial_nan":
         spec["params"]["lr"] = {"type": "categorical", "choices": [1.0e-3, 2.0e-3, 3.0e-3, 1.0e6]}
+        # a continuous param keeps every sampled config distinct, so that two completed records
+        # of one config still mean a trial recorded twice (not two draws of the same choice)
+        spec["params"]["dropout"] = {"type": "float", "low": 0.05, "high": 0.2}
     return spec
 
 
