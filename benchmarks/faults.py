@@ -114,7 +114,7 @@ def count(run_dir: Path, expected: int = TRIALS) -> dict:
             "lost": max(0, expected - recorded), "duplicated": dup,
             "optuna_trials": len(study_trials),
             "optuna_missing": max(0, recorded - len(set(optuna_ids) & set(ids))),
-            "errors": sorted({r["error"][:160] for r in with_reason})}
+            "errors": sorted({r["error"][:400] for r in with_reason})}
 
 
 def broken_resume(run_dir: Path, dest: Path, expected: int = TRIALS) -> dict:
@@ -307,7 +307,7 @@ def fired(fault: str, events: list, counts: dict) -> bool:
     if fault == "trial_oom_killed":
         ok = ok and events[0].get("oom_kills_in_cgroup", 0) >= 1
     if fault == "truncated_checkpoint":
-        ok = ok and any("checkpoint" in e and "unreadable" in e for e in counts["errors"])
+        ok = ok and any(e.startswith("RuntimeError: checkpoint unreadable") for e in counts["errors"])
     return ok
 
 

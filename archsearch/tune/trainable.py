@@ -309,7 +309,7 @@ class TrialLoop:
             with open(os.path.join(directory, "progress.json")) as f:
                 progress = json.load(f)
         except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as e:
-            raise RuntimeError(f"checkpoint {path} is unreadable, truncated or corrupt "
+            raise RuntimeError(f"checkpoint unreadable (truncated or corrupt): {path} "
                                f"({e.__class__.__name__}: {str(e).splitlines()[0][:120]})") from None
         self.step = progress.get("step", 0)
         self.tying.load_state_dict(state.get("tying", {}))  # re-creates the sharing first
