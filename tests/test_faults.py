@@ -172,14 +172,18 @@ def test_orphaned_running_trial_is_recorded_as_failed_not_dropped(tmp_path):
                          "history": [], "error": None, "started": 0})
     storage = optuna.storages.RDBStorage(run.optuna_url)
     study = optuna.create_study(study_name=run.name, storage=storage)
-    study.tell(study.ask(), 1.0)
-    study.ask()  # left RUNNING, like the orphan
-    reconcile(run)
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"trial_id": "a"}))
+    # a search stopped early (Ctrl-C: 1 of 2 trials finished) keeps b RUNNING for resume
+    reconcile(run, trials=2)
+    assert {r["trial_id"]: r["status"] for r in read_trials(tmp_path)}["b"] == "RUNNING"
+    # a search that ran all its trials: b was lost, in the records and in the study
+    reconcile(run, trials=1)
     recs = {r["trial_id"]: r for r in read_trials(tmp_path)}
     assert recs["a"]["status"] == "TERMINATED"
     assert recs["b"]["status"] == "ERROR" and recs["b"]["error"].startswith("lost")
-    states = [t.state for t in optuna.load_study(study_name=run.name, storage=storage).trials]
-    assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
+    trials = optuna.load_study(study_name=run.name, storage=storage).trials
+    assert [(t.user_attrs["trial_id"], t.state) for t in trials] == [
+        ("a", optuna.trial.TrialState.COMPLETE), ("b", optuna.trial.TrialState.FAIL)]
 
 
 def _fault_bench():

@@ -180,3 +180,32 @@ def test_prelaunch_check_uses_the_reported_cost(tmp_path, cache_dir):
     check_constraints(with_bound(reported * 1.0001), data)  # feasible by the reported metric
     with pytest.raises(UserError, match="constraints.flops_per_sample.max"):
         check_constraints(with_bound(reported * 0.99), data)
+
+
+def test_command_line_budget_overrides_are_validated(tiny):
+    from archsearch.errors import UserError
+    from archsearch.tune.runner import effective_space
+
+    space, _ = tiny
+    assert effective_space(space, cpus_per_trial=0.5).budget.cpus_per_trial == 0.5
+    with pytest.raises(UserError, match="--cpus-per-trial"):
+        effective_space(space, cpus_per_trial=0)
+    with pytest.raises(UserError, match="--gpus-per-trial"):
+        effective_space(space, gpus_per_trial=-1)
+
+
+def test_baseline_survives_running_out_of_feasible_draws(tiny):
+    """When every resample is known-infeasible, the last draw is proposed and its trial stays
+    open: telling it (even a NaN constraint metric) must not crash the search."""
+    from archsearch.search.baselines import OptunaSearcher
+    from archsearch.models.costs import known_costs_fn
+
+    space, data = tiny
+    bound = space.constraints["params_trainable"].model_copy(update={"max": 1.0})
+    space = space.model_copy(update={"constraints": {"params_trainable": bound}})
+    s = OptunaSearcher("tpe", space, seed=0, cost_fn=known_costs_fn(data, space.fixed), max_resample=3)
+    tid, cfg = s.ask()
+    s.tell(tid, {"accuracy": 0.6, "flops_per_sample": 1e5, "params_trainable": float("nan")})
+    last = s.study.trials[-1]
+    assert len(s.study.trials) == 3 and last.state.name == "COMPLETE"
+    assert last.constraints == {"params_trainable.max": float("inf")}

@@ -166,6 +166,8 @@ class Searcher(ABC):
         out = {}
         for k, (lo, hi) in self.constraints.items():
             v = metrics.get(k)
+            if v is not None and not math.isfinite(float(v)):
+                v = math.inf if hi is not None else -math.inf  # NaN/inf: infeasible, not an error
             if hi is not None:
                 out[f"{k}.max"] = 0.0 if v is None else float(v) - hi
             if lo is not None:

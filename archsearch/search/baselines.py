@@ -75,11 +75,11 @@ class OptunaSearcher(Searcher):
     def _suggest(self, trial_id: str):
         import optuna
 
-        for _ in range(self.max_resample):
+        for attempt in range(self.max_resample):
             trial = self.study.ask()
             cfg = self.space.suggest(trial)
-            if self.known_feasible(cfg):
-                break
+            if self.known_feasible(cfg) or attempt == self.max_resample - 1:
+                break  # the last draw is proposed even if infeasible: its trial stays open
             for key, value in self.constraint_values(self.cost_fn(cfg)).items():
                 trial.set_constraint(key, value)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)

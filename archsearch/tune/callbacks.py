@@ -58,7 +58,7 @@ class TrialRecorder(Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         rec = self._rec(trial)
-        rec["status"] = RUNNING  # also a trial Tune retries after a worker died
+        rec["status"], rec["error"] = RUNNING, None  # also a trial Tune retries or resumes
         self.run.write_trial(rec)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):

@@ -105,7 +105,16 @@ def effective_space(space: SearchSpace, *, trials: int | None = None,
     """``space`` with the command line's overrides folded into its budget."""
     update = {k: v for k, v in (("trials", trials), ("cpus_per_trial", cpus_per_trial),
                                 ("gpus_per_trial", gpus_per_trial)) if v is not None}
-    return space.model_copy(update={"budget": space.budget.model_copy(update=update)}) if update else space
+    if not update:
+        return space
+    from pydantic import ValidationError
+
+    try:  # validated like the YAML's budget (model_copy alone would not check it)
+        budget = type(space.budget).model_validate({**space.budget.model_dump(), **update})
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise UserError(err["msg"], field=f"--{str(err['loc'][0]).replace('_', '-')}") from None
+    return space.model_copy(update={"budget": budget})
 
 
 def start_run(space: SearchSpace, *, searcher: str = "tpe", trials: int | None = None,
@@ -279,15 +288,18 @@ LOST_REASON = ("lost: the driver stopped before Ray Tune recorded this trial, so
                "be resumed; the searcher proposed a new trial instead")
 
 
-def reconcile(run: RunDir) -> None:
-    """After a search ends, no trial may still look RUNNING. One can only if the driver died
-    in the instant between a trial's start and Tune's next experiment save, so the resumed
-    Tune never knew it: record it as failed (with that reason) in the trial records and in
-    the Optuna study, so nothing is silently dropped or double-counted."""
+def reconcile(run: RunDir, trials: int) -> None:
+    """After a search that ran all its ``trials``, no trial may still look RUNNING. One can only
+    if the driver died in the instant between a trial's start and Tune's next experiment save,
+    so the resumed Tune never knew it (and ran another in its place): record it as failed (with
+    that reason) in the trial records and in the Optuna study, so nothing is silently dropped
+    or double-counted. A search stopped early (Ctrl-C) keeps its RUNNING trials: resume
+    continues them."""
     import optuna
 
-    orphans = [r for r in run.read_trials() if r["status"] == RUNNING]
-    if not orphans:
+    recs = run.read_trials()
+    orphans = [r for r in recs if r["status"] == RUNNING]
+    if not orphans or len(recs) - len(orphans) < trials:
         return
     for rec in orphans:
         rec["status"], rec["error"] = ERROR, LOST_REASON
@@ -300,12 +312,18 @@ def reconcile(run: RunDir) -> None:
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         storage.set_trial_user_attr(t._trial_id, "error", LOST_REASON)
         storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    known = {t.user_attrs.get("trial_id") for t in study.get_trials(deepcopy=False)}
+    for rec in orphans:  # the Ray adapter records finished trials only: add the lost one
+        if rec["trial_id"] not in known:
+            study.add_trial(optuna.trial.create_trial(
+                state=optuna.trial.TrialState.FAIL, user_attrs={"trial_id": rec["trial_id"],
+                                                               "error": LOST_REASON}))
 
 
 def _finish(launch: Launch, reports: str | Path) -> RunResult:
     from archsearch.report import report_run
 
-    reconcile(launch.run)
+    reconcile(launch.run, launch.space.budget.trials)
     launch.spec.wall_seconds = launch.prior_wall + (time.time() - launch.t0)
     launch.run.write_spec(launch.spec)
     report_dir, summary = report_run(launch.run.path, reports)
