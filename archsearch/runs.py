@@ -99,6 +99,7 @@ class RunSpec:
     argv: list[str] = field(default_factory=list)
     started: float = 0.0                 #: Unix time the search started
     wall_seconds: float | None = None    #: total wall time over all sessions, once finished
+    wall_seconds_before: float = 0.0     #: wall time of the sessions before the latest one
     resumed: list[float] = field(default_factory=list)  #: Unix times of each resume
 
     @classmethod

@@ -167,7 +167,12 @@ def reopen_run(run_dir: str | Path, *, address: str | None = None,
                         "with `archsearch search`", file=str(run.path))
     spec = run.read_spec()
     t0 = time.time()
-    prior = spec.wall_seconds if spec.wall_seconds is not None else max(0.0, run.last_activity() - spec.started)
+    if spec.wall_seconds is not None:  # the last session ended cleanly and counted itself
+        prior = spec.wall_seconds
+    else:  # it was killed: count it up to its last trial record
+        session_start = spec.resumed[-1] if spec.resumed else spec.started
+        prior = spec.wall_seconds_before + max(0.0, run.last_activity() - session_start)
+    spec.wall_seconds, spec.wall_seconds_before = None, prior
     spec.resumed.append(t0)
     if address is not None:
         spec.address = address
