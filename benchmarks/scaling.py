@@ -12,11 +12,16 @@ gets its report.
   checks, Tune, report). Overhead = (wall - ideal makespan) / wall, where the ideal makespan
   schedules the measured trial times (Tune's ``time_total_s``) on the N slots longest-first
   with no gap (a lower bound of any schedule). ``two_node_speedup`` = wall(1) / wall(2).
+* ``ceiling``: what two trials can gain on this host with no Ray at all: one trial of the same
+  config run as a plain process alone, then two at once (one torch thread each), three rounds.
+  ``host_two_process_speedup`` = 2 x median(alone s) / median(together s) is the most any
+  two-node run on this machine can reach (both "nodes" share its two cores, and Ray's
+  processes and the driver must run on them too).
 * ``load``: 500 trials of ~1 s (1-layer d=16 model, 64 training sentences, 1 epoch), 8 at a
   time, local Ray through the CLI (``tpe``): the driver's peak RSS (VmHWM of the CLI process),
   the searcher state Tune saved (bytes), the report's size, and wall time.
 
-    python benchmarks/scaling.py run [--only nodes1,nodes2,load]   # resumable
+    python benchmarks/scaling.py run [--only nodes1,nodes2,ceiling,load]   # resumable
     python benchmarks/scaling.py summarize                          # table + results/scaling.json
 
 Run alone on the machine.
@@ -152,6 +157,54 @@ def run_load() -> dict:
             "report_built": report.is_file(), "report_bytes": report.stat().st_size if report.is_file() else 0}
 
 
+CEILING_CONFIG = {"n_layers": 2, "d_model": 64, "n_heads": 4, "lr": 1.0e-3}
+
+
+def _plain_trial(epochs: int, out: Path) -> None:
+    """One trial of ``nodes_spec(epochs)`` in this process, no Ray; writes its seconds to ``out``."""
+    import torch
+
+    from archsearch.data.prepare import prepare_for_space
+    from archsearch.models.config import trial_config
+    from archsearch.space import load_space
+    from archsearch.tune.runner import trial_settings
+    from archsearch.tune.trainable import run_trial
+
+    torch.set_num_threads(1)
+    space_file = out.with_suffix(".yaml")
+    space_file.write_text(yaml.safe_dump(nodes_spec(epochs)))
+    space = load_space(space_file)
+    data = prepare_for_space(space)
+    t0 = time.perf_counter()
+    run_trial(trial_config(CEILING_CONFIG, space.fixed), data, trial_settings(space, 1))
+    out.write_text(json.dumps({"seconds": time.perf_counter() - t0}))
+
+
+def run_ceiling(epochs: int, rounds: int = 3) -> dict:
+    import statistics
+
+    work = WORK / "ceiling"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def trials(n: int, tag: str) -> list[float]:
+        outs = [work / f"{tag}-{i}.json" for i in range(n)]
+        procs = [subprocess.Popen([sys.executable, __file__, "_trial", str(epochs), str(o)], env=env)
+                 for o in outs]
+        if any(p.wait() != 0 for p in procs):
+            raise RuntimeError(f"ceiling: a plain trial failed ({tag})")
+        return [json.loads(o.read_text())["seconds"] for o in outs]
+
+    alone, together = [], []
+    for r in range(rounds):
+        alone += trials(1, f"alone{r}")
+        together += trials(2, f"together{r}")
+    ratio = 2 * statistics.median(alone) / statistics.median(together)
+    return {"case": "ceiling", "alone_s": [round(t, 1) for t in alone],
+            "together_s": [round(t, 1) for t in together], "host_two_process_speedup": round(ratio, 3)}
+
+
 def git_commit() -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
@@ -165,8 +218,13 @@ def cmd_run(args) -> None:
             print(f"{case}: already measured (delete its line in {RUNS.name} to redo)")
             continue
         load_before = os.getloadavg()[0]
-        row = run_nodes(int(case[-1]), args.epochs) if case.startswith("nodes") else run_load()
-        row.update(commit=git_commit(), epochs=args.epochs if case.startswith("nodes") else 1,
+        if case.startswith("nodes"):
+            row = run_nodes(int(case[-1]), args.epochs)
+        elif case == "ceiling":
+            row = run_ceiling(args.epochs)
+        else:
+            row = run_load()
+        row.update(commit=git_commit(), epochs=1 if case == "load" else args.epochs,
                    load_before=round(load_before, 2), load_after=round(os.getloadavg()[0], 2))
         RUNS.parent.mkdir(parents=True, exist_ok=True)
         with open(RUNS, "a") as f:
@@ -179,6 +237,7 @@ def cmd_summarize(args) -> None:
 
     rows = {json.loads(l)["case"]: json.loads(l) for l in RUNS.read_text().splitlines() if l.strip()}
     one, two, load = rows.get("nodes1"), rows.get("nodes2"), rows.get("load")
+    ceiling = rows.get("ceiling")
     print(f"{'case':8s} {'wall s':>8s} {'trials':>6s} {'mean trial s':>12s} {'ideal s':>8s} {'overhead %':>10s} {'trials/h':>9s}")
     for r in (one, two):
         if r:
@@ -188,6 +247,7 @@ def cmd_summarize(args) -> None:
     summary = {
         "tune_overhead_pct": max(r["overhead_pct"] for r in (one, two) if r) if (one or two) else None,
         "two_node_speedup": round(one["wall_s"] / two["wall_s"], 3) if one and two else None,
+        "host_two_process_speedup": ceiling and ceiling["host_two_process_speedup"],
         "trials": min(r["trials_done"] for r in (one, two) if r) if (one or two) else None,
         "mean_trial_s": round(statistics.mean(secs), 1) if secs else None,
         "load_500_driver_rss_mb": load and load["driver_peak_rss_mb"],
@@ -211,11 +271,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--only", default="nodes1,nodes2,load")
+    r.add_argument("--only", default="nodes1,nodes2,ceiling,load")
     r.add_argument("--epochs", type=int, default=6)
     r.set_defaults(fn=cmd_run)
     s = sub.add_parser("summarize")
     s.set_defaults(fn=cmd_summarize)
+    if len(sys.argv) == 4 and sys.argv[1] == "_trial":  # a child of run_ceiling
+        sys.path.insert(0, str(ROOT))
+        _plain_trial(int(sys.argv[2]), Path(sys.argv[3]))
+        return
     args = ap.parse_args()
     args.fn(args)
 

@@ -1,0 +1,76 @@
+"""What every benchmark script writes beside its numbers: provenance read from the machine.
+
+A result JSON is ``{"summary": {...}, "provenance": {...}, ...}``; only the script writes it.
+``provenance`` holds the git commit(s) the data came from, the command, the machine (read from
+``platform``/``os.cpu_count()``/torch, never typed), the seeds and the wall time.
+
+    from common import git_commit, machine, provenance, write_result   # benchmarks/ on sys.path
+
+Scripts in ``benchmarks/`` import this as a sibling module (``python benchmarks/x.py`` puts
+``benchmarks/`` on ``sys.path``; a test that loads a script by path must add it too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str:
+    """The checkout's HEAD commit (40 hex digits), plus ``+dirty`` when tracked files differ."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return f"{head}+dirty" if head and dirty else head
+
+
+def machine() -> dict[str, Any]:
+    """This machine, read at run time: platform, processor, CPU count, Python and torch versions."""
+    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version()}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:  # a benchmark that does not use torch
+        pass
+    return info
+
+
+def provenance(*, commits: Iterable[str] | str | None = None, command: str | None = None,
+               seeds: Any = None, wall_s: float | None = None, **extra: Any) -> dict[str, Any]:
+    """The ``provenance`` object of a result JSON.
+
+    Args:
+        commits: the commit(s) the measured data came from (a resumable benchmark may have rows
+            from several); default: the current HEAD.
+        command: the command line; default: this process's ``sys.argv``.
+        seeds: the seeds used (any JSON value).
+        wall_s: the benchmark's wall time in seconds (summed over resumed pieces).
+        extra: more keys, e.g. ``protocol``.
+    """
+    if commits is None:
+        commits = [git_commit()]
+    elif isinstance(commits, str):
+        commits = [commits]
+    return {"git_commit": sorted(set(commits)),
+            "command": command or " ".join(["python", *sys.argv]),
+            "machine": machine(), "seeds": seeds,
+            "wall_s": None if wall_s is None else round(float(wall_s), 1), **extra}
+
+
+def write_result(path: Path, summary: dict[str, Any], prov: dict[str, Any], **rest: Any) -> None:
+    """Write ``{"summary", "provenance", **rest}`` to ``path`` (indent 1), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"summary": summary, "provenance": prov, **rest}, indent=1) + "\n")
+    os.replace(tmp, path)
