@@ -9,7 +9,7 @@ already in the output file, so it can run in pieces (kill it any time; rerun to 
 
 Usage::
 
-    nice -n 10 python benchmarks/record_table.py --n 160 --epochs 1 --batch-size 32
+    nice -n 10 python benchmarks/record_table.py --resume     # 160 Sobol configs, 4 epochs each (the default budget)
 
 Runs single-threaded (``torch.set_num_threads(1)``): this machine's 2 cores are shared.
 """
@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "benchmarks" / "data" / "replay_default.jsonl"
+DEFAULT_OUT = ROOT / "benchmarks" / "data" / "replay_table.jsonl"
+#: what every row of one table must share (a resumed run with other settings is refused)
+SETTINGS = ("space", "epochs", "batch_size", "max_train_samples", "seed")
 
 
 def table_configs(space, n: int, seed: int = 0) -> list[dict]:
@@ -41,9 +43,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--space", default=str(ROOT / "search_spaces" / "default.yaml"))
     ap.add_argument("--n", type=int, default=160, help="configurations in the table")
-    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--max-train-samples", type=int, default=None, help="default: the whole split")
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--resume", action="store_true", help="continue an existing table (else refuse to "
+                    "append to one)")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shard", default="0/1", help="I/K: record only indices i with i %% K == I "
@@ -66,19 +70,30 @@ def main(argv=None) -> None:
     settings = trial_settings(space, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    settings_row = {"space": space.name, "epochs": args.epochs, "batch_size": args.batch_size,
+                    "max_train_samples": args.max_train_samples, "seed": args.seed}
     done = set()
-    if out.exists():
-        for line in out.read_text().splitlines():
-            if line.strip():
-                done.add(json.loads(line)["index"])
+    if out.exists() and out.stat().st_size:
+        if not args.resume:
+            raise SystemExit(f"{out} exists: pass --resume to continue it, or --out for a new table")
+        for n, line in enumerate(out.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            other = {k: row.get(k) for k in SETTINGS}
+            if other != settings_row:
+                raise SystemExit(f"{out}:{n}: recorded with {other}, not {settings_row}")
+            done.add(row["index"])
+    from common import git_commit
+    commit = git_commit()
     configs = table_configs(space, args.n, args.seed)
     shard, n_shards = (int(v) for v in args.shard.split("/"))
     for i, cfg in enumerate(configs):
         if i in done or i % n_shards != shard:
             continue
         t0 = time.time()
-        rec = {"index": i, "config": cfg, "epochs": args.epochs, "batch_size": args.batch_size,
-               "max_train_samples": args.max_train_samples, "space": space.name}
+        rec = {"index": i, "config": cfg, **settings_row, "source": "sobol", "commit": commit,
+               "load_before": round(os.getloadavg()[0], 2)}
         try:
             hist = run_trial(cfg, data, settings)
             rec.update(status="TERMINATED", history=hist, metrics=hist[-1], error=None)
