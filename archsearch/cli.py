@@ -1,4 +1,4 @@
-"""Command line: ``archsearch search | report | compare | dashboard | data``.
+"""Command line: ``archsearch search | resume | submit | logs | report | compare | dashboard | data``.
 
 Only typer is imported at module level; torch, Ray, Optuna and BoTorch are imported inside the
 commands, so ``archsearch --help`` answers fast. A :class:`~archsearch.errors.UserError` is
@@ -176,6 +176,64 @@ def dashboard(
 
     typer.echo(f"optuna-dashboard: http://{host}:{port}/  (Ctrl-C to stop)")
     run_server(run.optuna_url, host=host, port=port)
+
+
+_JOB_API_HELP = ("The head's dashboard (Ray job API): http://HEAD:8265 (default "
+                 "$RAY_API_SERVER_ADDRESS, else http://127.0.0.1:8265: a local head, or an SSH "
+                 "tunnel / kubectl port-forward to a remote one). Not the GCS port 6379, not ray://.")
+
+
+@app.command()
+def submit(
+    space_file: Path = typer.Argument(..., help="Search space YAML on this machine (shipped with the job)."),
+    address: Optional[str] = typer.Option(None, help=_JOB_API_HELP),
+    storage: str = typer.Option(..., help="Where run directories go ON THE CLUSTER: an absolute "
+                                "path every node shares (NFS, EFS, a ReadWriteMany volume, a "
+                                "bucket mounted with s3fs/gcsfuse). s3:// and gs:// URIs are not "
+                                "accepted: the search writes plain files (optuna.db, records)."),
+    reports: Optional[str] = typer.Option(None, help="Where reports go on the cluster (absolute "
+                                          "path; default: 'reports' next to --storage)."),
+    searcher: str = typer.Option("tpe", help="ahto | qnehvi | random | tpe | nsga2"),
+    trials: Optional[int] = typer.Option(None, min=1, help="Override budget.trials."),
+    name: Optional[str] = typer.Option(None, help="Run name (default: SPACE-SEARCHER-TIME, made "
+                                       "here so the run directory is known at once)."),
+    cpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.cpus_per_trial."),
+    gpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.gpus_per_trial."),
+    fixed: Optional[str] = typer.Option(None, help="JSON config to pin (as for `search`)."),
+    wait: bool = typer.Option(False, help="Follow the job's logs until it ends; exit non-zero "
+                              "if it did not succeed (the search's own exit code when known)."),
+):
+    """Submit a search to a Ray cluster as a Ray job: the project directory (without .venv,
+    .git, reports, runs, benchmarks/data) and the space file are shipped, and the cluster runs
+    `python -m archsearch.cli search SPACE --address auto --storage STORAGE ...`."""
+    from archsearch.tune.submit import submit_search, wait_for
+
+    sub = submit_search(space_file, address=address, storage=storage, reports=reports,
+                        searcher=searcher, trials=trials, name=name, fixed=fixed,
+                        cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
+    typer.echo(f"submitted job {sub.job_id} to {sub.address}")
+    typer.echo(f"run:     {sub.run_dir} (on the cluster)")
+    typer.echo(f"report:  {sub.report_dir}/index.html (on the cluster)")
+    typer.echo(f"follow:  archsearch logs {sub.job_id} --address {sub.address} --follow")
+    typer.echo(f"         ray job logs {sub.job_id} --address {sub.address} --follow")
+    typer.echo(f"stop:    ray job stop {sub.job_id} --address {sub.address}")
+    if wait:
+        code = wait_for(sub.address, sub.job_id, follow=True)
+        if code:
+            raise typer.Exit(code)
+        typer.echo(f"job {sub.job_id} SUCCEEDED; run: {sub.run_dir}")
+
+
+@app.command()
+def logs(
+    job_id: str = typer.Argument(..., help="The job id `archsearch submit` printed (raysubmit_...)."),
+    address: Optional[str] = typer.Option(None, help=_JOB_API_HELP),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+):
+    """Print the logs of a submitted search (or --follow them)."""
+    from archsearch.tune.submit import print_logs
+
+    print_logs(address, job_id, follow=follow)
 
 
 @data_app.command("list")
