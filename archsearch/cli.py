@@ -201,7 +201,8 @@ def submit(
     gpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.gpus_per_trial."),
     fixed: Optional[str] = typer.Option(None, help="JSON config to pin (as for `search`)."),
     wait: bool = typer.Option(False, help="Follow the job's logs until it ends; exit non-zero "
-                              "if it did not succeed (the search's own exit code when known)."),
+                              "if it did not succeed (the search's own exit code when known). "
+                              "Ctrl-C stops the waiting, not the job."),
 ):
     """Submit a search to a Ray cluster as a Ray job: the project directory (without .venv,
     .git, reports, runs, benchmarks/data) and the space file are shipped, and the cluster runs

@@ -127,7 +127,14 @@ def connect(address: str | None, timeout_s: float = 5.0):
                         "start a head (`ray start --head`) or open a tunnel to its port 8265",
                         file=url, field="--address") from None
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import logging
+
     from ray.job_submission import JobSubmissionClient
+
+    # no INFO lines about packaging, uploads and websockets (these loggers set INFO themselves)
+    for name in ("ray", "ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk",
+                 "ray._private.runtime_env.packaging"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
     try:
         return JobSubmissionClient(url)

@@ -1,0 +1,221 @@
+"""``archsearch submit`` / ``archsearch logs``: a search as a Ray job.
+
+Fast tests: bad input is one line with exit code 2 before anything is submitted, and the
+staged working directory holds the project without its large directories. The slow test
+starts a real Ray head (its own temp dir and ports) in a subprocess, submits the tiny space
+with ``--wait`` and reads the run directory it produced on ``--storage``; then it submits the
+same ``--name`` again and checks that the job fails with the search's exit code 2. It stops
+that head only (its own process group).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cli_command, free_port, run_cli, tiny_space_file
+
+
+def one_line_exit_2(proc: subprocess.CompletedProcess, *, says: str) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ") and says in lines[0], lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------
+# bad input (no Ray anywhere)
+# ------------------------------------------------------------------------------------------
+
+
+def test_missing_space_file_is_one_line_exit_2(tmp_path):
+    line = one_line_exit_2(run_cli("submit", tmp_path / "nope.yaml", "--storage", "/shared/runs",
+                                   "--address", f"http://127.0.0.1:{free_port()}", timeout=120),
+                           says="file not found")
+    assert "nope.yaml" in line
+
+
+def test_unreachable_address_is_one_line_exit_2(tmp_path):
+    port = free_port()  # nothing listens there
+    line = one_line_exit_2(run_cli("submit", tiny_space_file(tmp_path), "--storage", "/shared/runs",
+                                   "--address", f"http://127.0.0.1:{port}", timeout=120),
+                           says="no Ray dashboard answers there")
+    assert f"127.0.0.1:{port}: --address:" in line
+    one_line_exit_2(run_cli("logs", "raysubmit_x", "--address", f"127.0.0.1:{port}", timeout=120),
+                    says="no Ray dashboard answers there")
+
+
+@pytest.mark.parametrize("storage, says", [("s3://bucket/runs", "mount the bucket"),
+                                           ("gs://bucket/runs", "mount the bucket"),
+                                           ("runs", "must be an absolute path")])
+def test_storage_must_be_a_cluster_path(tmp_path, storage, says):
+    line = one_line_exit_2(run_cli("submit", tiny_space_file(tmp_path), "--storage", storage,
+                                   "--address", f"http://127.0.0.1:{free_port()}", timeout=120),
+                           says=says)
+    assert line.startswith(f"error: {storage}: --storage:")
+
+
+def test_ray_client_address_is_refused(tmp_path):
+    one_line_exit_2(run_cli("submit", tiny_space_file(tmp_path), "--storage", "/shared/runs",
+                            "--address", "ray://127.0.0.1:10001", timeout=120),
+                    says="http://HEAD:8265")
+
+
+def test_bad_fixed_is_refused_before_submitting(tmp_path):
+    one_line_exit_2(run_cli("submit", tiny_space_file(tmp_path), "--storage", "/shared/runs",
+                            "--fixed", "{n_layers: 1", "--address",
+                            f"http://127.0.0.1:{free_port()}", timeout=120),
+                    says="--fixed: not valid JSON")
+
+
+# ------------------------------------------------------------------------------------------
+# what is shipped
+# ------------------------------------------------------------------------------------------
+
+
+def test_stage_ships_the_project_without_large_directories(tmp_path):
+    from archsearch.tune.submit import EXCLUDE_AT_ROOT, stage
+
+    inside = stage(ROOT / "search_spaces" / "default.yaml", tmp_path / "a",
+                   skip=[ROOT / "tests"])
+    assert inside == "search_spaces/default.yaml"
+    staged = tmp_path / "a"
+    assert (staged / inside).read_bytes() == (ROOT / inside).read_bytes()
+    assert (staged / "archsearch" / "cli.py").is_file() and (staged / "pyproject.toml").is_file()
+    assert (staged / "archsearch" / "data" / "bundled").is_dir()
+    for gone in (".git", ".venv", "tests", *EXCLUDE_AT_ROOT):
+        assert not (staged / gone).exists(), gone
+    assert not list(staged.rglob("__pycache__")) and not list(staged.rglob("*.egg-info"))
+
+    outside = stage(tiny_space_file(tmp_path), tmp_path / "b")
+    assert outside == "_submitted/tiny.yaml"
+    assert (tmp_path / "b" / outside).read_bytes() == (tmp_path / "tiny.yaml").read_bytes()
+
+
+# ------------------------------------------------------------------------------------------
+# a real head
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ray_head(cache_dir):
+    """A Ray head started with ``ray start --head`` in a process group of its own (its own
+    --temp-dir and free ports, 2 CPUs, dashboard on 127.0.0.1). Yields the dashboard URL;
+    afterwards stops the jobs still running on it and that process group, nothing else."""
+    tmp = Path(tempfile.mkdtemp(prefix="ash-", dir="/tmp"))  # short: Ray's socket paths
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "ARCHSEARCH_CACHE": str(cache_dir),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("RAY_ADDRESS", None)
+    dash = free_port()
+    argv = [str(Path(sys.executable).parent / "ray"), "start", "--head",
+            f"--port={free_port()}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+            f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+            "--num-cpus=2", f"--temp-dir={tmp / 'ray'}", "--disable-usage-stats"]
+    log = open(tmp / "ray-start.log", "w")
+    starter = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    url = f"http://127.0.0.1:{dash}"
+    try:
+        assert starter.wait(timeout=180) == 0, (tmp / "ray-start.log").read_text()[-2000:]
+        from ray.job_submission import JobSubmissionClient
+
+        deadline = time.time() + 120
+        while True:
+            try:
+                JobSubmissionClient(url).get_version()
+                break
+            except Exception:
+                if time.time() > deadline:
+                    raise
+                time.sleep(1)
+        yield url
+    finally:
+        try:
+            from ray.job_submission import JobSubmissionClient
+
+            client = JobSubmissionClient(url)
+            for job in client.list_jobs():
+                if str(job.status) not in ("SUCCEEDED", "FAILED", "STOPPED") and job.submission_id:
+                    client.stop_job(job.submission_id)
+        except Exception:
+            pass
+        for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(starter.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.time() + grace
+            while time.time() < deadline:
+                try:
+                    os.killpg(starter.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.5)
+        log.close()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_submit_to_a_real_head(tmp_path, ray_head):
+    from ray.job_submission import JobSubmissionClient
+
+    from archsearch.runs import FINISHED, RunDir
+
+    space = tiny_space_file(tmp_path)  # outside the project: shipped under _submitted/
+    storage, name = tmp_path / "shared" / "runs", "submitted"
+    out = tmp_path / "submit.out"
+    with open(out, "w") as f:
+        proc = subprocess.run(cli_command("submit", space, "--address", ray_head,
+                                          "--storage", storage, "--name", name,
+                                          "--searcher", "random", "--trials", "2",
+                                          "--fixed", '{"n_layers": 1}', "--wait"),
+                              stdout=f, stderr=subprocess.PIPE, text=True, timeout=600,
+                              cwd=tmp_path)
+    client = JobSubmissionClient(ray_head)
+    jobs = [j for j in client.list_jobs() if (j.metadata or {}).get("archsearch_run") == name]
+    assert len(jobs) == 1, [j.metadata for j in client.list_jobs()]
+    job = jobs[0]
+    assert proc.returncode == 0, (proc.stderr, client.get_job_logs(job.submission_id)[-3000:])
+    assert str(job.status) == "SUCCEEDED", job.message
+    assert job.runtime_env.get("working_dir", "").startswith("gcs://")
+
+    run = RunDir(storage / name)
+    spec = run.read_spec()
+    assert (spec.searcher, spec.trials, spec.address, spec.fixed) == ("random", 2, "auto",
+                                                                      {"n_layers": 1})
+    records = run.read_trials()
+    assert len(records) == 2
+    assert all(r["status"] in FINISHED and r["config"]["n_layers"] == 1 for r in records)
+    assert all(0.0 <= r["metrics"]["accuracy"] <= 1.0 for r in records)
+    assert (storage.parent / "reports" / name / "index.html").is_file()  # default --reports
+
+    # archsearch logs prints what the job API holds
+    logs = tmp_path / "logs.out"
+    with open(logs, "w") as f:
+        assert subprocess.run(cli_command("logs", job.submission_id, "--address", ray_head),
+                              stdout=f, timeout=120).returncode == 0
+    assert logs.read_text() == client.get_job_logs(job.submission_id)
+
+    # the same --name again: the search refuses it on the cluster; --wait passes its exit 2 on
+    again = subprocess.run(cli_command("submit", space, "--address", ray_head, "--storage", storage,
+                                       "--name", name, "--searcher", "random", "--wait"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           timeout=600, cwd=tmp_path)
+    assert again.returncode == 2, again.stderr
+    failed = [j for j in client.list_jobs()
+              if (j.metadata or {}).get("archsearch_run") == name
+              and j.submission_id != job.submission_id]
+    assert [str(j.status) for j in failed] == ["FAILED"]
+    assert "a run with this name exists" in again.stderr.strip().splitlines()[-1]
+    assert json.loads(run.spec_file.read_text())["trials"] == 2  # the first run is untouched
