@@ -2,7 +2,8 @@
 # Start a Ray head plus N worker nodes on this one machine (for testing multi-node behaviour):
 #   bash cluster/local_cluster.sh start 2      # head (0 CPUs for trials) + 2 workers x 1 CPU
 #   archsearch search search_spaces/default.yaml --address 127.0.0.1:6380
-#   bash cluster/local_cluster.sh stop
+#   archsearch submit search_spaces/default.yaml --address http://127.0.0.1:8265 --storage "$PWD/runs"
+#   bash cluster/local_cluster.sh stop      # `ray stop`: stops EVERY Ray on this machine
 # Each worker is a separate raylet with its own temp dir, so killing one (see `kill-worker`)
 # behaves like losing a node.
 set -euo pipefail
@@ -16,7 +17,8 @@ case "${1:-}" in
     for i in $(seq 1 "$n"); do
       ray start --address="127.0.0.1:$PORT" --num-cpus="$CPUS_PER_WORKER" --disable-usage-stats
     done
-    echo "cluster up: archsearch search SPACE --address 127.0.0.1:$PORT" ;;
+    echo "cluster up: archsearch search SPACE --address 127.0.0.1:$PORT"
+    echo "        or: archsearch submit SPACE --address http://127.0.0.1:8265 --storage $PWD/runs" ;;
   stop)
     ray stop --force ;;
   *)

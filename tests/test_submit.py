@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,6 +164,7 @@ def ray_head(cache_dir):
                     break
                 time.sleep(0.5)
         log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.mark.ray
