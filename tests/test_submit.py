@@ -108,10 +108,10 @@ def test_stage_ships_the_project_without_large_directories(tmp_path):
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_head(cache_dir):
     """A Ray head started with ``ray start --head`` in a process group of its own (its own
-    --temp-dir and free ports, 2 CPUs, dashboard on 127.0.0.1). Yields the dashboard URL;
+    --temp-dir and free ports, 2 CPUs, dashboard on 127.0.0.1), one per module. Yields the dashboard URL;
     afterwards stops the jobs still running on it and that process group, nothing else."""
     tmp = Path(tempfile.mkdtemp(prefix="ash-", dir="/tmp"))  # short: Ray's socket paths
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
@@ -221,3 +221,41 @@ def test_submit_to_a_real_head(tmp_path, ray_head):
     assert [str(j.status) for j in failed] == ["FAILED"]
     assert "a run with this name exists" in again.stderr.strip().splitlines()[-1]
     assert json.loads(run.spec_file.read_text())["trials"] == 2  # the first run is untouched
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_submit_a_space_of_the_project(tmp_path, ray_head):
+    """A space inside the project travels at its relative path: the job's driver finds
+    ``search_spaces/default.yaml`` in the shipped working directory and starts the run (which
+    is then stopped: the default search takes minutes)."""
+    from ray.job_submission import JobSubmissionClient
+
+    from archsearch.runs import RunDir
+
+    storage = tmp_path / "runs"
+    proc = subprocess.run(cli_command("submit", ROOT / "search_spaces" / "default.yaml",
+                                      "--address", ray_head, "--storage", storage,
+                                      "--name", "inproject", "--trials", "1"),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    client = JobSubmissionClient(ray_head)
+    job, = [j for j in client.list_jobs() if (j.metadata or {}).get("archsearch_run") == "inproject"]
+    assert job.entrypoint.split()[:5] == ["python", "-m", "archsearch.cli", "search",
+                                          "search_spaces/default.yaml"]
+    run = RunDir(storage / "inproject")
+    deadline = time.time() + 240
+    while not run.spec_file.is_file():
+        status = str(client.get_job_status(job.submission_id))
+        assert status in ("PENDING", "RUNNING"), (status, client.get_job_logs(job.submission_id))
+        assert time.time() < deadline, client.get_job_logs(job.submission_id)
+        time.sleep(1)
+    client.stop_job(job.submission_id)
+    spec = run.read_spec()
+    assert (spec.space_file, spec.trials) == ("search_spaces/default.yaml", 1)
+    assert run.load_space().name == "default"
+    deadline = time.time() + 60
+    while str(client.get_job_status(job.submission_id)) not in ("STOPPED", "FAILED", "SUCCEEDED"):
+        assert time.time() < deadline
+        time.sleep(1)
