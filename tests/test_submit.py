@@ -111,8 +111,9 @@ def test_stage_ships_the_project_without_large_directories(tmp_path):
 @pytest.fixture(scope="module")
 def ray_head(cache_dir):
     """A Ray head started with ``ray start --head`` in a process group of its own (its own
-    --temp-dir and free ports, 2 CPUs, dashboard on 127.0.0.1), one per module. Yields the dashboard URL;
-    afterwards stops the jobs still running on it and that process group, nothing else."""
+    --temp-dir and free ports, 2 CPUs, dashboard on 127.0.0.1), one per module. Yields the
+    dashboard URL; afterwards stops the jobs still running on it and that process group,
+    nothing else."""
     tmp = Path(tempfile.mkdtemp(prefix="ash-", dir="/tmp"))  # short: Ray's socket paths
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "ARCHSEARCH_CACHE": str(cache_dir),
