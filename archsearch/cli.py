@@ -219,7 +219,12 @@ def submit(
     typer.echo(f"         ray job logs {sub.job_id} --address {sub.address} --follow")
     typer.echo(f"stop:    ray job stop {sub.job_id} --address {sub.address}")
     if wait:
-        code = wait_for(sub.address, sub.job_id, follow=True)
+        try:
+            code = wait_for(sub.address, sub.job_id, follow=True)
+        except KeyboardInterrupt:
+            print(f"stopped waiting; job {sub.job_id} goes on (archsearch logs {sub.job_id} "
+                  f"--address {sub.address} --follow)", file=sys.stderr)
+            raise typer.Exit(130) from None
         if code:
             raise typer.Exit(code)
         typer.echo(f"job {sub.job_id} SUCCEEDED; run: {sub.run_dir}")
