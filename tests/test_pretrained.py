@@ -80,7 +80,7 @@ def test_bad_checkpoints_raise(tmp_path):
     d = tmp_path / "ckpt"
     d.mkdir()
     cfg = json.loads((CKPT / "config.json").read_text())
-    (d / "config.json").write_text(json.dumps({**cfg, "hidden_act": "relu"}))
+    (d / "config.json").write_text(json.dumps({**cfg, "hidden_act": "silu"}))
     with pytest.raises(ValueError, match="hidden_act"):
         bert_transformer_config(d, max_len=48)
     (d / "config.json").write_text(json.dumps(cfg))

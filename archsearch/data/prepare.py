@@ -33,6 +33,7 @@ from archsearch.data.tokenizer import (
     build_tokenizer,
     check_tokenizer_arg,
     load_tokenizer,
+    pretrained_dir,
     pretrained_identity,
 )
 from archsearch.errors import UserError
@@ -225,7 +226,7 @@ def prepare(
         raise UserError(f"vocab_size must be an integer >= {min_vocab} for the {kind or 'bpe'} "
                         f"tokenizer, got {vocab_size!r}", field="vocab_size")
     name = os.fspath(name)
-    tok_path = str(Path(os.fspath(tokenizer)).expanduser().resolve()) if kind == "pretrained" else None
+    tok_path = pretrained_dir(tokenizer) if kind == "pretrained" else None  # a dir or Hub snapshot
     key_obj = {
         "format": CACHE_FORMAT,
         "dataset": dataset_fingerprint(name),

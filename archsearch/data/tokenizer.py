@@ -7,7 +7,11 @@ Three kinds, one small interface (:class:`TextTokenizer`):
 - ``"wordpiece"``: lower-cased BERT-style WordPiece trained on the train split;
 - ``"char"``: one id per character seen in the train split (others map to ``<unk>``);
 - a path to a pretrained checkpoint directory: ``transformers.AutoTokenizer`` with
-  ``local_files_only=True`` (nothing is downloaded).
+  ``local_files_only=True`` (nothing is downloaded), any family ``AutoTokenizer`` knows (BERT
+  WordPiece, RoBERTa byte-level BPE, DistilBERT...);
+- a Hugging Face Hub model id (``prajjwal1/bert-tiny``): its tokenizer files, from the Hugging
+  Face cache or downloaded into it (:func:`archsearch.hub.local_or_hub`; never with
+  ``HF_HUB_OFFLINE`` set), then as a directory.
 
 Trained tokenizers reserve ids ``0..3`` for ``<pad> <unk> <cls> <eos>``. For classification a
 sequence is ``<cls> tokens...`` (pretrained: the checkpoint's own, e.g. ``[CLS] tokens [SEP]``); for
@@ -206,22 +210,50 @@ def _find_sub(seq: list[int], sub: list[int]) -> int:
     return -1
 
 
-def check_tokenizer_arg(tokenizer: str | os.PathLike) -> str:
+def check_tokenizer_arg(tokenizer: str | os.PathLike, *, file: str | None = None,
+                        field: str = "tokenizer") -> str:
     """Validate the ``tokenizer`` argument; return ``"bpe"|"wordpiece"|"char"|"pretrained"``.
+    A Hub model id is resolved (from the cache, else downloaded) here.
+
+    Args:
+        tokenizer: a trained kind, a checkpoint directory or a Hub model id.
+        file, field: where the value came from, for the error (default: the value itself
+            and ``tokenizer``).
 
     Raises:
-        UserError: not one of the kinds and not an existing directory.
+        UserError: not one of the kinds, not an existing directory and not a Hub model id
+            that can be had (see :func:`archsearch.hub.local_or_hub`).
     """
     t = os.fspath(tokenizer)
     if t in TRAINED_KINDS:
         return t
-    p = Path(t).expanduser()
-    if p.is_dir():
+    from archsearch.hub import local_or_hub
+
+    file = t if file is None else file
+    p = local_or_hub(t, what="tokenizer", file=file, field=field)
+    if p is not None and p.is_dir():
         return "pretrained"
-    hint = " (a path that does not exist)" if ("/" in t or os.sep in t) else ""
-    raise UserError(f"unknown tokenizer {t!r}{hint}; use one of {', '.join(TRAINED_KINDS)} or the "
-                    "path of a pretrained checkpoint directory (with tokenizer files)",
-                    file=t, field="tokenizer")
+    hint = " (a path that does not exist)" if p is None and ("/" in t or os.sep in t) else ""
+    hint = f" ({p} is a file)" if p is not None else hint
+    raise UserError(f"unknown tokenizer {t!r}{hint}; use one of {', '.join(TRAINED_KINDS)}, the "
+                    "path of a pretrained checkpoint directory (with tokenizer files) or a "
+                    "Hugging Face Hub model id", file=file, field=field)
+
+
+def pretrained_dir(tokenizer: str | os.PathLike) -> str:
+    """The absolute directory of a pretrained tokenizer: the path itself (``~`` expanded,
+    resolved) or the Hub snapshot of a model id. Call :func:`check_tokenizer_arg` first.
+
+    Raises:
+        UserError: as :func:`check_tokenizer_arg`.
+    """
+    from archsearch.hub import local_or_hub
+
+    t = os.fspath(tokenizer)
+    p = local_or_hub(t, what="tokenizer", file=t, field="tokenizer")
+    if p is None:
+        check_tokenizer_arg(t)  # raises the usual error
+    return str(Path(p).resolve())
 
 
 def pretrained_identity(path: Path) -> list:

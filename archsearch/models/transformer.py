@@ -39,6 +39,7 @@ AttentionImpl = Literal["sdpa", "math"]
 _TASKS = ("classification", "lm")
 _POOLINGS = ("mean",)
 _ATTENTION_IMPLS = ("sdpa", "math")
+_ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 
 
 @dataclass
@@ -68,11 +69,14 @@ class TransformerConfig:
         embedding_norm: LayerNorm on the embeddings (BERT); default off.
         type_vocab_size: number of token-type embeddings (BERT segment ids; 0 = none). Only
             type 0 is used: single-segment inputs.
+        activation: the feed-forward nonlinearity: ``"gelu"`` (default, exact erf GELU,
+            transformers' ``"gelu"``), ``"gelu_tanh"`` (tanh approximation, transformers'
+            ``"gelu_new"`` / ``"gelu_pytorch_tanh"``) or ``"relu"``.
 
     Raises:
         ValueError: on any invalid value (non-positive sizes, ``d_model % n_heads != 0``,
-            dropout outside [0, 1), unknown task / pooling / attention_impl, ``pad_id`` outside
-            the vocabulary, ``n_classes < 2`` for classification).
+            dropout outside [0, 1), unknown task / pooling / attention_impl / activation,
+            ``pad_id`` outside the vocabulary, ``n_classes < 2`` for classification).
     """
 
     vocab_size: int
@@ -91,6 +95,7 @@ class TransformerConfig:
     norm_position: Literal["pre", "post"] = "pre"
     embedding_norm: bool = False
     type_vocab_size: int = 0
+    activation: Literal["gelu", "gelu_tanh", "relu"] = "gelu"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "n_layers", "d_model", "n_heads", "d_ffn", "n_classes", "pad_id"):
@@ -125,6 +130,8 @@ class TransformerConfig:
             raise ValueError(
                 f"attention_impl must be one of {_ATTENTION_IMPLS}, got {self.attention_impl!r}"
             )
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
 
     @property
     def d_head(self) -> int:
@@ -241,17 +248,26 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Position-wise MLP: Linear(d, d_ffn) -> GELU -> Linear(d_ffn, d) -> dropout."""
+    """Position-wise MLP: Linear(d, d_ffn) -> GELU (``config.activation``) -> Linear(d_ffn, d)
+    -> dropout."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.fc1 = nn.Linear(config.d_model, config.d_ffn)
         self.fc2 = nn.Linear(config.d_ffn, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
+        self.activation = config.activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``B x T x d`` -> ``B x T x d``."""
-        return self.dropout(self.fc2(F.gelu(self.fc1(x))))  # (B, T, d)
+        h = self.fc1(x)  # (B, T, d_ffn)
+        if self.activation == "gelu":
+            h = F.gelu(h)
+        elif self.activation == "gelu_tanh":
+            h = F.gelu(h, approximate="tanh")
+        else:
+            h = F.relu(h)
+        return self.dropout(self.fc2(h))  # (B, T, d)
 
 
 class Block(nn.Module):
