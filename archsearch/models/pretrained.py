@@ -363,10 +363,6 @@ def check_init_from(space) -> None:
         UserError: naming the space file and ``fixed.init_from``, ``params.init_from``,
             ``task`` or ``dataset.tokenizer``.
     """
-    if space.dataset.tokenizer not in _TRAINED_TOKENIZERS:
-        from archsearch.data.tokenizer import check_tokenizer_arg
-
-        check_tokenizer_arg(space.dataset.tokenizer, file=space.source, field="dataset.tokenizer")
     values: list[tuple[str, Any]] = []
     if "init_from" in space.fixed:
         values.append(("fixed.init_from", space.fixed["init_from"]))
@@ -378,13 +374,17 @@ def check_init_from(space) -> None:
                             field="params.init_from")
         values += [("params.init_from", c) for c in choices]
     values = [(f, v) for f, v in values if v]
-    if not values:
-        return
     for fld, value in values:
         if not isinstance(value, str):
             raise UserError(f"expected a checkpoint directory or Hub model id, got {value!r}",
                             file=space.source, field=fld)
         check_checkpoint(value, file=space.source, field=fld, max_len=space.dataset.max_len)
+    if space.dataset.tokenizer not in _TRAINED_TOKENIZERS:
+        from archsearch.data.tokenizer import check_tokenizer_arg
+
+        check_tokenizer_arg(space.dataset.tokenizer, file=space.source, field="dataset.tokenizer")
+    if not values:
+        return
     if space.task != "classification":
         raise UserError(f"init_from supports classification only, the task is {space.task!r}",
                         file=space.source, field="task")
