@@ -78,7 +78,7 @@ def _hub_snapshot(repo_id: str, what: What) -> Path:
         ValueError: the message of the one-line error (the caller adds file and field).
     """
     from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.utils import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
     lacks = "it is not in the cache"
     try:  # the cache only: no network (allow_patterns keeps the completeness check to config)
