@@ -237,7 +237,8 @@ def test_checkpoint_tokenizer_prepares_data_and_fine_tunes(model_type, family_ch
 def bad_checkpoints(tmp_path_factory):
     """``gpt2`` (a decoder), ``distilbert_truncated`` / ``roberta_truncated`` (weight file
     cut in half), ``distilbert_more_layers`` (config says 3 layers, weights hold 2),
-    ``roberta`` (good; 40 positions, pad 1: 38 tokens)."""
+    ``roberta_relative`` (relative position embeddings), ``roberta`` (good; 40 positions,
+    pad 1: 38 tokens)."""
     import shutil
 
     from transformers import AutoConfig, AutoModel
@@ -255,6 +256,10 @@ def bad_checkpoints(tmp_path_factory):
     shutil.copytree(root / "distilbert", root / "distilbert_more_layers")
     cfg_file = root / "distilbert_more_layers" / "config.json"
     cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()), "n_layers": 3}))
+    shutil.copytree(root / "roberta", root / "roberta_relative")
+    cfg_file = root / "roberta_relative" / "config.json"
+    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()),
+                                    "position_embedding_type": "relative_key"}))
     return root
 
 
@@ -270,6 +275,7 @@ def _space(tmp_path, init_from, *, max_len=32, tokenizer=None):
     ("distilbert_truncated", "distilbert_truncated/model.safetensors is truncated or corrupt"),
     ("roberta_truncated", "roberta_truncated/model.safetensors is truncated or corrupt"),
     ("distilbert_more_layers", "16 distilbert weight(s) missing, e.g. 'transformer.layer.2."),
+    ("roberta_relative", "position_embedding_type 'relative_key': only 'absolute' is supported"),
 ])
 def test_check_init_from_refuses_with_one_line(tmp_path, bad_checkpoints, case, says):
     from archsearch.errors import UserError

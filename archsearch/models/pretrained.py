@@ -50,9 +50,11 @@ config names ``dim`` / ``n_layers`` / ``n_heads`` / ``hidden_dim`` / ``activatio
     transformer.layer.i.output_layer_norm                  -> blocks.i.ln2
 
 Activations (``hidden_act`` / ``activation``): ``gelu`` / ``gelu_python`` -> ``gelu``,
-``gelu_new`` / ``gelu_pytorch_tanh`` -> ``gelu_tanh``, ``relu``. Only absolute position
-embeddings, encoders (``is_decoder`` false) and ``hidden_size == embedding size`` layouts exist
-in these families' code paths we map.
+``gelu_new`` / ``gelu_pytorch_tanh`` -> ``gelu_tanh``, ``relu``. Refused, one line each: other
+activations, relative ``position_embedding_type``, decoders (``is_decoder`` /
+``add_cross_attention``) and ``embedding_size != hidden_size``. A DistilBERT with
+``sinusoidal_pos_embds`` loads its stored sinusoid table, which is then fine-tuned like any
+weight (transformers keeps it frozen).
 
 The pooler is not used (our classifier mean-pools, as sentence-transformers does); the
 classification head is freshly initialised (normal, std 0.02). Only single-segment input
