@@ -159,18 +159,94 @@ def test_png_is_valid_and_not_blank(report):
     assert len(colours) > 20  # points, lines and text, not a flat image
 
 
-def test_html_is_self_contained(report):
+def test_html_opens_offline_with_plotly_js_beside_it(report):
+    from plotly.offline import get_plotlyjs
+
     page = (report[2] / "index.html").read_text(encoding="utf-8")
     assert page.lstrip().lower().startswith("<!doctype html>")
-    # plotly.js is inlined exactly once; no script or stylesheet is loaded from the network
+    # plotly.js is one file beside the page, loaded by a relative <script src>, not inlined;
+    # no script or stylesheet is loaded from the network
     assert page.count("Plotly.newPlot") >= 2
-    assert not re.search(r"<script[^>]+src=", page, flags=re.I)
+    assert re.findall(r"<script[^>]+src=[^>]*>", page, flags=re.I) == ['<script src="plotly.min.js">']
+    assert (report[2] / "plotly.min.js").read_bytes() == get_plotlyjs().encode("utf-8")
+    assert "function" not in page[:page.index("</head>")].replace("(function(){", "")
+    assert len(page.encode()) < 1_000_000  # 40 trials; the 4.8 MB bundle is not in it
     assert not re.search(r"<link[^>]+href=[\"']?https?:", page, flags=re.I)
     assert "unit-run" in page and "random" in page
     # every Pareto trial is in the page with a command that re-runs it
     for p in report[1]["pareto"]:
         assert p["trial_id"] in page
     assert "archsearch search" in page and "--fixed" in page
+
+
+def test_plotly_js_written_once_per_directory(tmp_path):
+    """One plotly.min.js per report directory, rewritten only when absent or different; the
+    comparison page's directory gets its own, and both pages reference it relatively."""
+    from plotly.offline import get_plotlyjs
+
+    from archsearch.report.compare import compare_runs
+
+    bundle = get_plotlyjs().encode("utf-8")
+    out = tmp_path / "report"
+    write_report(realistic_trials(10), OBJECTIVES, out)
+    js = out / "plotly.min.js"
+    assert [p.name for p in out.iterdir() if p.suffix == ".js"] == ["plotly.min.js"]
+    assert js.read_bytes() == bundle
+    first = js.stat()
+    write_report(realistic_trials(12), OBJECTIVES, out)  # same bytes: left untouched
+    again = js.stat()
+    assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+    js.write_bytes(b"/* an older plotly.js */")  # different bytes: replaced
+    write_report(realistic_trials(12), OBJECTIVES, out)
+    assert js.read_bytes() == bundle
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # atomic: no leftovers
+
+    a = write_run(tmp_path, "a", realistic_trials(6, seed=1))
+    b = write_run(tmp_path, "b", realistic_trials(6, seed=2))
+    cmp_dir, _ = compare_runs([a, b], out=tmp_path / "cmp")
+    assert (cmp_dir / "plotly.min.js").read_bytes() == bundle
+    for page in (out / "index.html", cmp_dir / "index.html"):
+        html = page.read_text(encoding="utf-8")
+        assert html.count('<script src="plotly.min.js"></script>') == 1
+        assert html.index('src="plotly.min.js"') < html.index("Plotly.newPlot(")
+        assert bundle[:2000].decode() not in html
+
+
+def test_templates_autoescape_run_name(tmp_path):
+    """``<script>alert(1)</script>`` in a run name comes out of the templates escaped, in the
+    title, the heading and the header table of the run page and in the comparison page."""
+    from archsearch.report.compare import compare_runs
+    from archsearch.report.page import render
+
+    hostile = "<script>alert(1)</script>"
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    write_report(realistic_trials(8), OBJECTIVES, tmp_path / "r",
+                 run_info={"name": hostile, "searcher": 'say "hi" & \'bye\''})
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert f"<title>archsearch report: {escaped}</title>" in page
+    assert f"<h1>archsearch report: {escaped}</h1>" in page
+    assert f"<th>Run</th><td>{escaped}</td>" in page
+    assert "<th>Searcher</th><td>say &#34;hi&#34; &amp; &#39;bye&#39;</td>" in page
+    assert hostile not in page
+    # the shell template on its own: autoescape is on for .html.j2 files
+    shell = render("base.html.j2", title=hostile, figures=[], hover=[])
+    assert f"<title>{escaped}</title>" in shell and "<script" not in shell
+    # comparison: run names are escaped in the heading and the summary table
+    import yaml
+
+    from archsearch.report.synthetic import write_run_dir
+    from conftest import TINY_SPACE
+
+    space = yaml.safe_dump({**TINY_SPACE, "objectives": OBJECTIVES, "constraints": {}})
+    a = write_run_dir(tmp_path / "a", realistic_trials(6, seed=1), space_yaml=space,
+                      name=hostile, wall_seconds=1.0)
+    b = write_run(tmp_path, "b", realistic_trials(6, seed=2))
+    out, summary = compare_runs([a, b], out=tmp_path / "cmp")
+    assert summary["runs"][0]["name"] == hostile
+    cmp_page = (out / "index.html").read_text(encoding="utf-8")
+    assert f"<h1>archsearch comparison: {escaped} vs b</h1>" in cmp_page
+    assert f"</span> {escaped}</td>" in cmp_page
+    assert hostile not in cmp_page
 
 
 def test_html_escapes_script_everywhere(tmp_path):

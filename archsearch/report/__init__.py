@@ -20,7 +20,8 @@ Modules, by job (each imports only those above it in this list):
 * :mod:`~archsearch.report.figures` / :mod:`~archsearch.report.compare_figures`: plotly
   figure specs of one run / of a comparison;
 * :mod:`~archsearch.report.pngs`: the matplotlib PNGs;
-* :mod:`~archsearch.report.page`: the self-contained page shell (plotly.js, figures, PNGs);
+* :mod:`~archsearch.report.page`: the page shell: jinja2 templates with autoescape
+  (``templates/*.html.j2``), ``plotly.min.js`` once per directory, figures, PNGs;
 * :mod:`~archsearch.report.html`: the page of one run;
 * :mod:`~archsearch.report.files`: the files of one run's report;
 * :mod:`~archsearch.report.inputs`: reading a run directory;
@@ -28,7 +29,7 @@ Modules, by job (each imports only those above it in this list):
 * :mod:`~archsearch.report.synthetic`: synthetic records shaped like the runner's (tests,
   benchmark).
 
-Importing this package is cheap (standard library only): numpy, pydantic, plotly and
+Importing this package is cheap (standard library only): numpy, pydantic, jinja2, plotly and
 matplotlib are imported when a report is written; torch and BoTorch only for hypervolumes of
 four or more objectives.
 """
@@ -124,7 +125,8 @@ def write_report(
         record; ``n_failed`` counts ERROR trials and trials whose objective/constraint
         metrics are missing or NaN/inf.
 
-    Files written in ``out_dir``: ``index.html`` (self-contained, offline: plotly.js inlined),
+    Files written in ``out_dir``: ``index.html`` (opens offline; loads plotly.js from
+    ``plotly.min.js`` beside it, written only when absent or different),
     ``pareto.png`` and ``hypervolume.png`` (matplotlib), ``trials.csv`` (one row per trial
     and sub-trial: ``trial_id, status, config/<name>..., <metrics>..., feasible, pareto``),
     ``pareto.json``.

@@ -15,8 +15,10 @@ Fairness rules:
 * runs must have the same objectives (metric and mode; order may differ): otherwise
   :class:`~archsearch.errors.UserError` naming the run directory.
 
-Files written (atomically, :func:`archsearch.runs.atomic_write`): ``index.html``
-(self-contained, offline), ``compare.png`` (matplotlib: hypervolume curves and the first
+Files written (atomically, :func:`archsearch.runs.atomic_write`): ``index.html`` (template
+``templates/compare.html.j2``; opens offline), ``plotly.min.js`` (the plotly.js bundle the page
+loads, written only if absent or different: :func:`archsearch.report.page.write_plotly_js`),
+``compare.png`` (matplotlib: hypervolume curves and the first
 objective pair), ``compare.json`` (the summary returned by :func:`write_comparison`). The
 comparison's figures are :mod:`archsearch.report.compare_figures`.
 """
@@ -36,9 +38,9 @@ from archsearch.errors import UserError
 from archsearch.report import compare_figures, pngs
 from archsearch.report.data import ReportData, build_report_data
 from archsearch.report.inputs import RunInput, load_run
-from archsearch.report.page import Page, png_html
+from archsearch.report.page import Page, png_data, render, write_plotly_js
 from archsearch.report.style import palette
-from archsearch.report.values import constraints_text, esc, format_seconds, jsonable, to_float
+from archsearch.report.values import constraints_text, format_seconds, jsonable, to_float
 from archsearch.runs import atomic_write
 
 def _shared_objectives(runs: Sequence[RunInput]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -150,32 +152,24 @@ def write_comparison(runs: Sequence[RunInput], out_dir: str | Path, *,
     png = pngs.compare_png(labels, datas)
     atomic_write(out / "compare.png", png)
     title = title or " vs ".join(labels)
-    figures = [("Hypervolume vs trials (shared reference point)", "fig-hypervolume",
-                compare_figures.hypervolume_figure(labels, datas)),
-               ("All runs' trials, coloured by run", "fig-scatter",
-                compare_figures.scatter_figure(labels, datas))]
+    page = Page()
+    page.figure(compare_figures.hypervolume_figure(labels, datas), "fig-hypervolume",
+                "Hypervolume vs trials (shared reference point)")
+    page.figure(compare_figures.scatter_figure(labels, datas), "fig-scatter",
+                "All runs' trials, coloured by run")
     if len(objectives) >= 3:
-        figures.append(("Three objectives (3-D)", "fig-3d",
-                        compare_figures.scatter3d_figure(labels, datas)))
-    body = [f"<h1>archsearch comparison: {esc(title)}</h1>",
-            "<p class=\"note\">" + esc(
-                "objectives " + ", ".join(f"{o['metric']} ({o['mode']})" for o in objectives)
+        page.figure(compare_figures.scatter3d_figure(labels, datas), "fig-3d",
+                    "Three objectives (3-D)")
+    subtitle = ("objectives " + ", ".join(f"{o['metric']} ({o['mode']})" for o in objectives)
                 + " | shared reference point " + ", ".join(
                     "n/a" if r is None else f"{o['metric']} = {r:.6g}"
-                    for o, r in zip(objectives, ref))) + "</p>",
-            _summary_table(labels, runs, datas, counts)]
-    body += [f"<p class=\"warn\">{esc(n)}</p>" for n in notes]
-    page = Page()
-    for fig_title, div_id, fig in figures:
-        body += [f"<h2>{esc(fig_title)}</h2>", page.figure(fig, div_id)]
-    body += ["<h2>Static image (matplotlib)</h2>",
-             png_html(png, "hypervolume curves and trials by run"),
-             "<p class=\"note\">Hypervolumes are in raw objective units with the one reference "
-             "point above, so they compare across the runs on this page (not with other pages). "
-             "Feasible points only, including anytime-curve points of dynamic trials. "
-             "\"On the combined front\": points of the run that no point of any run dominates."
-             "</p>"]
-    atomic_write(out / "index.html", page.render(f"archsearch comparison: {title}", body))
+                    for o, r in zip(objectives, ref)))
+    head, rows = _summary_rows(labels, runs, datas, counts)
+    html = render("compare.html.j2", **page.context(), title=f"archsearch comparison: {title}",
+                  heading=title, subtitle=subtitle, summary_head=head, summary_rows=rows,
+                  notes=notes, png=png_data(png, "hypervolume curves and trials by run"))
+    write_plotly_js(out)  # before the page that loads it
+    atomic_write(out / "index.html", html)
     atomic_write(out / "compare.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
     return summary
 
@@ -208,29 +202,27 @@ def compare_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = Non
 # --------------------------------------------------------------------------------------------
 
 
-def _summary_table(labels, runs, datas, counts) -> str:
+def _summary_rows(labels, runs, datas, counts) -> tuple[list[str], list[dict[str, Any]]]:
+    """Header and rows of the summary table: ``{"label", "colour", "searcher", "cells"
+    ([{"text", "bold"}] right-aligned numbers), "wall", "constraints", "run_dir"}``; raw
+    text (the template escapes)."""
     objs = datas[0].objectives
     head = (["run", "searcher", "trials", "failed", "Pareto points", "on the combined front",
              "final hypervolume"] + [f"best {o.metric} ({o.mode})" for o in objs]
             + ["wall time", "constraints", "run directory"])
-    out = ["<table class=\"compare\"><thead><tr>"] + [f"<th>{esc(h)}</th>" for h in head]
-    out.append("</tr></thead><tbody>")
     best_hv = max(d.hypervolume for d in datas)
+    rows = []
     for k, (label, run, d, count) in enumerate(zip(labels, runs, datas, counts)):
         wall = to_float(run.run_info.get("wall_time_s"))
-        hv = f"{d.hypervolume:.6g}"
-        hv_cell = f"<b>{esc(hv)}</b>" if d.hypervolume == best_hv and best_hv > 0 else esc(hv)
-        cells = [f"<td><span style=\"color:{palette(k)}\">&#9632;</span> {esc(label)}</td>",
-                 f"<td>{esc(run.run_info.get('searcher') or '')}</td>",
-                 f"<td class=\"num\">{d.n_trials}</td>", f"<td class=\"num\">{d.n_failed}</td>",
-                 f"<td class=\"num\">{d.n_pareto}</td>", f"<td class=\"num\">{count}</td>",
-                 f"<td class=\"num\">{hv_cell}</td>"]
+        cells = [{"text": str(v), "bold": False} for v in (d.n_trials, d.n_failed, d.n_pareto, count)]
+        cells.append({"text": f"{d.hypervolume:.6g}",
+                      "bold": d.hypervolume == best_hv and best_hv > 0})
         for j in range(len(objs)):
             b = _best(d, j)
-            cells.append(f"<td class=\"num\">{esc('n/a' if b is None else f'{b:.6g}')}</td>")
-        cells += [f"<td class=\"num\">{esc(format_seconds(wall)) if math.isfinite(wall) else ''}</td>",
-                  f"<td>{esc(constraints_text(d.constraints)) or 'none'}</td>",
-                  f"<td><code>{esc(run.run_dir)}</code></td>"]
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
+            cells.append({"text": "n/a" if b is None else f"{b:.6g}", "bold": False})
+        cells.append({"text": format_seconds(wall) if math.isfinite(wall) else "", "bold": False})
+        rows.append({"label": label, "colour": palette(k),
+                     "searcher": str(run.run_info.get("searcher") or ""), "cells": cells,
+                     "constraints": constraints_text(d.constraints) or "none",
+                     "run_dir": str(run.run_dir)})
+    return head, rows

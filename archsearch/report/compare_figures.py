@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from markupsafe import Markup
 
 from archsearch.report import style
 from archsearch.report.data import ReportData
@@ -39,7 +40,8 @@ def hypervolume_figure(labels: Sequence[str], datas: Sequence[ReportData]) -> Fi
 
 
 def _run_hovers(label: str, data: ReportData, rows: list[TrialRow]) -> list[str]:
-    return [f"<b>{esc(label)}</b><br>" + style.hover_text(data, r) for r in rows]
+    head = Markup("<b>{}</b><br>").format(label)  # the label escaped (markupsafe)
+    return [str(head + Markup(style.hover_text(data, r))) for r in rows]
 
 
 def scatter_figure(labels: Sequence[str], datas: Sequence[ReportData]) -> Figure:

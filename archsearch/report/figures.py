@@ -303,7 +303,7 @@ def learning_curves_figure(data: ReportData) -> Figure | None:
         for t in data.trials:
             if t.trial_id in named or not t.history:
                 continue
-            label = f"{esc(t.trial_id)} ({esc(t.status)})"
+            label = esc(f"{t.trial_id} ({t.status})")
             xs += _history_x(t.history) + [None]
             ys += nums([to_float(hh.get(metric)) for hh in t.history]) + [None]
             texts += [label] * len(t.history) + [None]

@@ -1,6 +1,6 @@
 """The files of one run's report: ``pareto.json``, ``trials.csv``, ``pareto.png``,
-``hypervolume.png`` and ``index.html``, written from a computed
-:class:`~archsearch.report.data.ReportData`.
+``hypervolume.png``, ``index.html`` and ``plotly.min.js`` (the plotly.js bundle the page
+loads; written once per directory), from a computed :class:`~archsearch.report.data.ReportData`.
 
 Every file is written with :func:`archsearch.runs.atomic_write` (temp file, then
 ``os.replace``), so a reader never sees half a file.
@@ -19,6 +19,7 @@ from typing import Any
 from archsearch.report import figures, pngs, style
 from archsearch.report.data import ReportData
 from archsearch.report.html import render_html
+from archsearch.report.page import write_plotly_js
 from archsearch.report.values import jsonable
 from archsearch.runs import atomic_write
 
@@ -61,6 +62,7 @@ def write_report_data(data: ReportData, out_dir: Path | str) -> dict[str, Any]:
         data, figures=figures.run_figures(data),
         pngs=[("pareto.png: trials and Pareto front", pareto_png),
               ("hypervolume.png: hypervolume after each trial", hv_png)])
+    write_plotly_js(out)  # before the page that loads it
     atomic_write(out / "index.html", page)
     return summary
 

@@ -1,62 +1,51 @@
-"""A self-contained HTML page that opens offline: plotly.js inlined once (in ``<head>``),
-one table of hover texts shared by all figures (:class:`Page`), each figure a ``<div>`` plus a
-small ``Plotly.newPlot`` script with the figure's JSON, PNGs embedded as ``data:`` URIs.
-Nothing is fetched from the network. Used by the single-run page
-(:mod:`archsearch.report.html`) and the comparison (:mod:`archsearch.report.compare`).
+"""The page shell shared by the single-run page (:mod:`archsearch.report.html`) and the
+comparison (:mod:`archsearch.report.compare`): jinja2 templates with autoescape on
+(``archsearch/report/templates/*.html.j2``, package data), plotly.js written once per report
+directory as ``plotly.min.js`` and loaded with a relative ``<script src>``, one table of hover
+texts shared by all figures (:class:`Page`), each figure a ``<div>`` plus a small
+``Plotly.newPlot`` script with the figure's JSON, PNGs embedded as ``data:`` URIs. Nothing is
+fetched from the network: the page opens offline from its directory.
 
-Escaping: figure strings are escaped where the figure is built (so they hold no ``<`` of
-their own), and the figure JSON is written by :func:`script_json`, which also neutralises
-``</`` and ``<!--``: a value such as ``</script><script>alert(1)</script>`` can neither end
-the ``<script>`` element nor open an HTML comment (checked in ``tests/test_report.py`` by
-counting script elements, and in a real browser by ``tests/test_report_browser.py``, hover
-labels included).
+Escaping:
+
+* page text and attributes: every value a template prints is escaped by jinja2's autoescape
+  (``markupsafe``: ``& < > " '`` become ``&amp; &lt; &gt; &#34; &#39;``); the templates are
+  the only place HTML is written, and no value is marked safe except the two below;
+* ``<script>`` elements: values go in only as JSON through the ``script_json`` filter
+  (:func:`script_json`), which neutralises ``</``, ``<!--`` and ``<script``, so a value such
+  as ``</script><script>alert(1)</script>`` can neither end the element nor open an HTML
+  comment;
+* figure strings (hover texts, trace names, titles) are escaped where the figure is built
+  (:func:`archsearch.report.values.esc`, the same escape), because plotly.js renders them as a
+  subset of HTML.
+
+Checked in ``tests/test_report.py`` (script elements counted, template output escaped) and in
+a real browser by ``tests/test_report_browser.py`` (hover labels included).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from archsearch.report.style import Figure
-from archsearch.report.values import esc, jsonable
+from archsearch.report.values import jsonable
 
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1rem auto;
-max-width:1400px;padding:0 1rem;color:#222;background:#fff}
-h1{font-size:1.45rem;margin:.2rem 0 .4rem} h2{font-size:1.15rem;margin-top:1.6rem;
-border-bottom:1px solid #ddd;padding-bottom:.2rem}
-table{border-collapse:collapse;font-size:.82rem;margin:.5rem 0}
-th,td{border:1px solid #ddd;padding:.22rem .45rem;vertical-align:top;text-align:left}
-th{background:#f4f6f8} table.info th{width:14rem}
-td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-pre,code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.78rem}
-pre{margin:0;white-space:pre-wrap;word-break:break-word;max-width:40rem}
-code.cmd{white-space:pre-wrap;word-break:break-all;background:#f6f8fa;padding:.15rem .3rem}
-tr.cmdrow td{border-top:none;padding-bottom:.5rem}
-.warn{background:#fff4e5;border:1px solid #f0b35a;padding:.6rem 1rem}
-.note{color:#555;font-size:.82rem} .stopped{color:#a15c00;font-weight:600}
-.sub{color:#0e7c66;font-weight:600}
-.kpis{display:flex;flex-wrap:wrap;gap:.6rem;margin:.4rem 0 .8rem}
-.kpi{border:1px solid #dde3ea;border-radius:6px;padding:.35rem .8rem;background:#f8fafc}
-.kpi b{display:block;font-size:1.15rem} .kpi span{color:#555;font-size:.78rem}
-nav a{margin-right:.9rem;font-size:.85rem}
-img.png{max-width:100%;border:1px solid #eee}
-.plot{width:100%}
-.scroll{overflow-x:auto;max-width:100%} th.cfg{min-width:11rem}
-table.pareto th{position:sticky;top:0}
-details summary{cursor:pointer}
-"""
-
+#: File name of the plotly.js bundle beside each page (written by :func:`write_plotly_js`).
+PLOTLY_JS_NAME = "plotly.min.js"
 
 def script_json(obj: Any) -> str:
     """JSON for inside a ``<script>`` element: NaN/inf -> ``null``, non-ASCII as ``\\u``
     escapes, and the only sequences that could end the element or change how it is parsed
     (HTML spec, "restrictions for contents of script elements") neutralised: ``</`` becomes
-    ``<\\/`` and ``<!--`` becomes ``\\u003c!--`` (both still valid JSON and JS). Text in
-    figures is ``html.escape``-d before this, so user strings carry no ``<`` at all.
+    ``<\\/``, ``<!--`` becomes ``\\u003c!--`` and ``<script`` becomes ``\\u003cscript`` (all
+    still valid JSON and JS). Text in figures is escaped before this, so user strings carry no
+    ``<`` at all.
 
     Raises:
         TypeError: an object ``json`` cannot serialise (figures hold plain data only).
@@ -72,27 +61,80 @@ def script_json(obj: Any) -> str:
 _SCRIPT_OPEN = re.compile(r"<(script)", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=1)
 def plotly_js() -> str:
-    """The plotly.js bundle shipped with the ``plotly`` package (read once, ~4.8 MB)."""
+    """The plotly.js bundle shipped with the installed ``plotly`` package
+    (``plotly.offline.get_plotlyjs()``, ~4.8 MB; read once per process)."""
     from plotly.offline import get_plotlyjs
 
-    js = get_plotlyjs()
-    return js.replace("</script", "<\\/script")  # never seen in the bundle; cheap insurance
+    return get_plotlyjs()
+
+
+def write_plotly_js(out_dir: str | Path) -> Path:
+    """Put the plotly.js bundle (:func:`plotly_js`) in ``out_dir`` as ``plotly.min.js``, the
+    file every page of that directory loads with ``<script src="plotly.min.js">``.
+
+    Written (atomically, :func:`archsearch.runs.atomic_write`) only when the file is absent
+    or its bytes differ (another plotly version); otherwise left untouched, so rewriting a
+    report does not rewrite 4.8 MB. Returns the file's path.
+
+    Raises:
+        OSError: ``out_dir`` cannot be read or written.
+    """
+    from archsearch.runs import atomic_write
+
+    path = Path(out_dir) / PLOTLY_JS_NAME
+    bundle = plotly_js().encode("utf-8")
+    try:
+        same = path.stat().st_size == len(bundle) and path.read_bytes() == bundle
+    except FileNotFoundError:
+        same = False
+    if not same:
+        atomic_write(path, bundle)
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def environment():
+    """The jinja2 environment of the report templates: package loader
+    (``archsearch.report/templates``), autoescape on for every template, undefined names are
+    errors, and the ``script_json`` filter (:func:`script_json`, marked safe: it is JSON made
+    safe for a ``<script>`` element, never HTML)."""
+    import jinja2
+    from markupsafe import Markup
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("archsearch.report", "templates"),
+        autoescape=True, undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["script_json"] = lambda obj: Markup(script_json(obj))
+    env.globals["plotly_js_name"] = PLOTLY_JS_NAME
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    """Render ``templates/<template>`` with ``context`` (raw values: the template escapes).
+
+    Raises:
+        jinja2.TemplateNotFound / jinja2.UndefinedError: a bug in the caller or template.
+    """
+    return environment().get_template(template).render(**context)
 
 
 class Page:
-    """Builds one page: figures share one table of hover texts.
+    """The figures of one page; they share one table of hover texts.
 
     Hover texts are most of a big report's bytes and recur (every 2-D projection and the
     3-D view show the same trials; learning curves repeat a trial's label per epoch), so
     each distinct string is stored once in ``window.ASH_HOVER`` and traces carry indices
-    (``"_h"``) that a few lines of JS expand before ``Plotly.newPlot``.
+    (``"_h"``) that a few lines of JS expand before ``Plotly.newPlot``
+    (``templates/base.html.j2``, macro ``figure``).
     """
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
         self.hover: list[str] = []
-        self.n_figures = 0
+        self.figures: list[dict[str, Any]] = []
 
     def _index(self, text: Any) -> int | None:
         if text is None:
@@ -104,9 +146,10 @@ class Page:
             self.hover.append(text)
         return k
 
-    def figure(self, fig: Figure, div_id: str) -> str:
-        """A figure as ``<div>`` + ``Plotly.newPlot`` script."""
-        self.n_figures += 1
+    def figure(self, fig: Figure, div_id: str, title: str = "", note: str = "") -> dict[str, Any]:
+        """Add a figure; return what the templates' ``figure`` macro draws:
+        ``{"id", "title", "note", "data" (traces, hover texts as indices), "layout",
+        "config"}``. ``title`` and ``note`` are raw text (the template escapes them)."""
         data = []
         for trace in fig["data"]:
             texts = trace.get("hovertext")
@@ -114,29 +157,17 @@ class Page:
                 trace = {k: v for k, v in trace.items() if k != "hovertext"}
                 trace["_h"] = [self._index(t) for t in texts]
             data.append(trace)
-        div = esc(div_id)
-        config = {"displaylogo": False, "responsive": True}
-        return (f"<div id=\"{div}\" class=\"plot\"></div>\n<script>(function(){{"
-                f"var d={script_json(data)},H=window.ASH_HOVER;"
-                "d.forEach(function(t){if(t._h){t.hovertext=t._h.map(function(k){"
-                "return k===null?null:H[k]});delete t._h}});"
-                f"Plotly.newPlot({script_json(div_id)},d,{script_json(fig['layout'])},"
-                f"{script_json(config)})}})();</script>")
+        item = {"id": div_id, "title": title, "note": note, "data": data,
+                "layout": fig["layout"], "config": {"displaylogo": False, "responsive": True}}
+        self.figures.append(item)
+        return item
 
-    def render(self, title: str, body: Sequence[str]) -> str:
-        """The whole page. ``title`` is raw text (escaped here); ``body`` parts are HTML
-        (figures from :meth:`figure`). plotly.js and the hover table are inlined in
-        ``<head>`` only when the page has figures."""
-        head = ["<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
-                "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">",
-                f"<title>{esc(title)}</title><style>{CSS}</style>"]
-        if self.n_figures:
-            head.append(f"<script>{plotly_js()}</script>")
-            head.append(f"<script>window.ASH_HOVER={script_json(self.hover)};</script>")
-        return "\n".join(head + ["</head><body>", *body, "</body></html>\n"])
+    def context(self) -> dict[str, Any]:
+        """The template variables of the page shell: ``figures`` and ``hover``."""
+        return {"figures": self.figures, "hover": self.hover}
 
 
-def png_html(png: bytes, alt: str) -> str:
-    b64 = base64.b64encode(png).decode("ascii")
-    return f"<img class=\"png\" alt=\"{esc(alt)}\" src=\"data:image/png;base64,{b64}\">"
-
+def png_data(png: bytes, caption: str) -> Mapping[str, str]:
+    """A PNG for the templates' ``png`` macro: ``{"caption", "b64"}`` (shown as a ``data:``
+    image, so the page needs no file beside it for it)."""
+    return {"caption": caption, "b64": base64.b64encode(png).decode("ascii")}

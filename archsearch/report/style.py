@@ -23,8 +23,10 @@ Failed trials have no metrics and are not drawn (the legend states how many ther
 Interactive figures are plain plotly.js specs (``{"data": [...], "layout": {...}}`` dicts,
 :data:`Figure`), not ``plotly.graph_objects``: building 1,000 trials' figures through
 plotly's validators took seconds (see ``benchmarks/report.py``). Every string that goes into
-a figure (hover text, trace names, titles, axis titles) is ``html.escape``-d where the figure
-is built: plotly.js renders these strings as (a subset of) HTML.
+a figure (hover text, trace names, titles, axis titles) is escaped where the figure is built
+(:func:`~archsearch.report.values.esc`, or ``markupsafe.Markup.format`` for hover texts: the
+escape of the page templates' autoescape): plotly.js renders these strings as (a subset of)
+HTML.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+from markupsafe import Markup
 
 from archsearch.report.data import ReportData
 from archsearch.report.records import TrialRow
@@ -147,29 +150,40 @@ def hover_text(data: ReportData, row: TrialRow) -> str:
         status += ", early-stopped" + ("" if row.is_subtrial else f" after {len(row.history)} epochs")
     if row.violations:
         status += "; violates " + "; ".join(row.violations)
-    lines = [f"<b>{esc(_cut(row.trial_id))}</b> ({esc(status)})"]
+    # Markup.format escapes every argument (markupsafe, as the page templates' autoescape)
+    lines = [_BOLD_STATUS.format(_cut(row.trial_id), status)]
     if row.is_subtrial:
-        lines.append(esc(f"anytime-curve point {row.point} of trial {_cut(row.parent)}"))
+        lines.append(_POINT_OF.format(row.point, _cut(row.parent)))
     objective_names = [o.metric for o in data.objectives]
     for name in objective_names:
-        lines.append(f"<b>{esc(name)}</b> = {esc(_cut(row.metrics.get(name)))}")
+        lines.append(_BOLD_VALUE.format(name, _cut(row.metrics.get(name))))
     for name in sorted(set(row.metrics) - set(objective_names)):
         value = row.metrics[name]
         if isinstance(value, (Mapping, list, tuple)) and name != "tying_map":
             continue
-        lines.append(f"{esc(name)} = {esc(_cut(value))}"
-                     + (" (of the trial)" if name in row.inherited else ""))
+        lines.append((_VALUE_OF_TRIAL if name in row.inherited else _VALUE).format(name, _cut(value)))
     if row.settings:
-        lines.append("<i>point settings</i>")
+        lines.append(Markup("<i>point settings</i>"))
         for key in sorted(row.settings):
-            lines.append(f"&nbsp;&nbsp;{esc(key)} = {esc(_cut(row.settings[key]))}")
+            lines.append(_INDENTED_VALUE.format(key, _cut(row.settings[key])))
     if row.is_subtrial and not row.pareto:  # 1,000s of points: keep the page light
-        lines.append(f"<i>config</i>: as trial {esc(_cut(row.parent))}")
-        return "<br>".join(lines)
-    lines.append("<i>config</i>")
+        lines.append(_CONFIG_AS.format(_cut(row.parent)))
+        return str(_BR.join(lines))
+    lines.append(Markup("<i>config</i>"))
     for key in sorted(row.repro_config):
-        lines.append(f"&nbsp;&nbsp;{esc(key)} = {esc(_cut(row.repro_config[key]))}")
-    return "<br>".join(lines)
+        lines.append(_INDENTED_VALUE.format(key, _cut(row.repro_config[key])))
+    return str(_BR.join(lines))
+
+
+# The markup of hover texts (plotly's subset of HTML); arguments are escaped by Markup.format.
+_BR = Markup("<br>")
+_BOLD_STATUS = Markup("<b>{}</b> ({})")
+_POINT_OF = Markup("anytime-curve point {} of trial {}")
+_BOLD_VALUE = Markup("<b>{}</b> = {}")
+_VALUE = Markup("{} = {}")
+_VALUE_OF_TRIAL = Markup("{} = {} (of the trial)")
+_INDENTED_VALUE = Markup("&nbsp;&nbsp;{} = {}")
+_CONFIG_AS = Markup("<i>config</i>: as trial {}")
 
 
 # --------------------------------------------------------------------------------------------

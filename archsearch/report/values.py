@@ -8,13 +8,13 @@ it cannot convert becomes NaN, ``None`` or its ``str``), unless its docstring sa
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from markupsafe import escape
 
 #: Units of the metric names fixed in docs/design.md (the names of ``archsearch.space.METRICS``).
 #: Other reported metric names are allowed and shown without a unit.
@@ -78,11 +78,14 @@ def config_json(config: Mapping[str, Any]) -> str:
 
 
 def esc(value: Any) -> str:
-    """``html.escape`` of ``str(value)`` (quotes too), safe in HTML text and attributes and in
-    plotly text (hover, legend, titles). ``"`` becomes ``&#34;``, not ``&quot;``: plotly.js
-    decodes only numeric entities and a few named ones (``&amp; &lt; &gt; &nbsp;``; not
-    ``&quot;``), so ``&quot;`` showed literally in hover labels and legends."""
-    return html.escape(str(value), quote=True).replace("&quot;", "&#34;")
+    """``str(value)`` escaped for HTML text and attributes and for plotly text (hover, legend,
+    titles), by ``markupsafe.escape``, the escape of the page templates' autoescape (jinja2):
+    ``& < > " '`` become ``&amp; &lt; &gt; &#34; &#39;``. Numeric entities for quotes matter:
+    plotly.js decodes only numeric entities and a few named ones (``&amp; &lt; &gt;
+    &nbsp;``; not ``&quot;``), so ``&quot;`` showed literally in hover labels and legends.
+    ``value`` is always converted with ``str`` first, so an object that claims to be markup
+    (``__html__``) is escaped too."""
+    return str(escape(str(value)))
 
 
 def fmt(value: Any) -> str:
