@@ -4,8 +4,8 @@ A real run (Ray Tune, real Rotten Tomatoes sentences, real training; every trial
 length_drop gating, so each brings a real anytime curve) is searched once for this module.
 Chromium (Debian packages ``chromium`` and ``chromium-driver``, driven by selenium) then opens
 the run's report, the comparison page and a page with hostile strings, and we check what a
-user would see: no console errors, every plot drawn, nothing fetched from the network, no
-script injected, and a screenshot that is not blank.
+user would see: no console errors, every plot drawn, nothing fetched but ``plotly.min.js``
+beside the page (no network), no script injected, and a screenshot that is not blank.
 
 Hostile strings from each source a report shows, through the real writers
 (:func:`archsearch.report.synthetic.write_run_dir` -> ``run.json``/``space.yaml``/``trials/``
@@ -200,17 +200,22 @@ def _assert_not_blank(png: Path) -> None:
 
 @browser_test
 def test_real_run_report_in_chromium(browser, real_run):
-    """The real run's page: no console errors, all plots drawn, nothing fetched, the Pareto
-    table and the anytime curve present, and a screenshot that is not blank."""
+    """The real run's page: no console errors, all plots drawn, nothing fetched but
+    plotly.js from the file beside it, the Pareto table and the anytime curve present, and a
+    screenshot that is not blank."""
     page = real_run.report_dir / "index.html"
     logs = _open(browser, page)
     assert not _errors(logs), _errors(logs)
     _check_no_alert(browser)
-    # offline: no resource requested from anywhere (the PNGs are data: URIs)
+    # offline: the one resource requested is plotly.min.js beside the page (the PNGs are
+    # data: URIs); Plotly is that file's
     fetched = browser.execute_script(
         "return performance.getEntriesByType('resource').map(e => e.name)"
         ".filter(n => !n.startsWith('data:'))")
-    assert fetched == [], fetched
+    assert set(fetched) <= {(real_run.report_dir / "plotly.min.js").resolve().as_uri()}, fetched
+    version = re.search(r"plotly\.js v(\S+)",
+                        (real_run.report_dir / "plotly.min.js").read_text()[:400]).group(1)
+    assert browser.execute_script("return window.Plotly && Plotly.version") == version
     n_plotly = browser.execute_script("return document.querySelectorAll('.js-plotly-plot').length")
     assert n_plotly >= 3  # Pareto scatter, hypervolume, learning curves
     text = browser.execute_script("return document.body.innerText")
@@ -246,7 +251,7 @@ def test_hostile_strings_stay_text_in_chromium(browser, real_run, tmp_path):
     write_report(trials, TINY_SPACE["objectives"], tmp_path,
                  constraints=TINY_SPACE["constraints"],
                  run_info={"name": "run " + XSS, "searcher": IMG_XSS})
-    assert_escaped_html((tmp_path / "index.html").read_text(), [XSS, IMG_XSS],
+    assert_escaped_html(tmp_path / "index.html", [XSS, IMG_XSS],
                         shown=["run " + XSS, IMG_XSS])
     logs = _open(browser, tmp_path / "index.html")
     _check_no_alert(browser)
@@ -324,14 +329,17 @@ def _script_json(body: str, start: int):
     return json.JSONDecoder().raw_decode(body, start)[0]
 
 
-def assert_escaped_html(page: str, hostile, shown=()) -> None:
-    """The raw HTML of a report page holds the ``hostile`` strings only escaped (no browser).
+def assert_escaped_html(path: Path, hostile, shown=()) -> None:
+    """The raw HTML of a report page (``path``) holds the ``hostile`` strings only escaped (no
+    browser).
 
     * no line of a hostile string that holds markup (``<``, 10+ characters) is in the page
       verbatim, nor the whole string;
     * the page is made of our own tags only (:data:`PAGE_TAGS`), none with an ``on...=``
       event attribute, every ``<img>`` a ``data:image/png``, the ``<title>`` plain text;
-    * the ``<script>`` elements are ours: plotly.js, the hover table and one per plot, each
+    * plotly.js is the file ``plotly.min.js`` beside the page (the installed bundle's bytes),
+      loaded by the page's one ``<script src="plotly.min.js">`` and not inlined;
+    * the other ``<script>`` elements are ours: the hover table and one per plot, each
       ended by its own end tag; their JSON (:func:`archsearch.report.page.script_json`) holds
       no ``</``, ``<!--`` or ``<script``, and its strings (hover texts, trace names, titles)
       carry no tag but plotly's ``<b>``/``<br>``/``<i>``/``<extra>``: user text in them is
@@ -342,9 +350,12 @@ def assert_escaped_html(page: str, hostile, shown=()) -> None:
     from archsearch.report.page import plotly_js
     from archsearch.report.values import esc
 
+    page = path.read_text(encoding="utf-8")
     bundle = plotly_js()
-    assert page.count(bundle) == 1, "plotly.js is not inlined exactly once"
-    page = page.replace(bundle, "", 1)  # 4.8 MB that holds no user string
+    assert (path.parent / "plotly.min.js").read_bytes() == bundle.encode("utf-8")
+    assert bundle[:5000] not in page, "plotly.js is inlined"
+    assert re.findall(r"<script[^>]*src[^>]*>", page, re.IGNORECASE) \
+        == ['<script src="plotly.min.js">'], "a <script src> other than plotly.min.js"
     for s in hostile:
         for line in [s, *s.splitlines()]:
             if "<" in line and len(line) >= 10:
@@ -356,9 +367,8 @@ def assert_escaped_html(page: str, hostile, shown=()) -> None:
     n_plots = page.count('<div id="fig-')
     assert n_plots >= 1
     assert len(re.findall(r"<script", page, re.IGNORECASE)) == len(re.findall(r"</script", page, re.IGNORECASE)) \
-        == len(scripts) == n_plots + 2, "a <script> element more or less than the page's own"
-    assert scripts[0] == ""  # where plotly.js was
-    for body in scripts[1:]:
+        == len(scripts) + 1 == n_plots + 2, "a <script> element more or less than the page's own"
+    for body in scripts:
         assert not re.search(r"</|<!--|<script", body, re.IGNORECASE), body[:300]
         if body.startswith("window.ASH_HOVER="):
             values = [_script_json(body, len("window.ASH_HOVER="))]
@@ -451,10 +461,10 @@ def test_hostile_strings_escaped_in_raw_html(hostile_runs):
     """Run name, param value, dataset text and error message are in both pages only escaped
     (no browser needed)."""
     data_error = hostile_runs["data_error"]
-    assert_escaped_html(hostile_runs["report"].read_text(),
+    assert_escaped_html(hostile_runs["report"],
                         [NAME, HOSTILE, DATASET, data_error],
                         shown=[NAME, HOSTILE, data_error])
-    assert_escaped_html(hostile_runs["compare"].read_text(), [NAME, OTHER_NAME, HOSTILE, DATASET],
+    assert_escaped_html(hostile_runs["compare"], [NAME, OTHER_NAME, HOSTILE, DATASET],
                         shown=[NAME, OTHER_NAME])
 
 
@@ -475,10 +485,11 @@ def _assert_shown(text: str, strings) -> None:
 
 def _check_no_injected_elements(driver) -> None:
     """Only our own elements: no stray ``<img>``/``<iframe>``/``<textarea>``, no event
-    attribute, and exactly our ``<script>`` elements (plotly.js, hover table, one per plot)."""
+    attribute, and exactly our ``<script>`` elements (plotly.min.js, hover table, one per
+    plot)."""
     injected, n_scripts, n_plots = driver.execute_script(
         "const bad = document.querySelectorAll('img:not(.png), iframe, textarea, object, embed,"
-        " script[src], [onerror], [onload], [onclick], [onmouseover]');"
+        " script[src]:not([src=\"plotly.min.js\"]), [onerror], [onload], [onclick], [onmouseover]');"
         "return [Array.from(bad).map(e => e.outerHTML.slice(0, 200)), document.scripts.length,"
         " document.querySelectorAll('div.plot').length]")
     assert injected == [], injected
