@@ -20,7 +20,6 @@ from typing import Any
 
 from archsearch.report.data import ReportData
 from archsearch.report.page import Page, png_data, render
-from archsearch.report.records import TrialRow
 from archsearch.report.style import Figure
 from archsearch.report.values import (
     METRIC_UNITS,
