@@ -13,14 +13,15 @@ to ``benchmarks/results/model_speed.json``:
 The last rows run the d=128 L=4 model gated: early exit after 2 layers, and 2 of 4 heads in
 every layer (heads sliced, not masked), to show that counted savings are real time savings.
 
+``summary`` (:func:`summarize`): ``flops_max_rel_error`` (analytic vs FlopCounterMode, over all
+rows) and, for each gated variant, its FLOPs and batch-32 latency as ratios to the ungated
+d=128 L=4 model (``exit_at_2_*``, ``heads_2_of_4_*``); ``provenance`` via ``benchmarks/common.py``.
+
 Run: ``python benchmarks/model_speed.py`` (about 20 s).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ from archsearch.models.costs import (
     params_trainable,
 )
 from archsearch.models.transformer import Transformer, TransformerConfig
+from common import provenance, write_result  # benchmarks/common.py (sibling module)
 
 SEQ_LEN = 48
 VOCAB = 8000
@@ -83,7 +85,22 @@ def heads_counts(config: TransformerConfig, forward_kwargs: dict) -> list[int] |
     return None if heads is None else [config.n_heads if h is None else len(h) for h in heads]
 
 
+def summarize(rows: list[dict]) -> dict:
+    """The claim in numbers: how far the analytic FLOPs are from FlopCounterMode's, and what the
+    two gated variants of ``d=128 L=4`` cost in FLOPs and in latency at batch 32 (ratios to the
+    ungated model; a latency ratio near its FLOPs ratio means counted savings are time savings)."""
+    by = {r["config"]: r for r in rows}
+    full = by["d=128 L=4"]
+    out = {"flops_max_rel_error": max(abs(r["flops_per_sample"] - r["flops_torch"]) / r["flops_torch"]
+                                      for r in rows)}
+    for key, name in (("exit_at_2", "d=128 L=4 exit@2"), ("heads_2_of_4", "d=128 L=4 heads 2/4")):
+        out[f"{key}_flops_ratio"] = by[name]["flops_per_sample"] / full["flops_per_sample"]
+        out[f"{key}_latency_ratio_b32"] = by[name]["latency_ms_b32"] / full["latency_ms_b32"]
+    return out
+
+
 def main() -> None:
+    started = time.perf_counter()
     torch.set_num_threads(THREADS)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, VOCAB, (TRAIN_BATCH, SEQ_LEN), generator=g)  # (64, 48), no padding
@@ -123,26 +140,18 @@ def main() -> None:
               f"{r['flops_torch'] / 1e6:>11.2f} {r['latency_ms_b32']:>12.3f} {r['latency_ms_b1']:>11.3f} "
               f"{r['train_step_ms']:>13.1f}")
 
-    result = {
-        "benchmark": "model_speed",
-        "seq_len": SEQ_LEN,
-        "vocab_size": VOCAB,
-        "threads": THREADS,
-        "train_batch": [TRAIN_BATCH, SEQ_LEN],
-        "latency_batch_sizes": [32, 1],
-        "units": {
+    summary = summarize(rows)
+    print("summary:", summary)
+    write_result(
+        RESULTS, summary, provenance(seeds=0, wall_s=time.perf_counter() - started),
+        benchmark="model_speed", seq_len=SEQ_LEN, vocab_size=VOCAB, threads=THREADS,
+        train_batch=[TRAIN_BATCH, SEQ_LEN], latency_batch_sizes=[32, 1],
+        units={
             "flops_per_sample": "FLOPs (multiply-add = 2)", "latency_ms_b32": "ms per sample",
             "latency_ms_b1": "ms per sample", "train_step_ms": "ms per step of 64 samples",
         },
-        "torch": torch.__version__,
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "rows": rows,
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, RESULTS)
+        time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), rows=rows,
+    )
     print(f"wrote {RESULTS}")
 
 
