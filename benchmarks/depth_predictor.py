@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -45,6 +44,7 @@ import torch
 from archsearch.data import prepare
 from archsearch.dynamic.base import GatingStrategy
 from archsearch.tune.trainable import run_trial
+from common import provenance, write_result  # benchmarks/common.py (sibling module)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GAMMAS = [0.1, 0.5, 0.9]
@@ -271,13 +271,11 @@ def main() -> None:
                                        "batch_1": f"first {B1_SAMPLES} validation rows",
                                        "statistic": "median of interleaved passes"},
         "skipped": "MiniLM fine-tune: needs the checkpoint loader (init_from), not in the tree yet",
-        "torch": torch.__version__, "machine": f"{platform.machine()} shared 2 cpus",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "wall_seconds": time.perf_counter() - t_start,
-        "table": table, "runs": runs, "summary": summary,
+        "table": table, "runs": runs,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "depth_predictor.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_result(RESULTS / "depth_predictor.json", summary,
+                 provenance(seeds=SEEDS, wall_s=time.perf_counter() - t_start), **out)
     plot(curve, static_acc, RESULTS / "depth_predictor.png")
     print(f"wrote {RESULTS / 'depth_predictor.json'} and depth_predictor.png")
 

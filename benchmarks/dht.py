@@ -42,6 +42,7 @@ import torch
 from archsearch.data import prepare
 from archsearch.models.config import trim_padding as _trim
 from archsearch.tune.trainable import TrialLoop
+from common import git_commit, provenance, write_result  # benchmarks/common.py (sibling module)
 
 RESULTS = Path(__file__).parent / "results" / "dht.json"
 
@@ -140,10 +141,9 @@ def extra_minilm(lam: float, steps: int) -> None:
            "train_wall_ratio": m["train_seconds"] / s["train_seconds"]}
     print(f"MiniLM DHT lambda {lam}: acc {m['accuracy']:.4f} flops ratio {row['flops_ratio']:.3f} "
           f"drop {row['accuracy_drop_pts']:.2f} pts depths {m['dht_depth_hist']} heads {m['dht_mean_heads']:.2f}")
+    row["commit"] = git_commit()
     result.setdefault("supplementary", {})[f"minilm_dht_lambda_{lam}"] = row
-    tmp = RESULTS.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, RESULTS)
+    write_result(RESULTS, result.pop("summary"), result.pop("provenance", None), **result)
 
 
 def main() -> None:
@@ -211,7 +211,6 @@ def main() -> None:
         "bandit_overhead_pct": max(r["bandit_overhead_pct"] for r in [*scratch, minilm]),
     }
     result = {
-        "summary": summary,
         "setup": {
             "dataset": "rotten_tomatoes_sentences, test split", "max_len": 48, "threads": args.threads,
             "scratch": {**scratch_cfg, "epochs": 1, "batch_size": 64, "seeds": list(range(len(scratch)))},
@@ -228,10 +227,9 @@ def main() -> None:
     }
     print(json.dumps(summary, indent=1))
     if not args.quick:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        tmp = RESULTS.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        os.replace(tmp, RESULTS)
+        write_result(RESULTS, summary, provenance(
+            seeds={"scratch": list(range(len(scratch))), "minilm": [0]},
+            wall_s=time.perf_counter() - t_start), **result)
 
 
 if __name__ == "__main__":

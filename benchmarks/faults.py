@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import signal
@@ -49,7 +48,9 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, also when loaded by path
+from common import ROOT, git_commit, provenance, write_result  # noqa: E402
+
 RUNS = ROOT / "benchmarks" / "data" / "fault_runs.jsonl"
 OUT = ROOT / "benchmarks" / "results" / "faults.json"
 WORK = Path(os.environ.get("FAULTS_WORK", "/tmp/archsearch-faults"))
@@ -311,10 +312,6 @@ def fired(fault: str, events: list, counts: dict) -> bool:
     return ok
 
 
-def git_commit() -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-
 def cmd_run(args) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -379,13 +376,11 @@ def cmd_summarize(args) -> None:
                "min_trial_s": min(secs) if secs else None}
     print(f"broken resume (one trial removed from run a): lost={broken and broken['lost']}")
     print(json.dumps(summary))
-    prov = {"git_commit": sorted({r["commit"] for r in rows}), "command": "python benchmarks/faults.py run; "
-            "python benchmarks/faults.py summarize", "machine": {"platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()},
-            "seeds": {"searcher": SEED, "fault_moments": [f"random.Random('{SEED}-<fault>')"]},
-            "wall_time_s": round(sum(r["wall_s"] for r in rows), 1)}
-    OUT.write_text(json.dumps({"summary": summary, "runs": rows, "provenance": prov,
-                               "protocol": __doc__}, indent=1))
+    prov = provenance(commits=[r["commit"] for r in rows],
+                      command="python benchmarks/faults.py run; python benchmarks/faults.py summarize",
+                      seeds={"searcher": SEED, "fault_moments": [f"random.Random('{SEED}-<fault>')"]},
+                      wall_s=sum(r["wall_s"] for r in rows))
+    write_result(OUT, summary, prov, runs=rows, protocol=__doc__)
     print(f"wrote {OUT.relative_to(ROOT)}")
 
 

@@ -41,12 +41,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from common import git_commit, provenance, write_result  # benchmarks/common.py (sibling module)
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
@@ -197,7 +198,7 @@ def main() -> None:
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "length_adaptive_bench"
     work.mkdir(parents=True, exist_ok=True)
     if args.seed is not None:
-        res = run_seed(args.seed, work)
+        res = {**run_seed(args.seed, work), "commit": git_commit()}
         args.out.write_text(json.dumps(res))
         return
 
@@ -257,8 +258,6 @@ def main() -> None:
     print("length configs:", {t: [r["adaptive"][t]["length_config"] for r in per_seed] for t in map(str, TARGETS)})
     print("summary:", json.dumps(summary))
 
-    import torch
-
     result = {
         "claim": "length-adaptive transformer keeps accuracy at 0.5x / 0.35x FLOPs; savings are real wall-clock",
         "source": "Kim & Cho, arXiv 2010.07003",
@@ -271,17 +270,17 @@ def main() -> None:
                   "timing": f"1 thread, explicit-matmul attention for every variant, batches of "
                             f"{WALL_BATCHES} sorted by length, {REPEATS} interleaved rounds (+1 warm-up), "
                             "median of a test-set pass; summary uses batch 32",
-                  "seeds": list(SEEDS), "torch": torch.__version__, "machine": platform.machine(),
+                  "seeds": list(SEEDS),
                   "note": "2 shared CPU cores, other jobs running: wall-clock numbers are noisy"},
-        "summary": summary,
         "targets": {"acc_drop_pts_at_0.5": "<= 0.5", "acc_drop_pts_at_0.35": "<= 1.0",
                     "wall_over_flops_ratio": "<= 1.3"},
         "acc_drop_pts_per_seed": drops, "wall_over_flops_per_seed": w_over_f,
         "wall_over_flops_at_0.5_batch128": sum(w_over_f_128) / len(w_over_f_128),
         "table": table, "per_seed": per_seed, "wall_seconds_total": total,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "length_adaptive.json").write_text(json.dumps(result, indent=1))
+    # the commit each seed's run came from (--reuse may aggregate seeds measured earlier)
+    prov = provenance(commits=[r.get("commit", "unknown") for r in per_seed], seeds=list(SEEDS), wall_s=total)
+    write_result(RESULTS / "length_adaptive.json", summary, prov, **result)
     plot(per_seed, RESULTS / "length_adaptive.png")
 
 

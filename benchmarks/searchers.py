@@ -285,14 +285,19 @@ def cmd_summarize(args) -> None:
                                         for x in r["ask_seconds"]] or [0.0]) for s in SEARCHERS}
     table_n = next((r["n_table"] for r in runs if r["problem"] == "replay"), None)
     result = {
-        "summary": summary,
         "details": {"hv_iqr": iqr, "ahto_win_fraction": win, "trials_to_95pct_fraction_reached": t95_reached,
                     "seeds": seeds, "suggest_seconds_detail": times, "median_ask_seconds": ask,
                     "replay_table_configs": table_n},
         "protocol": __doc__,
-        "machine": "2 shared CPU cores (load ~5-9 from other jobs during the runs); torch threads 1",
     }
-    OUT.write_text(json.dumps(result, indent=1))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, also when loaded by path
+    from common import provenance, write_result
+
+    # the commits the runs came from, as the rows record them ("unknown" for a row that does not)
+    prov = provenance(commits=[r.get("commit", "unknown") for r in runs],
+                      seeds=sorted({r["seed"] for r in runs}),
+                      torch_threads=sorted({r["torch_threads"] for r in runs if "torch_threads" in r}))
+    write_result(OUT, summary, prov, **result)
     # ---- table
     for p in problems:
         print(f"\n{p}  (seeds per searcher: {seeds[p]})")

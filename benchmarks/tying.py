@@ -36,12 +36,13 @@ import argparse
 import gc
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from common import provenance, write_result  # benchmarks/common.py (sibling module)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tying.json"
 VARIANTS = ("none", "rl", "all")
@@ -198,25 +199,19 @@ def main() -> None:
 
     out = {
         "claim": "rl layer tying: params_ratio <= 0.35 with perplexity_ratio <= 1.03 vs the untied model",
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpus": os.cpu_count(), "threads_per_run": 1,
-                    "note": "2 cores shared with other jobs: times are noisy"},
         "setup": {"dataset": "shakespeare (char)", "model": MODEL, "context": CONTEXT, "batch_size": BATCH,
                   "steps": args.steps, "seeds": list(args.seeds), "eval_blocks": EVAL_BLOCKS,
                   "eval_tokens": EVAL_BLOCKS * CONTEXT, "tying_every": 4,
                   "aggregation": "mean over seeds; train time median over seeds",
                   "peak_memory": "VmHWM during training, reset after imports + data loading"},
         "variants": agg,
-        "summary": summary,
         "extra": extra,
         "targets_met": targets,
         "runs": runs,
         "wall_seconds": time.perf_counter() - t0,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=2) + "\n")
-    os.replace(tmp, args.out)
+    write_result(args.out, summary, provenance(seeds=list(args.seeds), wall_s=out["wall_seconds"],
+                                               threads_per_run=1), **out)
     print(f"wrote {args.out}  ({out['wall_seconds']:.0f} s)")
 
 
