@@ -11,7 +11,14 @@ bound, ``"METRIC.max": value - max`` and ``"METRIC.min": min - value``, feasible
 samplers read ``FrozenTrial.constraints``). Known constraints (checked by the cost function before
 training) are enforced by re-asking: an infeasible suggestion is told to Optuna as ``FAIL``
 and another one is drawn (at most ``max_resample`` times). Trials below full fidelity (stopped
-by ASHA) are told as ``PRUNED``: these samplers do not model fidelity.
+by ASHA) are told as ``PRUNED``, never as ``COMPLETE`` with partial-budget values (these
+samplers do not model fidelity); a pruned trial keeps its constraints, and with one objective
+its partial value is its intermediate value (``trial.report`` at step ``round(100 *
+fidelity)``, the percent of the budget), which is how TPE ranks pruned trials.
+
+The study these samplers learn from is private to the searcher (in memory, saved with its
+state). A run's Optuna storage holds one study, the record the Ray adapter writes
+(:mod:`archsearch.search.adapters.ray`), which is what ``archsearch dashboard`` opens.
 
 This module wraps Optuna (a baseline, not the framework-free core): Optuna is imported lazily.
 """
@@ -98,11 +105,14 @@ class OptunaSearcher(Searcher):
             return
         values = [float(obs.metrics[k]) for k in self.metrics]
         cvals = self.constraint_values(obs.metrics)
-        if trial is not None and asked == obs.config:
+        # the core clipped the suggestion (base.Searcher._clip): compare like with like
+        if trial is not None and self._clip(asked) == obs.config:
             live = self._trial(number)
             for key, value in cvals.items():
                 live.set_constraint(key, value)
             if obs.fidelity < 1.0:
+                if len(values) == 1:
+                    live.report(values[0], step=round(100 * obs.fidelity))
                 self.study.tell(trial, state=TS.PRUNED)
             else:
                 self.study.tell(trial, values)

@@ -2,7 +2,12 @@
 
 :class:`TrialRecorder` writes ``trials/ID.json`` (through :class:`archsearch.runs.RunDir`) at
 every start, result, completion and error; the records are what reports, ``archsearch
-compare`` and the fault checks read. :class:`ProgressBar` draws one rich line (trials done,
+compare`` and the fault checks read. It also finishes the Optuna study trial of a trial that
+errored as ``FAIL`` with the error line as user attribute ``error``
+(:meth:`archsearch.search.adapters.ray.StudyRecord.fail`): Ray Tune tells the searcher about
+the error first, without the message, so the Ray adapter leaves that ``FAIL`` to this callback
+(``RaySearcher(fail_errors=False)``, as :func:`archsearch.tune.searchers.tune_searcher`
+builds it). :class:`ProgressBar` draws one rich line (trials done,
 running, failed, best objective so far) on stderr.
 """
 
@@ -14,6 +19,7 @@ import re
 from ray.tune import Callback
 
 from archsearch.runs import ERROR, FINISHED, RUNNING, STOPPED, TERMINATED, RunDir, new_trial_record
+from archsearch.search.adapters.ray import StudyRecord
 
 #: Keys Ray Tune adds to every result; everything else a trial reports is recorded.
 RAY_RESULT_KEYS = frozenset({
@@ -40,15 +46,19 @@ class TrialRecorder(Callback):
         run: the run directory.
         epochs: the full budget; a trial completed with fewer epochs was stopped early
             (status ``STOPPED``), otherwise ``TERMINATED``.
+        study: record errors in the run's Optuna study (``run.optuna_url``, study ``run.name``).
     """
 
-    def __init__(self, run: RunDir, epochs: int):
+    def __init__(self, run: RunDir, epochs: int, *, study: bool = True):
         self.run, self.epochs = run, int(epochs)
         self.records = {r["trial_id"]: r for r in run.read_trials()}
+        self.study = StudyRecord(run.optuna_url, run.name) if study else None
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.records = {r["trial_id"]: r for r in self.run.read_trials()}
+        if "study" not in state:  # pickled by a version that did not record errors in the study
+            self.study = StudyRecord(self.run.optuna_url, self.run.name)
 
     def _rec(self, trial) -> dict:
         rec = self.records.get(trial.trial_id)
@@ -86,6 +96,8 @@ class TrialRecorder(Callback):
                 err = f.read()
         rec["error"] = error_line(str(err or trial.get_error() or "unknown error"))
         self.run.write_trial(rec)
+        if self.study is not None:
+            self.study.fail(trial.trial_id, rec["error"], result=rec["metrics"] or None)
 
 
 class ProgressBar(Callback):

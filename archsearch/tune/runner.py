@@ -294,35 +294,45 @@ LOST_REASON = ("lost: the driver stopped before Ray Tune recorded this trial, so
 
 
 def reconcile(run: RunDir, trials: int) -> None:
-    """After a search that ran all its ``trials``, no trial may still look RUNNING. One can only
-    if the driver died in the instant between a trial's start and Tune's next experiment save,
-    so the resumed Tune never knew it (and ran another in its place): record it as failed (with
-    that reason) in the trial records and in the Optuna study, so nothing is silently dropped
-    or double-counted. A search stopped early (Ctrl-C) keeps its RUNNING trials: resume
-    continues them."""
+    """Leave no trial looking RUNNING that will never run again, in the trial records and in
+    the Optuna study (:class:`archsearch.search.adapters.ray.StudyRecord`).
+
+    * A study trial still RUNNING whose record says ERROR is marked ``FAIL`` with the record's
+      error (the run's :class:`~archsearch.tune.callbacks.TrialRecorder` does this when the
+      error happens; this catches a driver that stopped in between).
+    * After a search that ran all its ``trials``, a trial can still look RUNNING only if the
+      driver died in the instant between a trial's start and Tune's next experiment save, so
+      the resumed Tune never knew it (and ran another in its place): its record becomes
+      ERROR and its study trial ``FAIL``, both with :data:`LOST_REASON` (a record the study
+      does not hold is added to it as ``FAIL``), and so does any other study trial still
+      RUNNING (suggested, never started), so nothing is silently dropped or double-counted.
+
+    A search stopped early (Ctrl-C) keeps its RUNNING trials: resume continues them.
+    """
     import optuna
+
+    from archsearch.search.adapters.ray import StudyRecord
 
     recs = run.read_trials()
     orphans = [r for r in recs if r["status"] == RUNNING]
-    if not orphans or len(recs) - len(orphans) < trials:
+    complete = len(recs) - len(orphans) >= trials
+    if complete:
+        for rec in orphans:
+            rec["status"], rec["error"] = ERROR, LOST_REASON
+            run.write_trial(rec)
+    if not run.optuna_db.is_file():
         return
-    for rec in orphans:
-        rec["status"], rec["error"] = ERROR, LOST_REASON
-        run.write_trial(rec)
-    storage = optuna.storages.RDBStorage(run.optuna_url)
-    try:
-        study = optuna.load_study(study_name=run.name, storage=storage)
-    except KeyError:  # no trial ever finished: no study yet
+    record = StudyRecord(run.optuna_url, run.name)
+    if record.study is None:  # no trial was ever suggested: no study yet
         return
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        storage.set_trial_user_attr(t._trial_id, "error", LOST_REASON)
-        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-    known = {t.user_attrs.get("trial_id") for t in study.get_trials(deepcopy=False)}
-    for rec in orphans:  # the Ray adapter records finished trials only: add the lost one
-        if rec["trial_id"] not in known:
-            study.add_trial(optuna.trial.create_trial(
-                state=optuna.trial.TrialState.FAIL, user_attrs={"trial_id": rec["trial_id"],
-                                                               "error": LOST_REASON}))
+    errors = {r["trial_id"]: r.get("error") or LOST_REASON for r in recs if r["status"] == ERROR}
+    running = record.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for tid in [t.user_attrs.get("trial_id") for t in running]:
+        if tid is not None and (tid in errors or complete):
+            record.fail(tid, errors.get(tid, LOST_REASON))
+    if complete:
+        for rec in orphans:  # one the study does not hold is added as FAIL; others unchanged
+            record.fail(rec["trial_id"], LOST_REASON)
 
 
 def _finish(launch: Launch, reports: str | Path) -> RunResult:
