@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -40,6 +39,9 @@ import time
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py
+from common import git_commit, provenance, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "benchmarks" / "data" / "scaling_runs.jsonl"
@@ -205,10 +207,6 @@ def run_ceiling(epochs: int, rounds: int = 3) -> dict:
             "together_s": [round(t, 1) for t in together], "host_two_process_speedup": round(ratio, 3)}
 
 
-def git_commit() -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-
 def cmd_run(args) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -257,13 +255,12 @@ def cmd_summarize(args) -> None:
         "load_500_searcher_state_bytes": load and load["searcher_state_bytes"],
     }
     print(json.dumps(summary))
-    prov = {"git_commit": sorted({r["commit"] for r in rows.values()}),
-            "command": "python benchmarks/scaling.py run; python benchmarks/scaling.py summarize",
-            "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                        "cpu_count": os.cpu_count()},
-            "seeds": {"searcher": SEED}, "wall_time_s": round(sum(r["wall_s"] for r in rows.values()), 1)}
-    OUT.write_text(json.dumps({"summary": summary, "runs": list(rows.values()), "provenance": prov,
-                               "protocol": __doc__}, indent=1))
+    wall = sum(r.get("wall_s") or sum(r.get("alone_s", [])) + sum(r.get("together_s", [])) / 2
+               for r in rows.values())
+    write_result(OUT, summary, provenance(
+        commits=[r["commit"] for r in rows.values()],
+        command="python benchmarks/scaling.py run; python benchmarks/scaling.py summarize",
+        seeds={"searcher": SEED}, wall_s=wall), runs=list(rows.values()), protocol=__doc__)
     print(f"wrote {OUT.relative_to(ROOT)}")
 
 
