@@ -230,7 +230,11 @@ def check_tokenizer_arg(tokenizer: str | os.PathLike, *, file: str | None = None
     from archsearch.hub import local_or_hub
 
     file = t if file is None else file
-    p = local_or_hub(t, what="tokenizer", file=file, field=field)
+    try:
+        p = local_or_hub(t, what="tokenizer", file=file, field=field)
+    except UserError as e:  # a Hub id that cannot be had; maybe a misspelt kind
+        raise UserError(f"{e.message}; the trained kinds are {', '.join(TRAINED_KINDS)}",
+                        file=file, field=field) from None
     if p is not None and p.is_dir():
         return "pretrained"
     hint = " (a path that does not exist)" if p is None and ("/" in t or os.sep in t) else ""

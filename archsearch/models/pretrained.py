@@ -62,8 +62,8 @@ classification head is freshly initialised (normal, std 0.02). Only single-segme
 
 Before a search launches, :func:`check_init_from` runs :func:`check_checkpoint` on every
 ``init_from`` the space can produce (config, weight file complete, every mapped weight present;
-no tensor is loaded) and resolves a pretrained ``dataset.tokenizer``, so a missing, non-encoder
-or truncated checkpoint or an unavailable Hub id is one :class:`~archsearch.errors.UserError`
+no tensor is loaded), and the runner then resolves a pretrained ``dataset.tokenizer``, so a
+missing, non-encoder or truncated checkpoint or an unavailable Hub id is one :class:`~archsearch.errors.UserError`
 line instead of every trial failing.
 """
 
@@ -354,9 +354,9 @@ def check_init_from(space) -> None:
     """Check, before launch, every ``init_from`` a search space can produce: ``fixed.init_from``
     and each choice of ``params.init_from`` (falsy values mean "train from scratch"). With a
     checkpoint the task must be classification and ``dataset.tokenizer`` a checkpoint
-    directory or Hub id (its own tokenizer), as :func:`transformer_for_data` requires. A
-    pretrained ``dataset.tokenizer`` is resolved (Hub id: cached or downloaded) with or
-    without ``init_from``.
+    directory or Hub id (its own tokenizer), as :func:`transformer_for_data` requires (the
+    tokenizer itself is checked by :func:`archsearch.data.tokenizer.check_tokenizer_arg`, which
+    the runner calls next: models sits below data).
 
     Args:
         space: an :class:`archsearch.space.SearchSpace` (not imported: models sits below space).
@@ -381,10 +381,6 @@ def check_init_from(space) -> None:
             raise UserError(f"expected a checkpoint directory or Hub model id, got {value!r}",
                             file=space.source, field=fld)
         check_checkpoint(value, file=space.source, field=fld, max_len=space.dataset.max_len)
-    if space.dataset.tokenizer not in _TRAINED_TOKENIZERS:
-        from archsearch.data.tokenizer import check_tokenizer_arg
-
-        check_tokenizer_arg(space.dataset.tokenizer, file=space.source, field="dataset.tokenizer")
     if not values:
         return
     if space.task != "classification":

@@ -134,9 +134,12 @@ def start_run(space: SearchSpace, *, searcher: str = "tpe", trials: int | None =
                             gpus_per_trial=gpus_per_trial)
     check_address(address)
     from archsearch.data import prepare_for_space
+    from archsearch.data.tokenizer import TRAINED_KINDS, check_tokenizer_arg
     from archsearch.models.pretrained import check_init_from
 
     check_init_from(space)
+    if space.dataset.tokenizer not in (None, *TRAINED_KINDS):  # a checkpoint dir or Hub id
+        check_tokenizer_arg(space.dataset.tokenizer, file=space.source, field="dataset.tokenizer")
     data = prepare_for_space(space)
     check_constraints(space, data)
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
