@@ -1,0 +1,253 @@
+"""The README's "Measured" section, generated from the benchmark results.
+
+    python benchmarks/summarize.py           # rewrite README.md between the markers
+    python benchmarks/summarize.py --check   # exit 1 and print a diff when README.md differs
+
+Reads every ``benchmarks/results/*.json`` (written by ``benchmarks/NAME.py``, see
+``benchmarks/common.py``) and ``reports/example/pareto.json`` (the committed example run of the
+default search), and writes two tables between ``<!-- measured:begin -->`` and
+``<!-- measured:end -->`` in ``README.md``:
+
+* numbers: one row per ``summary`` entry (nested entries flattened to ``a.b``; a table of
+  equal-keyed dicts, e.g. hypervolume per searcher after 10 / 20 / 40 trials, one row per outer
+  key), with the target where one is stated and whether the value meets it;
+* provenance: per result, the commit(s), machine, wall time and command from its ``provenance``.
+
+A result without ``summary`` or ``provenance`` is shown as such ("no summary", "no provenance"),
+never skipped and never an error. Targets come from the result itself (``targets``:
+``{"metric": "<= 0.5"}``, a bare number meaning "<="; or ``targets_met``: ``{"metric <= 0.35":
+bool}``), else from :data:`TARGETS` (targets issue 18 states that the result does not carry).
+Numbers are formatted deterministically (:func:`fmt`). Standard library only;
+``tests/test_readme_numbers.py`` fails when the README differs from what this writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import difflib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+EXAMPLE = ROOT / "reports" / "example"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
+
+#: Targets stated by issue 18 for results that do not carry them: (result, metric) -> "OP VALUE".
+TARGETS = {
+    ("scaling", "tune_overhead_pct"): "< 5",
+    ("scaling", "two_node_speedup"): ">= 1.8",
+    ("faults", "lost_trials"): "== 0",
+    ("faults", "duplicated_trials"): "== 0",
+}
+_OPS = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
+        ">": lambda a, b: a > b, "==": lambda a, b: a == b}
+_TARGET = re.compile(r"^\s*(<=|>=|==|<|>)\s*(-?[0-9.eE+-]+)\s*$")
+
+
+def fmt(v: Any) -> str:
+    """A value as the table shows it: ints with thousands separators, floats to 4 significant
+    digits (from 1,000 on: whole, with separators), booleans yes/no, None (JSON null) "none"."""
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {fmt(x)}" for k, x in v.items())
+    if isinstance(v, list):
+        return ", ".join(fmt(x) for x in v)
+    return str(v)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _leaf(v: Any) -> bool:
+    return not isinstance(v, (dict, list)) or (isinstance(v, list) and not any(isinstance(x, (dict, list)) for x in v))
+
+
+def _leaf_dict(v: Any) -> bool:
+    return isinstance(v, dict) and bool(v) and all(_leaf(x) for x in v.values())
+
+
+def _series_table(v: Any) -> bool:
+    """Dicts of equal-keyed leaf dicts whose keys are numbers (values at 10 / 20 / 40 trials)."""
+    if not isinstance(v, dict) or not v or not all(_leaf_dict(x) for x in v.values()):
+        return False
+    keys = {tuple(x) for x in v.values()}
+    return len(keys) == 1 and all(re.fullmatch(r"-?[0-9.]+", str(k)) for k in next(iter(keys)))
+
+
+def flatten(summary: dict, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
+    """``(label, shown value, raw value or None)`` rows of a summary, in its own order."""
+    for key, v in summary.items():
+        name = f"{prefix}{key}"
+        if _leaf(v):
+            yield name, fmt(v), v
+        elif _leaf_dict(v):
+            yield name, fmt(v), None
+        elif _series_table(v):
+            # e.g. {searcher: {"10": hv, "20": hv, "40": hv}}: one row, the columns in the label
+            cols = list(next(iter(v.values())))
+            yield (f"{name} (at {' / '.join(map(str, cols))})",
+                   "; ".join(f"{k} {' / '.join(fmt(x[c]) for c in cols)}" for k, x in v.items()), None)
+        elif isinstance(v, dict):
+            yield from flatten(v, f"{name}.")
+        elif all(_leaf_dict(x) for x in v):  # a list of records, e.g. [{gamma, speedup, ...}]
+            for rec in v:
+                (k0, v0), *rest = rec.items()
+                yield f"{name}[{k0}={fmt(v0)}]", fmt(dict(rest)), None
+        else:
+            yield name, fmt(v), None
+
+
+def _targets(name: str, data: dict) -> dict[str, str]:
+    """metric -> "OP VALUE" for one result: :data:`TARGETS`, then its ``targets_met`` keys, then
+    its ``targets`` (a bare number: an upper bound)."""
+    out = {m: t for (b, m), t in TARGETS.items() if b == name}
+    met = data.get("targets_met")
+    for key in met if isinstance(met, dict) else ():
+        m = re.match(r"^\s*(\S+)\s*(<=|>=|==|<|>)\s*(\S+)\s*$", str(key))
+        if m:
+            out[m[1]] = f"{m[2]} {m[3]}"
+    stated = data.get("targets")
+    for metric, t in stated.items() if isinstance(stated, dict) else ():
+        out[metric] = f"<= {t}" if isinstance(t, (int, float)) and not isinstance(t, bool) else str(t)
+    return out
+
+
+def _target_cell(target: str | None, value: Any) -> str:
+    if not target:
+        return ""
+    m = _TARGET.match(target)
+    if not m:
+        return target
+    op, bound = m[1], float(m[2])
+    shown = f"{op} {fmt(int(bound) if bound.is_integer() else bound)}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return shown
+    return f"{shown}: {'met' if _OPS[op](value, bound) else 'missed'}"
+
+
+def _machine(m: Any) -> str:
+    if not isinstance(m, dict):
+        return fmt(m)
+    parts = []
+    if m.get("platform") or m.get("processor"):
+        parts.append(" ".join(str(x) for x in (str(m.get("platform", "")).split("-")[0], m.get("processor")) if x))
+    if m.get("cpu_count") is not None:
+        parts.append(f"{m['cpu_count']} CPUs")
+    if m.get("python"):
+        parts.append(f"Python {m['python']}")
+    if m.get("torch"):
+        threads = f" ({m['torch_threads']} threads)" if m.get("torch_threads") is not None else ""
+        parts.append(f"torch {m['torch']}{threads}")
+    return ", ".join(parts)
+
+
+def _commits(c: Any) -> str:
+    commits = c if isinstance(c, list) else [c]
+    return ", ".join(re.sub(r"^([0-9a-f]{7})[0-9a-f]*", r"\1", str(x)) for x in commits if x) or "n/a"
+
+
+def load_results(results: Path = RESULTS, example: Path = EXAMPLE) -> list[tuple[str, dict | None]]:
+    """``(name, parsed JSON or None)`` per result, sorted by name, then the
+    example report (summary: its best validation accuracy and its number of trials)."""
+    out = []
+    for path in sorted(Path(results).glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = None
+        out.append((path.stem, data))
+    pareto = Path(example) / "pareto.json"
+    if pareto.is_file():
+        try:
+            front = json.loads(pareto.read_text())["pareto"]
+            summary = {"best_val_accuracy": max(p["metrics"]["accuracy"] for p in front)}
+            trials = Path(example) / "trials.csv"
+            if trials.is_file():
+                with trials.open(newline="") as f:
+                    summary["trials"] = sum(1 for _ in csv.DictReader(f))
+            data = {"summary": summary}
+        except (OSError, ValueError, KeyError, TypeError):
+            data = None
+        out.append((f"reports/{Path(example).name}", data))
+    return out
+
+
+def render(results: Path = RESULTS, example: Path = EXAMPLE) -> str:
+    """The text between the markers (without them), ending in a newline."""
+    items = load_results(results, example)
+    lines = ["<!-- generated by `python benchmarks/summarize.py` from the result files; do not edit -->",
+             "Read from `benchmarks/results/NAME.json` (written by `benchmarks/NAME.py`) and from",
+             "`reports/example/` (the committed run of the default search, described in its README);",
+             "the JSON files hold every number behind these. After rerunning a benchmark, run",
+             "`python benchmarks/summarize.py`: `tests/test_readme_numbers.py` fails while this",
+             "section differs from what it writes.",
+             "", "| benchmark | metric | value | target |", "|---|---|---|---|"]
+    for name, data in items:
+        if not isinstance(data, dict):
+            lines.append(f"| {name} | unreadable JSON | | |")
+            continue
+        summary = data.get("summary")
+        if not isinstance(summary, dict) or not summary:
+            lines.append(f"| {name} | no summary | | |")
+            continue
+        targets = _targets(name, data)
+        for label, shown, raw in flatten(summary):
+            lines.append(f"| {name} | `{_cell(label)}` | {_cell(shown)} | {_cell(_target_cell(targets.get(label), raw))} |")
+    lines += ["", "| benchmark | commit | machine | wall | command |", "|---|---|---|---|---|"]
+    for name, data in items:
+        prov = data.get("provenance") if isinstance(data, dict) else None
+        if not isinstance(prov, dict):
+            lines.append(f"| {name} | no provenance | | | |")
+            continue
+        wall = prov.get("wall_s", prov.get("wall_time_s"))
+        lines.append(f"| {name} | {_cell(_commits(prov.get('git_commit')))} | {_cell(_machine(prov.get('machine')))} "
+                     f"| {'' if wall is None else fmt(wall) + ' s'} | {_cell(str(prov.get('command') or ''))} |")
+    return "\n".join(lines) + "\n"
+
+
+def updated(readme: str, section: str) -> str:
+    """``readme`` with the text between the markers replaced by ``section``."""
+    begin, end = readme.find(BEGIN), readme.find(END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"error: README.md: no {BEGIN} ... {END} markers (add them where the section goes)")
+    return readme[:begin + len(BEGIN)] + "\n" + section + readme[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 with a diff when README.md differs")
+    ap.add_argument("--readme", type=Path, default=README)
+    args = ap.parse_args(argv)
+    current = args.readme.read_text()
+    new = updated(current, render())
+    if args.check:
+        if new == current:
+            return 0
+        sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), new.splitlines(True),
+                                                   f"{args.readme.name} (committed)", f"{args.readme.name} (generated)"))
+        print(f"{args.readme.name} differs: run `python benchmarks/summarize.py`", file=sys.stderr)
+        return 1
+    if new != current:
+        args.readme.write_text(new)
+        print(f"rewrote the measured section of {args.readme}")
+    else:
+        print(f"{args.readme} is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The README's "Measured" section is exactly what benchmarks/summarize.py writes from the
+result files, so no number in it can drift from its JSON (standard library only, fast)."""
+
+import difflib
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("summarize", ROOT / "benchmarks" / "summarize.py")
+summarize = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(summarize)
+
+
+def test_readme_measured_section_is_what_summarize_writes():
+    current = (ROOT / "README.md").read_text()
+    assert summarize.BEGIN in current and summarize.END in current, "README.md lacks the measured markers"
+    expected = summarize.updated(current, summarize.render())
+    diff = "".join(difflib.unified_diff(current.splitlines(True), expected.splitlines(True),
+                                        "README.md", "generated", n=0))
+    assert current == expected, f"README.md differs; run `python benchmarks/summarize.py`:\n{diff}"
+
+
+def test_every_result_file_appears():
+    section = summarize.render()
+    for path in (ROOT / "benchmarks" / "results").glob("*.json"):
+        assert f"| {path.stem} |" in section, path.name
+
+
+def test_missing_summary_provenance_and_broken_json_are_shown_not_fatal(tmp_path):
+    prov = {"git_commit": ["0123456789abcdef0123456789abcdef01234567+dirty"], "command": "python benchmarks/a.py",
+            "machine": {"platform": "Linux-6.1-x86_64", "processor": "x86_64", "cpu_count": 2,
+                        "python": "3.11.7", "torch": "2.5.0", "torch_threads": 2},
+            "seeds": 0, "wall_s": 12.34}
+    (tmp_path / "a.json").write_text(json.dumps({
+        "summary": {"ratio": 0.123456, "bytes": 1234567, "ok": True, "none": None,
+                    "curve": [{"gamma": 0.1, "speedup": 2.5}],
+                    "hv": {"x": {"10": 0.5, "40": 0.75}, "y": {"10": 0.25, "40": 1.0}},
+                    "by": {"p": {"x": 1.5, "y": None}, "q": {"x": 2.0, "y": 3}},
+                    "nested": {"deep": {"k": 1}, "flat": 2}},
+        "provenance": prov, "targets": {"ratio": "<= 0.1", "bytes": 2000000}}))
+    (tmp_path / "b.json").write_text(json.dumps({"rows": [1, 2]}))
+    (tmp_path / "c.json").write_text(json.dumps({"summary": {"n": 3}, "targets_met": {"n >= 4": False}}))
+    (tmp_path / "d.json").write_text("{not json")
+    text = summarize.render(tmp_path, tmp_path / "no-example")
+    rows = text.splitlines()
+    assert "| a | `ratio` | 0.1235 | <= 0.1: missed |" in rows
+    assert "| a | `bytes` | 1,234,567 | <= 2,000,000: met |" in rows
+    assert "| a | `ok` | yes |  |" in rows and "| a | `none` | none |  |" in rows
+    assert "| a | `curve[gamma=0.1]` | speedup 2.5 |  |" in rows
+    assert "| a | `hv (at 10 / 40)` | x 0.5 / 0.75; y 0.25 / 1 |  |" in rows
+    assert "| a | `by.p` | x 1.5, y none |  |" in rows and "| a | `by.q` | x 2, y 3 |  |" in rows
+    assert "| a | `nested.deep` | k 1 |  |" in rows and "| a | `nested.flat` | 2 |  |" in rows
+    assert "| b | no summary | | |" in rows
+    assert "| c | `n` | 3 | >= 4: missed |" in rows
+    assert "| d | unreadable JSON | | |" in rows
+    assert ("| a | 0123456+dirty | Linux x86_64, 2 CPUs, Python 3.11.7, torch 2.5.0 (2 threads) | 12.34 s "
+            "| python benchmarks/a.py |") in rows
+    for name in "bc":
+        assert f"| {name} | no provenance | | | |" in rows
+    assert summarize.render(tmp_path, tmp_path / "no-example") == text  # deterministic
+
+
+def test_check_exits_1_with_a_diff(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{summarize.BEGIN}\nstale\n{summarize.END}\n")
+    assert summarize.main(["--check", "--readme", str(readme)]) == 1
+    assert "-stale" in capsys.readouterr().out
+    assert summarize.main(["--readme", str(readme)]) == 0
+    assert summarize.main(["--check", "--readme", str(readme)]) == 0
+    assert readme.read_text().startswith(f"# x\n\n{summarize.BEGIN}\n<!-- generated")
