@@ -91,12 +91,14 @@ class IntParam(_Strict):
 
 
 class FloatParam(_Strict):
-    """A float in ``[low, high]``, optionally on a log scale."""
+    """A float in ``[low, high]``, optionally on a log scale or on a grid of ``step``
+    (``low + k * step``, as Optuna's ``FloatDistribution(step=...)``; not with ``log``)."""
 
     type: Literal["float"]
     low: float
     high: float
     log: bool = False
+    step: float | None = None
     when: dict[str, Union[Scalar, list[Scalar]]] | None = None
 
     @model_validator(mode="after")
@@ -107,6 +109,8 @@ class FloatParam(_Strict):
             raise ValueError(f"low ({self.low}) > high ({self.high})")
         if self.log and self.low <= 0:
             raise ValueError("log scale needs low > 0")
+        if self.step is not None and (self.step <= 0 or self.log):
+            raise ValueError("step must be > 0 and cannot be combined with log")
         return self
 
 
@@ -128,11 +132,16 @@ class CategoricalParam(_Strict):
 Param = Union[IntParam, FloatParam, CategoricalParam]
 
 
-class Objective(_Strict):
+class ObjectiveSpec(_Strict):
+    """An objective of any name (what the searcher cores need); :class:`Objective` is the
+    platform's, whose metric must be one of :data:`METRICS`."""
+
     metric: str
     mode: Literal["min", "max"]
     ref: float | None = None  #: reference value for the hypervolume (default: from the data)
 
+
+class Objective(ObjectiveSpec):
     @field_validator("metric")
     @classmethod
     def _known(cls, v):
@@ -180,62 +189,10 @@ class Budget(_Strict):
     max_failures: int = Field(1, ge=0)  #: retries of a failed trial from its last checkpoint
 
 
-class SearchSpace(_Strict):
-    """A validated search space. Build it with :func:`load_space`."""
-
-    name: str
-    task: Literal["classification", "lm"] = "classification"
-    dataset: DatasetSpec = DatasetSpec()
-    objectives: list[Objective] = Field(min_length=1)
-    constraints: dict[str, Bound] = {}
-    budget: Budget = Budget()
-    params: dict[str, Param] = Field(min_length=1)
-    fixed: dict[str, Scalar] = {}
-    seed: int = 0
-    source: str | None = Field(None, exclude=True)  #: the YAML file it came from
-
-    @field_validator("constraints")
-    @classmethod
-    def _known_constraints(cls, v):
-        for k in v:
-            if k not in METRICS:
-                raise ValueError(f"unknown metric {k!r}; known: {', '.join(METRICS)}")
-        return v
-
-    @model_validator(mode="after")
-    def _check_params(self):
-        names = set(self.params)
-        for key in list(self.params) + list(self.fixed):
-            if key not in MODEL_KEYS:
-                raise _FieldError(
-                    f"params.{key}" if key in self.params else f"fixed.{key}",
-                    f"unknown parameter {key!r}; known: {', '.join(sorted(MODEL_KEYS))}",
-                )
-        both = names & set(self.fixed)
-        if both:
-            raise _FieldError(f"fixed.{sorted(both)[0]}", "is both searched (params) and fixed")
-        for key, p in self.params.items():
-            for dep, val in (p.when or {}).items():
-                if dep not in names:
-                    raise _FieldError(f"params.{key}.when.{dep}", f"{dep!r} is not a param")
-                if dep == key:
-                    raise _FieldError(f"params.{key}.when", "a param cannot depend on itself")
-                dp = self.params[dep]
-                if not isinstance(dp, CategoricalParam):
-                    raise _FieldError(f"params.{key}.when.{dep}", "conditions must name a categorical param")
-                for v in val if isinstance(val, list) else [val]:
-                    if v not in dp.choices:
-                        raise _FieldError(f"params.{key}.when.{dep}", f"{v!r} is not one of {dp.choices}")
-        # conditions are only allowed on params declared before (so define-by-run order works)
-        order = list(self.params)
-        for key, p in self.params.items():
-            for dep in p.when or {}:
-                if order.index(dep) > order.index(key):
-                    raise _FieldError(f"params.{key}.when.{dep}", f"declare {dep!r} before {key!r}")
-        modes = {o.metric for o in self.objectives}
-        if len(modes) != len(self.objectives):
-            raise _FieldError("objectives", "an objective is listed twice")
-        return self
+class _UnitCube:
+    """What a searcher core needs of a space (mixed into :class:`ParamSpace` and
+    :class:`SearchSpace`): conditions, Optuna and Ray Tune distributions, the unit-cube
+    encoding. Uses ``self.params`` and ``self.objectives``."""
 
     # ------------------------------------------------------------------ conditions
     def active(self, key: str, config: dict[str, Any]) -> bool:
@@ -256,7 +213,7 @@ class SearchSpace(_Strict):
             if isinstance(p, IntParam):
                 out[key] = d.IntDistribution(p.low, p.high, log=p.log, step=p.step)
             elif isinstance(p, FloatParam):
-                out[key] = d.FloatDistribution(p.low, p.high, log=p.log)
+                out[key] = d.FloatDistribution(p.low, p.high, log=p.log, step=p.step)
             else:
                 out[key] = d.CategoricalDistribution(p.choices)
         return out
@@ -273,7 +230,7 @@ class SearchSpace(_Strict):
             if isinstance(p, IntParam):
                 config[key] = trial.suggest_int(key, p.low, p.high, step=p.step, log=p.log)
             elif isinstance(p, FloatParam):
-                config[key] = trial.suggest_float(key, p.low, p.high, log=p.log)
+                config[key] = trial.suggest_float(key, p.low, p.high, log=p.log, step=p.step)
             else:
                 config[key] = trial.suggest_categorical(key, p.choices)
         return config
@@ -290,7 +247,9 @@ class SearchSpace(_Strict):
                        else tune.qrandint(p.low, p.high, p.step) if p.step > 1
                        else tune.randint(p.low, p.high + 1))
             elif isinstance(p, FloatParam):
-                dom = tune.loguniform(p.low, p.high) if p.log else tune.uniform(p.low, p.high)
+                dom = (tune.loguniform(p.low, p.high) if p.log
+                       else tune.quniform(p.low, p.high, p.step) if p.step
+                       else tune.uniform(p.low, p.high))
             else:
                 dom = tune.choice(p.choices)
             if p.when:
@@ -348,9 +307,93 @@ class SearchSpace(_Strict):
                 if isinstance(p, IntParam):
                     value = p.low + round((value - p.low) / p.step) * p.step
                     value = int(min(max(value, p.low), p.high))
+                elif p.step:  # the grid low + k * step, k <= (high - low) / step
+                    k = min(round((value - p.low) / p.step), math.floor((p.high - p.low) / p.step + 1e-9))
+                    value = float(min(p.low + k * p.step, p.high))
+                else:  # exp/log round-trips can overshoot a bound by an ulp
+                    value = min(max(value, p.low), p.high)
             if self.active(key, config):
                 config[key] = value
         return config
+
+    @property
+    def metric_names(self) -> list[str]:
+        return [o.metric for o in self.objectives]
+
+    @property
+    def modes(self) -> list[str]:
+        return [o.mode for o in self.objectives]
+
+
+class ParamSpace(_UnitCube, _Strict):
+    """A search space over any named params and metrics: what the searcher cores work on when
+    they are used outside archsearch (e.g. :class:`archsearch.search.samplers.AHTOSampler`
+    builds one from an Optuna study's distributions). :class:`SearchSpace` is the platform's
+    own, whose params and metrics must be model keys and :data:`METRICS`."""
+
+    name: str = "space"
+    objectives: list[ObjectiveSpec] = Field(min_length=1)
+    constraints: dict[str, Bound] = {}
+    params: dict[str, Param] = Field(min_length=1)
+    seed: int = 0
+
+
+class SearchSpace(_UnitCube, _Strict):
+    """A validated search space. Build it with :func:`load_space`."""
+
+    name: str
+    task: Literal["classification", "lm"] = "classification"
+    dataset: DatasetSpec = DatasetSpec()
+    objectives: list[Objective] = Field(min_length=1)
+    constraints: dict[str, Bound] = {}
+    budget: Budget = Budget()
+    params: dict[str, Param] = Field(min_length=1)
+    fixed: dict[str, Scalar] = {}
+    seed: int = 0
+    source: str | None = Field(None, exclude=True)  #: the YAML file it came from
+
+    @field_validator("constraints")
+    @classmethod
+    def _known_constraints(cls, v):
+        for k in v:
+            if k not in METRICS:
+                raise ValueError(f"unknown metric {k!r}; known: {', '.join(METRICS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _check_params(self):
+        names = set(self.params)
+        for key in list(self.params) + list(self.fixed):
+            if key not in MODEL_KEYS:
+                raise _FieldError(
+                    f"params.{key}" if key in self.params else f"fixed.{key}",
+                    f"unknown parameter {key!r}; known: {', '.join(sorted(MODEL_KEYS))}",
+                )
+        both = names & set(self.fixed)
+        if both:
+            raise _FieldError(f"fixed.{sorted(both)[0]}", "is both searched (params) and fixed")
+        for key, p in self.params.items():
+            for dep, val in (p.when or {}).items():
+                if dep not in names:
+                    raise _FieldError(f"params.{key}.when.{dep}", f"{dep!r} is not a param")
+                if dep == key:
+                    raise _FieldError(f"params.{key}.when", "a param cannot depend on itself")
+                dp = self.params[dep]
+                if not isinstance(dp, CategoricalParam):
+                    raise _FieldError(f"params.{key}.when.{dep}", "conditions must name a categorical param")
+                for v in val if isinstance(val, list) else [val]:
+                    if v not in dp.choices:
+                        raise _FieldError(f"params.{key}.when.{dep}", f"{v!r} is not one of {dp.choices}")
+        # conditions are only allowed on params declared before (so define-by-run order works)
+        order = list(self.params)
+        for key, p in self.params.items():
+            for dep in p.when or {}:
+                if order.index(dep) > order.index(key):
+                    raise _FieldError(f"params.{key}.when.{dep}", f"declare {dep!r} before {key!r}")
+        modes = {o.metric for o in self.objectives}
+        if len(modes) != len(self.objectives):
+            raise _FieldError("objectives", "an objective is listed twice")
+        return self
 
     def pinned(self, config: dict[str, Any]) -> "SearchSpace":
         """This space with each param in ``config`` pinned to its value (a one-choice
@@ -371,15 +414,6 @@ class SearchSpace(_Strict):
                 raise UserError(f"{key}={value!r} is outside the space", file=self.source, field="--fixed")
             params[key] = CategoricalParam(type="categorical", choices=[value], when=p.when)
         return self.model_copy(update={"params": params})
-
-    @property
-    def metric_names(self) -> list[str]:
-        return [o.metric for o in self.objectives]
-
-    @property
-    def modes(self) -> list[str]:
-        return [o.mode for o in self.objectives]
-
 
 class _Conditional:
     """``tune.sample_from`` callable: sample ``dom`` only when ``key``'s condition holds."""

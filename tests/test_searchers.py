@@ -206,3 +206,27 @@ def test_optuna_sampler_adapter():
     study.optimize(objective, n_trials=4, catch=(RuntimeError,))
     assert [o.ok for o in core.observations] == [True, False, True, True]
     assert core.observations[0].config == study.trials[0].params
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_single_objective_search_through_the_cli_with_ahto(tmp_path):
+    """One objective (accuracy): ``archsearch search --searcher ahto`` runs qLogNEI after the
+    Sobol design instead of crashing at the first model-based ask."""
+    import optuna
+
+    from conftest import TINY_SPACE, run_cli, tiny_space_file
+
+    space = tiny_space_file(tmp_path, objectives=[{"metric": "accuracy", "mode": "max"}],
+                            budget={**TINY_SPACE["budget"], "trials": 4, "max_concurrent": 1,
+                                    "epochs": 1})
+    proc = run_cli("search", space, "--searcher", "ahto", "--name", "single",
+                   "--storage", tmp_path / "runs", "--reports", tmp_path / "reports",
+                   "--no-progress", "--no-ray-dashboard", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{tmp_path / 'runs' / 'single' / 'optuna.db'}")
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 4 and all(0.0 <= t.value <= 1.0 for t in done)
+    sources = [t.user_attrs["proposed_by"] for t in sorted(done, key=lambda t: t.number)]
+    # the Sobol design is min(2 (d + 1), max(2, 4 // 3)) = 2 trials, then the model decides
+    assert sources[:2] == ["sobol", "sobol"] and set(sources[2:]) <= {"policy", "optimizer"}, sources

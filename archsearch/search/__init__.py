@@ -34,3 +34,17 @@ def make(name: str, space, *, seed: int = 0, cost_fn=None, **kwargs):
 
         return OptunaSearcher(name, space, seed=seed, cost_fn=cost_fn, **kwargs)
     raise ValueError(f"unknown searcher {name!r}; choose one of {', '.join(SEARCHERS)}")
+
+
+_LAZY = {"AHTOSampler": "samplers", "QNEHVISampler": "samplers", "AHTOSearch": "raysearch",
+         "QNEHVISearch": "raysearch"}
+
+
+def __getattr__(name: str):
+    """``archsearch.search.AHTOSampler`` (Optuna) and ``AHTOSearch`` (Ray Tune), imported on
+    first use so that importing this package stays light."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"archsearch.search.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,7 +35,8 @@ class QNEHVISearcher(Searcher):
     Args:
         space, seed, cost_fn: see :class:`~archsearch.search.base.Searcher`.
         n_init: Sobol configs before the GP is used (also used while fewer than 2 trials
-            finished).
+            finished); default ``min(2 (d + 1), max(2, horizon // 3))`` for ``d`` unit-cube
+            dimensions: enough to fit a GP, never most of a small budget.
         num_restarts, raw_samples, maxiter: ``optimize_acqf`` effort (kept small: ask time).
         mc_samples: quasi-MC samples of the acquisition.
         gp_maxiter: L-BFGS-B iterations of the GP fit.
@@ -44,16 +45,16 @@ class QNEHVISearcher(Searcher):
 
     name = "qnehvi"
 
-    def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_init: int = 6,
+    def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_init: int | None = None,
                  num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15,
                  mc_samples: int = 32, gp_maxiter: int = 60, horizon: int | None = None):
         super().__init__(space, seed=seed, cost_fn=cost_fn)
         budget = getattr(space, "budget", None)
         self.horizon = int(horizon or (budget.trials if budget is not None else 40))
-        self.n_init = int(n_init)
+        self.d = len(space.dims())
+        self.n_init = int(n_init) if n_init is not None else min(2 * (self.d + 1), max(2, self.horizon // 3))
         self.num_restarts, self.raw_samples, self.maxiter = num_restarts, raw_samples, maxiter
         self.mc_samples, self.gp_maxiter = mc_samples, gp_maxiter
-        self.d = len(space.dims())
         self.sobol_pos = 0
         self.known_names: list[str] = []
         if cost_fn is not None:

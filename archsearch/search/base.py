@@ -138,10 +138,14 @@ class Searcher(ABC):
 
     # ------------------------------------------------------------------ helpers
     def _clip(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """Clip numeric values into their bounds (log-scale decoding can overshoot by an ulp)."""
+        """Clip numeric values into their bounds (log-scale decoding can overshoot by an ulp)
+        and onto a float param's ``step`` grid."""
         out = dict(config)
         for k, v in out.items():
             p = self.space.params[k]
+            if p.type == "float" and getattr(p, "step", None):
+                n = math.floor((p.high - p.low) / p.step + 1e-9)
+                v = p.low + min(max(round((v - p.low) / p.step), 0), n) * p.step
             if p.type in ("int", "float"):
                 out[k] = type(v)(min(max(v, p.low), p.high))
         return out

@@ -11,7 +11,9 @@
   Expected Improvement for Bayesian Optimization", sec. 4; NEHVI: Daulton et al. 2021) on
   the modelled metrics plus *known* metrics computed from the config (the cost model), pending
   trials as ``X_pending``, learned constraints as smoothed feasibility, known constraints as a
-  hard mask; evaluated at full fidelity.
+  hard mask; evaluated at full fidelity. With one objective, qLogNEHVI is undefined (it needs
+  m >= 2) and its single-objective counterpart qLogNEI (Ament et al. 2023, sec. 3; noisy EI:
+  Letham et al. 2019) is used with the same objective, constraints and pending points.
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ def make_acquisition(model, *, X_baseline: torch.Tensor, ref_point: Sequence[flo
                      known: _KnownMetrics | None, known_bounds: dict[str, tuple],
                      X_pending: torch.Tensor | None, d: int, fidelity: bool,
                      mc_samples: int = 64, seed: int = 0):
-    """qLogNEHVI over the objectives.
+    """qLogNEHVI over the objectives (qLogNEI when there is one objective).
 
     Args:
         model: from :func:`fit_gp` (outputs = modelled metrics).
@@ -110,7 +112,8 @@ def make_acquisition(model, *, X_baseline: torch.Tensor, ref_point: Sequence[flo
     Returns:
         An acquisition function on ``b x q x d`` tensors (returns ``b``).
     """
-    from botorch.acquisition import FixedFeatureAcquisitionFunction
+    from botorch.acquisition import FixedFeatureAcquisitionFunction, qLogNoisyExpectedImprovement
+    from botorch.acquisition.objective import GenericMCObjective
     from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
     from botorch.acquisition.multi_objective.objective import MCMultiOutputObjective
     from botorch.sampling import SobolQMCNormalSampler
@@ -151,13 +154,20 @@ def make_acquisition(model, *, X_baseline: torch.Tensor, ref_point: Sequence[flo
         Xb = torch.cat([Xb, torch.ones(len(Xb), 1, dtype=DTYPE)], -1)
         if Xp is not None:
             Xp = torch.cat([Xp, torch.ones(len(Xp), 1, dtype=DTYPE)], -1)
+    sampler = SobolQMCNormalSampler(torch.Size([mc_samples]), seed=seed)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        acqf = qLogNoisyExpectedHypervolumeImprovement(
-            model=model, ref_point=ref, X_baseline=Xb,
-            sampler=SobolQMCNormalSampler(torch.Size([mc_samples]), seed=seed),
-            objective=Objective(), constraints=constraints or None, X_pending=Xp,
-            prune_baseline=True, cache_root=True)
+        if len(outputs) == 1:
+            mo = Objective()
+            acqf = qLogNoisyExpectedImprovement(
+                model=model, X_baseline=Xb, sampler=sampler,
+                objective=GenericMCObjective(lambda samples, X=None: mo(samples, X)[..., 0]),
+                constraints=constraints or None, X_pending=Xp, prune_baseline=True, cache_root=True)
+        else:
+            acqf = qLogNoisyExpectedHypervolumeImprovement(
+                model=model, ref_point=ref, X_baseline=Xb, sampler=sampler,
+                objective=Objective(), constraints=constraints or None, X_pending=Xp,
+                prune_baseline=True, cache_root=True)
     if fidelity:
         acqf = FixedFeatureAcquisitionFunction(acqf, d=d + 1, columns=[d], values=[1.0])
     return acqf

@@ -1,0 +1,235 @@
+"""AHTO and qLogNEHVI as Ray Tune searchers a plain Ray user can drop in.
+
+    from ray import tune
+    from archsearch.search.raysearch import AHTOSearch
+
+    tuner = tune.Tuner(
+        train_fn,                                           # reports {"acc": ..., "flops": ...}
+        param_space={"lr": tune.loguniform(1e-4, 1e-1), "model": {"layers": tune.randint(1, 7)},
+                     "act": tune.choice(["gelu", "relu"]), "epochs": 3},
+        tune_config=tune.TuneConfig(num_samples=40, search_alg=tune.search.ConcurrencyLimiter(
+            AHTOSearch(metric=["acc", "flops"], mode=["max", "min"], seed=0), max_concurrent=2)))
+
+No archsearch search space is needed: like Ray's ``OptunaSearch``, the searcher converts the
+``param_space`` Tune hands to :meth:`set_search_properties` (or one given to the constructor):
+``tune.uniform``/``quniform``/``loguniform``/``randint``/``qrandint``/``lograndint``/``choice``,
+nested dicts flattened to ``a/b`` keys, constants left to Tune; grid search and other
+samplers (``tune.randn``, ``sample_from``) are refused with a ``ValueError``. The domains become
+Optuna distributions (the same conversion rules as ``OptunaSearch.convert_search_space``:
+``randint`` upper bound exclusive, ``qrandint`` inclusive) and then the same
+:class:`~archsearch.space.ParamSpace` the Optuna sampler builds
+(:func:`archsearch.search.samplers.param_space_from_distributions`).
+
+``metric``/``mode`` may be one name (single objective: qLogNEI) or lists (several objectives:
+qLogNEHVI; give them to the searcher, as with ``OptunaSearch``, since ``TuneConfig`` takes one
+metric). ``save``/``restore`` write the space and the core's state, so a restored searcher
+continues with the same next suggestion. Trials are tracked by Tune trial id, so
+``ConcurrencyLimiter`` and Tune's resume work as for any searcher.
+
+Archsearch's own CLI uses :class:`archsearch.search.adapters.ray.RaySearcher` instead (its space
+comes from the YAML file and it records the Optuna study).
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Sequence
+
+from ray.tune.search import Searcher
+from ray.tune.search.sample import (Categorical, Domain, Float, Integer, LogUniform, Quantized,
+                                    Uniform)
+from ray.tune.search.variant_generator import parse_spec_vars
+from ray.tune.utils.util import flatten_dict, unflatten_dict
+
+
+def distributions_from_ray(param_space: dict) -> dict:
+    """Optuna distributions for the sampled domains of a Ray Tune ``param_space``.
+
+    Args:
+        param_space: Tune's ``param_space`` (nested dicts allowed; constants ignored).
+
+    Returns:
+        ``{"a/b": optuna distribution}`` for every domain.
+
+    Raises:
+        ValueError: grid search, or a domain/sampler with no distribution (e.g. ``tune.randn``,
+            ``sample_from``, quantised ``loguniform`` floats).
+    """
+    import optuna.distributions as od
+
+    _, _, grid = parse_spec_vars(param_space)
+    if grid:
+        raise ValueError("grid search parameters cannot be searched by a model; use "
+                         "tune.choice or tune's BasicVariantGenerator")
+    _, domains, _ = parse_spec_vars(flatten_dict(param_space, prevent_delimiter=True))
+    out = {}
+    for path, domain in domains:
+        name = "/".join(path)
+        sampler, q = domain.get_sampler(), None
+        if isinstance(sampler, Quantized):
+            sampler, q = sampler.sampler, sampler.q
+        if isinstance(domain, Float) and isinstance(sampler, LogUniform) and q is None:
+            out[name] = od.FloatDistribution(domain.lower, domain.upper, log=True)
+        elif isinstance(domain, Float) and isinstance(sampler, Uniform):
+            out[name] = od.FloatDistribution(domain.lower, domain.upper, step=q)
+        elif isinstance(domain, Integer) and isinstance(sampler, (Uniform, LogUniform)):
+            log = isinstance(sampler, LogUniform)
+            if log and q not in (None, 1):
+                raise ValueError(f"{name}: quantised lograndint is not supported")
+            out[name] = od.IntDistribution(domain.lower, domain.upper - int(not q), step=q or 1, log=log)
+        elif isinstance(domain, Categorical) and isinstance(sampler, Uniform):
+            out[name] = od.CategoricalDistribution(domain.categories)
+        else:
+            raise ValueError(f"{name}: {type(domain).__name__} with sampler "
+                             f"{type(sampler).__name__} cannot be searched (use uniform, "
+                             "loguniform, quniform, randint, qrandint, lograndint or choice)")
+    return out
+
+
+def _as_list(v) -> list | None:
+    return None if v is None else list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+class CoreSearch(Searcher):
+    """A Tune ``Searcher`` around an archsearch model-based core, for any ``param_space``.
+
+    Args:
+        searcher: ``"ahto"`` or ``"qnehvi"`` (:func:`archsearch.search.make`).
+        param_space: optional; else taken from the Tuner's ``param_space``.
+        metric, mode: one objective (strings) or several (lists of equal length); may also come
+            from ``TuneConfig`` (one objective only).
+        seed: seeds the Sobol design, the acquisition and the policy.
+        points_to_evaluate: configs (flat ``a/b`` keys or nested) tried first, in order.
+        n_init: Sobol-design trials before the GP is used (default 10).
+        searcher_kwargs: passed to the core's constructor (e.g. ``num_restarts``).
+
+    Raises:
+        ValueError: ``metric`` and ``mode`` of different lengths, a mode other than
+            ``min``/``max``, or a param space that cannot be converted
+            (:func:`distributions_from_ray`).
+    """
+
+    def __init__(self, searcher: str = "ahto", *, param_space: dict | None = None,
+                 metric: str | Sequence[str] | None = None, mode: str | Sequence[str] | None = None,
+                 seed: int = 0, points_to_evaluate: list[dict] | None = None, n_init: int = 10,
+                 **searcher_kwargs: Any):
+        metrics, modes = _as_list(metric), _as_list(mode)
+        if metrics is not None and modes is not None and len(metrics) != len(modes):
+            raise ValueError(f"{len(metrics)} metrics but {len(modes)} modes")
+        if any(m not in ("min", "max") for m in modes or []):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        super().__init__(metric=metrics[0] if metrics else None, mode=modes[0] if modes else None)
+        # not ``self.searcher``: Tune walks ``.searcher`` attributes to unwrap ConcurrencyLimiter
+        self.core_name, self.seed, self.n_init = searcher, int(seed), int(n_init)
+        self._kwargs = searcher_kwargs
+        self._metrics, self._modes = metrics, modes
+        self._points = list(points_to_evaluate or [])
+        self._dists: dict | None = None
+        self.core = None
+        if param_space is not None:
+            self._setup(param_space)
+
+    # ------------------------------------------------------------------ space
+    def _setup(self, param_space: dict) -> None:
+        self._dists = distributions_from_ray(param_space)
+        if not self._dists:
+            raise ValueError("the param space has no tune.* domain to search")
+        if self._metrics is not None and self._modes is not None:
+            self._build()
+
+    def _build(self) -> None:
+        from optuna.study import StudyDirection
+
+        from archsearch.search import make
+        from archsearch.search.samplers import param_space_from_distributions
+
+        dirs = [StudyDirection.MAXIMIZE if m == "max" else StudyDirection.MINIMIZE for m in self._modes]
+        space = param_space_from_distributions(self._dists, dirs, self._metrics)
+        self.core = make(self.core_name, space, seed=self.seed, n_init=self.n_init, **self._kwargs)
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
+                              **spec) -> bool:
+        """Called by Tune with ``TuneConfig``'s metric/mode and the Tuner's ``param_space``.
+        Returns False when the searcher already has a space (Tune then reports the clash)."""
+        if self.core is not None:
+            return False
+        if self._metrics is None and metric:
+            self._metrics = [metric]
+        if self._modes is None and mode:
+            self._modes = [mode]
+        if self._metrics is None or self._modes is None:
+            return False
+        self._metric, self._mode = self._metrics[0], self._modes[0]
+        if self._dists is None:
+            self._setup(config)
+        else:
+            self._build()
+        return True
+
+    # ------------------------------------------------------------------ ask / tell
+    def suggest(self, trial_id: str) -> dict | None:
+        if self.core is None:
+            raise RuntimeError(f"{type(self).__name__} has no search space and metric/mode: "
+                               "give param_space/metric/mode to it or to the Tuner")
+        if self._points:
+            point = flatten_dict(self._points.pop(0), prevent_delimiter=True)
+            config = {k: point[k] for k in self._dists}
+            self.core.pending[trial_id] = {"config": config, "x": list(self.core.space.encode(config)),
+                                           "extra": {"source": "points_to_evaluate"}}
+            self.core.n_asked += 1
+        else:
+            _, config = self.core.ask(trial_id)
+        return unflatten_dict({k: config[k] for k in self._dists})
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if self.core is None or trial_id not in self.core.pending:
+            return
+        flat = flatten_dict(result or {}, prevent_delimiter=False) if result else {}
+        metrics = {m: flat.get(m) for m in self._metrics}
+        ok = not error and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                               for v in metrics.values())
+        self.core.tell(trial_id, metrics if ok else None, error=not ok)
+
+    # ------------------------------------------------------------------ state
+    def get_state(self) -> dict:
+        return {"dists": self._dists, "metrics": self._metrics, "modes": self._modes,
+                "points": self._points, "core": self.core.state_dict() if self.core else None}
+
+    def set_state(self, state: dict) -> None:
+        self._dists, self._metrics, self._modes = state["dists"], state["metrics"], state["modes"]
+        self._points = list(state["points"])
+        self.core = None
+        if self._dists is not None and self._metrics is not None:
+            self._metric, self._mode = self._metrics[0], self._modes[0]
+            self._build()
+            if state["core"] is not None:
+                self.core.load_state_dict(state["core"])
+
+    def save(self, checkpoint_path: str) -> None:
+        from archsearch.runs import atomic_write
+
+        atomic_write(checkpoint_path, pickle.dumps(self.get_state()))
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Load what :meth:`save` wrote (a file this program wrote itself: pickle)."""
+        with open(checkpoint_path, "rb") as f:
+            self.set_state(pickle.load(f))
+
+
+class AHTOSearch(CoreSearch):
+    """AHTO (GP + qLogNEHVI/qLogNEI + proposal policy) as a Ray Tune searcher; arguments as
+    :class:`CoreSearch` without ``searcher``."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__("ahto", **kwargs)
+
+
+class QNEHVISearch(CoreSearch):
+    """Plain BoTorch qLogNEHVI (qLogNEI for one objective) as a Ray Tune searcher; arguments as
+    :class:`CoreSearch` without ``searcher``."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__("qnehvi", **kwargs)
+
+
+__all__ = ["AHTOSearch", "QNEHVISearch", "CoreSearch", "distributions_from_ray"]

@@ -1,0 +1,243 @@
+"""AHTO and qLogNEHVI as Optuna samplers a plain Optuna user can drop in.
+
+    import optuna
+    from archsearch.search.samplers import AHTOSampler
+
+    def objective(trial):
+        x = trial.suggest_float("lr", 1e-4, 1e-1, log=True)
+        n = trial.suggest_int("layers", 1, 6)
+        trial.set_constraint("params.max", params(n) - 2e6)   # optional (<= 0 is feasible)
+        return accuracy(x, n), flops(n)
+
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=AHTOSampler(seed=0))
+    study.optimize(objective, n_trials=40)
+
+No archsearch search space is needed: like Optuna's own ``GPSampler``, the sampler takes the
+space from the study. On every trial it
+
+1. infers the relative search space: the distributions every finished trial shares
+   (``IntersectionSearchSpace``; a param that only some trials have, e.g. in a branch of a
+   define-by-run objective, is sampled independently by ``independent_sampler``, random by
+   default);
+2. builds an :class:`archsearch.space.ParamSpace` from those distributions (float/int bounds,
+   ``log`` and ``step`` kept; categorical choices one-hot), the study's directions and metric
+   names (``study.set_metric_names``, else ``objective_0``, ...) and the constraint keys found
+   on the trials (``Trial.set_constraint`` or the older ``constraints_func``; each becomes a
+   learned constraint ``value <= 0``);
+3. rebuilds the searcher core from ``study.get_trials()``: COMPLETE trials are observations,
+   RUNNING/WAITING ones are pending points (so several workers on one storage do not propose
+   the same point), FAIL ones are failures; trials added with ``study.add_trial``, a resumed
+   study and other workers all inform it, because nothing is kept between calls;
+4. asks the core (a scrambled Sobol design for the first ``n_startup_trials``, then the GP and
+   qLogNEHVI, or qLogNEI for one objective; AHTO adds its policy: :mod:`archsearch.search.ahto`).
+
+Pruned trials are ignored (their values are not the objective's). Sources: Optuna's sampler
+API (``optuna.samplers.BaseSampler``: relative vs independent sampling); qLogNEHVI/qLogNEI:
+Ament et al. 2023; AHTO: docs/design.md "AHTO outer loop".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import optuna
+from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
+                                  IntDistribution)
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.search_space import IntersectionSearchSpace
+from optuna.study import Study, StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+CONSTRAINT_PREFIX = "constraint:"
+EXTRA_ATTR = "archsearch:ask"  #: trial system attribute: what the core decided at ask time
+
+
+def _jsonable(v: Any) -> Any:
+    """``v`` with tensors/numpy values as lists and numbers (for Optuna's JSON storage)."""
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    return v
+
+
+def param_space_from_distributions(search_space: dict[str, BaseDistribution],
+                                   directions: Sequence[StudyDirection],
+                                   metric_names: Sequence[str] | None = None,
+                                   constraint_keys: Sequence[str] = ()):
+    """An :class:`archsearch.space.ParamSpace` for Optuna distributions.
+
+    Args:
+        search_space: param name -> ``FloatDistribution``/``IntDistribution``/
+            ``CategoricalDistribution`` (categorical choices must be numbers, strings or
+            booleans).
+        directions: one per objective.
+        metric_names: the objectives' names (default ``objective_0``, ...).
+        constraint_keys: Optuna constraint keys; each is a metric ``constraint:KEY`` with
+            ``max: 0``.
+
+    Raises:
+        ValueError: an unsupported distribution or choice (e.g. ``None``).
+    """
+    from archsearch.space import ParamSpace
+
+    params: dict[str, Any] = {}
+    for name, dist in search_space.items():
+        if isinstance(dist, IntDistribution):
+            params[name] = {"type": "int", "low": dist.low, "high": dist.high, "step": dist.step,
+                            "log": dist.log}
+        elif isinstance(dist, FloatDistribution):
+            params[name] = {"type": "float", "low": dist.low, "high": dist.high, "log": dist.log,
+                            "step": dist.step}
+        elif isinstance(dist, CategoricalDistribution):
+            if not all(isinstance(c, (bool, int, float, str)) for c in dist.choices):
+                raise ValueError(f"{name}: choices must be numbers, strings or booleans")
+            params[name] = {"type": "categorical", "choices": list(dist.choices)}
+        else:
+            raise ValueError(f"{name}: unsupported distribution {type(dist).__name__}")
+    names = list(metric_names) if metric_names else [f"objective_{i}" for i in range(len(directions))]
+    objectives = [{"metric": n, "mode": "max" if d == StudyDirection.MAXIMIZE else "min"}
+                  for n, d in zip(names, directions)]
+    constraints = {f"{CONSTRAINT_PREFIX}{k}": {"max": 0.0} for k in constraint_keys}
+    return ParamSpace(objectives=objectives, constraints=constraints, params=params)
+
+
+class CoreSearcherSampler(BaseSampler):
+    """An Optuna sampler around an archsearch model-based searcher core (see module docstring).
+
+    Args:
+        searcher: ``"ahto"`` or ``"qnehvi"`` (:func:`archsearch.search.make`).
+        seed: seeds the Sobol design, the acquisition's quasi-MC samples, the policy and the
+            independent sampler (``None``: a random seed).
+        n_startup_trials: Sobol-design trials before the GP is used (default 10, as Optuna's
+            ``GPSampler``).
+        independent_sampler: samples params outside the relative search space (default
+            ``RandomSampler(seed)``).
+        constraints_func: the older Optuna constraint API (``FrozenTrial -> sequence of
+            floats``, feasible when all <= 0); prefer ``Trial.set_constraint`` in the objective.
+        searcher_kwargs: passed to the searcher's constructor (e.g. ``num_restarts``).
+    """
+
+    def __init__(self, searcher: str = "ahto", *, seed: int | None = None,
+                 n_startup_trials: int = 10, independent_sampler: BaseSampler | None = None,
+                 constraints_func: Callable[[FrozenTrial], Sequence[float]] | None = None,
+                 **searcher_kwargs: Any):
+        import numpy as np
+
+        self.searcher = searcher
+        self._seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+        self.n_startup_trials = int(n_startup_trials)
+        self._independent = independent_sampler or RandomSampler(seed=seed)
+        self._constraints_func = constraints_func
+        self._kwargs = searcher_kwargs
+        self._intersection = IntersectionSearchSpace()
+        self.last_source: str | None = None  #: what proposed the last relative sample
+
+    def reseed_rng(self) -> None:
+        import numpy as np
+
+        self._seed = int(np.random.SeedSequence().entropy % 2**31)
+        self._independent.reseed_rng()
+
+    # ------------------------------------------------------------------ relative sampling
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        out = {}
+        for name, dist in self._intersection.calculate(study).items():
+            if dist.single():
+                continue
+            if isinstance(dist, CategoricalDistribution) and not all(
+                    isinstance(c, (bool, int, float, str)) for c in dist.choices):
+                continue  # e.g. None among the choices: sampled independently
+            out[name] = dist
+        return out
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if not search_space:  # no finished trial yet (or none shares a param): independent
+            study._storage.set_trial_system_attr(trial._trial_id, EXTRA_ATTR, {"source": "independent"})
+            return {}
+        core = self.build_core(study, search_space, exclude=trial.number)
+        _, config = core.ask(f"optuna-{trial.number}")
+        extra = _jsonable(core.pending[f"optuna-{trial.number}"]["extra"])
+        self.last_source = extra.get("source")
+        # what the core decided at ask time (source; AHTO: the policy's state and actions), so a
+        # rebuilt core can replay the policy's updates from the storage alone
+        study._storage.set_trial_system_attr(trial._trial_id, EXTRA_ATTR, extra)
+        return {k: config[k] for k in search_space if k in config}
+
+    def build_core(self, study: Study, search_space: dict[str, BaseDistribution], *,
+                   exclude: int | None = None):
+        """The searcher core with every trial of ``study`` told (trial ``exclude`` left out)."""
+        from archsearch.search import make
+
+        trials = [t for t in study.get_trials(deepcopy=False) if t.number != exclude]
+        keys = sorted({k for t in trials if t.state == TrialState.COMPLETE for k in t.constraints})
+        try:
+            names = study.metric_names
+        except AttributeError:  # Optuna < 3.2
+            names = None
+        space = param_space_from_distributions(search_space, study.directions, names, keys)
+        metrics = [o.metric for o in space.objectives]
+        core = make(self.searcher, space, seed=self._seed, n_init=self.n_startup_trials, **self._kwargs)
+        for t in trials:
+            if not all(k in t.params for k in search_space):
+                continue  # from another branch of a define-by-run objective
+            config = {k: t.params[k] for k in search_space}
+            tid = f"optuna-{t.number}"
+            if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING):
+                continue
+            extra = dict(t.system_attrs.get(EXTRA_ATTR) or {})
+            core.pending[tid] = {"config": config, "x": list(space.encode(config)), "extra": extra}
+            if t.state == TrialState.COMPLETE and t.values is not None:
+                m = dict(zip(metrics, t.values))
+                m.update({f"{CONSTRAINT_PREFIX}{k}": v for k, v in t.constraints.items()})
+                core.tell(tid, m)
+            elif t.state in (TrialState.COMPLETE, TrialState.FAIL):
+                core.tell(tid, None, error=True)
+        # the Sobol design continues where the study is (trial k gets Sobol point k)
+        core.n_asked = len(trials)
+        if hasattr(core, "sobol_pos"):
+            core.sobol_pos = len(trials)
+        return core
+
+    # ------------------------------------------------------------------ independent sampling
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._independent.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._independent.before_trial(study, trial)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        if self._constraints_func is not None:
+            from optuna.samplers._base import _process_constraints_after_trial
+
+            _process_constraints_after_trial(self._constraints_func, study, trial, state)
+        self._independent.after_trial(study, trial, state, values)
+
+
+class AHTOSampler(CoreSearcherSampler):
+    """AHTO (GP + qLogNEHVI/qLogNEI + learned proposal policy) as an Optuna sampler.
+
+    Arguments as :class:`CoreSearcherSampler` (without ``searcher``).
+    """
+
+    def __init__(self, **kwargs: Any):
+        super().__init__("ahto", **kwargs)
+
+
+class QNEHVISampler(CoreSearcherSampler):
+    """Plain BoTorch qLogNEHVI (qLogNEI for one objective) as an Optuna sampler.
+
+    Arguments as :class:`CoreSearcherSampler` (without ``searcher``).
+    """
+
+    def __init__(self, **kwargs: Any):
+        super().__init__("qnehvi", **kwargs)
+
+
+__all__ = ["AHTOSampler", "QNEHVISampler", "CoreSearcherSampler", "param_space_from_distributions",
+           "optuna"]

@@ -1,0 +1,95 @@
+"""AHTO as a plain Ray Tune searcher (archsearch.search.raysearch): a Ray user's param_space."""
+
+from __future__ import annotations
+
+import pytest
+from ray import tune
+
+from archsearch.search.raysearch import AHTOSearch, QNEHVISearch, distributions_from_ray
+
+FAST = dict(n_init=3, num_restarts=1, raw_samples=16, maxiter=5, gp_maxiter=20)
+
+PARAM_SPACE = {
+    "lr": tune.loguniform(1e-4, 1e-1),
+    "model": {"layers": tune.randint(1, 7), "width": tune.qrandint(32, 128, 32),
+              "act": tune.choice(["gelu", "relu"])},
+    "dropout": tune.quniform(0.0, 0.5, 0.1),
+    "epochs": 3,  # a constant: Tune passes it through
+}
+
+
+def test_param_space_conversion():
+    import optuna.distributions as od
+
+    d = distributions_from_ray(PARAM_SPACE)
+    assert d == {"lr": od.FloatDistribution(1e-4, 1e-1, log=True),
+                 "model/layers": od.IntDistribution(1, 6),  # randint: upper bound exclusive
+                 "model/width": od.IntDistribution(32, 128, step=32),  # qrandint: inclusive
+                 "model/act": od.CategoricalDistribution(["gelu", "relu"]),
+                 "dropout": od.FloatDistribution(0.0, 0.5, step=0.1)}
+    with pytest.raises(ValueError, match="grid search"):
+        distributions_from_ray({"a": tune.grid_search([1, 2])})
+    with pytest.raises(ValueError, match="b: Float with sampler _Normal cannot be searched"):
+        distributions_from_ray({"b": tune.randn(0, 1)})
+    with pytest.raises(ValueError, match="2 modes"):
+        AHTOSearch(metric="a", mode=["min", "max"])
+
+
+def _check(cfg):
+    assert 1e-4 <= cfg["lr"] <= 1e-1 and cfg["epochs"] == 3
+    m = cfg["model"]
+    assert m["layers"] in range(1, 7) and m["width"] in (32, 64, 96, 128) and m["act"] in ("gelu", "relu")
+    assert any(abs(cfg["dropout"] - v) < 1e-9 for v in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5))
+
+
+def _train(config):
+    m = config["model"]
+    acc = 1.0 - abs(config["lr"] - 0.01) - 0.02 * abs(m["layers"] - 4) - config["dropout"] / 10
+    tune.report({"acc": acc, "flops": m["layers"] * m["width"], "cfg": config})
+
+
+@pytest.mark.slow
+def test_tuner_with_plain_param_space(ray_session, tmp_path):
+    """tune.Tuner + function trainable + plain param_space, multi-objective, ConcurrencyLimiter;
+    then the searcher's checkpoint restores to the same next suggestion."""
+    import sys
+
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+    search = AHTOSearch(metric=["acc", "flops"], mode=["max", "min"], seed=0, **FAST)
+    tuner = tune.Tuner(
+        _train, param_space=PARAM_SPACE,
+        tune_config=tune.TuneConfig(num_samples=8, search_alg=tune.search.ConcurrencyLimiter(
+            search, max_concurrent=2)),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="plain", verbose=0))
+    results = tuner.fit()
+    assert len(results) == 8 and not results.errors
+    for r in results:
+        _check(r.metrics["cfg"])
+    core = search.core
+    assert len(core.finished()) == 8 and not core.pending
+    assert {o.extra["source"] for o in core.observations[3:]} <= {"policy", "optimizer"}
+
+    search.save(str(tmp_path / "s.pkl"))
+    again = AHTOSearch(seed=0, **FAST)
+    again.restore(str(tmp_path / "s.pkl"))
+    assert search.suggest("next") == again.suggest("next")
+
+
+def test_single_objective_from_tune_config():
+    """metric/mode from TuneConfig (set_search_properties), one objective: qLogNEI after Sobol."""
+    s = QNEHVISearch(seed=1, **FAST)
+    assert s.set_search_properties("acc", "max", PARAM_SPACE)
+    assert not s.set_search_properties("acc", "max", PARAM_SPACE)  # already has its space
+    for i in range(6):
+        cfg = s.suggest(f"t{i}")
+        _check({**cfg, "epochs": 3})
+        m = cfg["model"]
+        s.on_trial_complete(f"t{i}", {"acc": -abs(m["layers"] - 4) - cfg["lr"]})
+    assert len(s.core.finished()) == 6
+    assert s.core.observations[-1].extra["source"] == "optimizer"
+    s.on_trial_complete("t-unknown", {"acc": 1.0})  # unknown ids are ignored, as Tune expects
+    s.suggest("bad")
+    s.on_trial_complete("bad", {"other": 1.0})  # no objective value: an error, not a crash
+    assert not s.core.observations[-1].ok
