@@ -230,3 +230,55 @@ def test_single_objective_search_through_the_cli_with_ahto(tmp_path):
     sources = [t.user_attrs["proposed_by"] for t in sorted(done, key=lambda t: t.number)]
     # the Sobol design is min(2 (d + 1), max(2, 4 // 3)) = 2 trials, then the model decides
     assert sources[:2] == ["sobol", "sobol"] and set(sources[2:]) <= {"policy", "optimizer"}, sources
+
+
+@pytest.mark.parametrize("name", ["ahto", "qnehvi"])
+def test_restricted_to_a_table_each_row_once(name):
+    """restrict_configurations (replay on a recorded table): every ask is an unvisited row."""
+    s = build(name, seed=0)
+    r = build("random", seed=1)
+    rows = [c for c in (r.ask()[1] for _ in range(40)) if costs(c)["params_trainable"] <= 60000]
+    rows = [dict(t) for t in dict.fromkeys(tuple(sorted(c.items())) for c in rows)][:9]
+    assert len(rows) == 9
+    s.restrict_configurations(rows)
+    asked = []
+    for _ in range(len(rows)):
+        tid, cfg = s.ask()
+        assert cfg in rows and cfg not in asked
+        asked.append(cfg)
+        s.tell(tid, quality(cfg))
+    assert {o.extra["source"] for o in s.observations} <= {"sobol", "table"}
+    assert s.observations[-1].extra["source"] == "table"
+    with pytest.raises(RuntimeError, match="every configuration"):
+        s.ask()
+    with pytest.raises(NotImplementedError):
+        build("tpe").restrict_configurations(rows)
+
+
+def test_ahto_policy_decides_among_the_top_candidates():
+    s = build("ahto", seed=0)
+    drive(s, 3)
+    tid, _ = s.ask()
+    extra = s.pending[tid]["extra"]
+    assert extra["decided_by"] == "policy" and 1 <= len(extra["candidates"]) <= s.top_k
+    assert 0 <= extra["chosen"] < len(extra["candidates"]) and 0 < s.last_info["chosen_prob"] <= 1
+    before = [p.clone() for p in s.policy.net.parameters()]
+    s.tell(tid, {"accuracy": 0.9})  # a big improvement: the decision is reinforced
+    s.ask()
+    s.tell(*[(t, {"accuracy": 0.1}) for t in s.pending][0])
+    assert any(not a.equal(b) for a, b in zip(before, s.policy.net.parameters()))
+
+
+def test_trust_region_until_an_observation_is_inside_the_reference_box():
+    """With a reference value no trial reaches yet, candidates come from a box of side 0.2
+    around the nearest observation, not from across the cube."""
+    spec = {**SPACE, "objectives": [{"metric": "accuracy", "mode": "max", "ref": 0.95},
+                                    {"metric": "flops_per_sample", "mode": "min", "ref": 1e9}]}
+    s = make("qnehvi", parse_space(spec), seed=0, cost_fn=costs, **FAST)
+    drive(s, 3)
+    tr = s.trust_region(s.finished())
+    assert tr is not None and bool(((tr[1] - tr[0]) <= 0.2 + 1e-9).all())
+    tid, cfg = s.ask()
+    assert s.pending[tid]["extra"]["source"] in ("optimizer", "trust_region")
+    s.tell(tid, {"accuracy": 0.97})  # now inside the box
+    assert s.trust_region(s.finished()) is None

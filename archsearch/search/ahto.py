@@ -5,13 +5,24 @@ then fit the GP surrogate of :mod:`archsearch.search.gp` to the *unknown* metric
 objective, learned constraints) with a fidelity input, compute the *known* metrics (FLOPs,
 params) with the cost function, and maximise qLogNEHVI with pending trials as ``X_pending``.
 
-* :class:`QNEHVISearcher` proposes the best of BoTorch's ``optimize_acqf`` restarts (continuous
-  relaxation of the unit cube, then rounded with ``space.decode``; known-infeasible candidates
-  are dropped).
+* :class:`QNEHVISearcher` proposes the best candidate by acquisition: BoTorch's
+  ``optimize_acqf`` restarts (continuous relaxation of the unit cube, then rounded with
+  ``space.decode``). Configs already asked and known-infeasible ones are dropped. While no
+  observation lies inside the reference box (every objective better than its ``ref``), the
+  candidates come from a trust region around the observation nearest to the box (side
+  ``trust_length`` of the unit cube) instead of chasing variance across the cube.
 * :class:`AHTOSearcher` (docs/design.md "AHTO outer loop") adds the learned policy of
-  :mod:`archsearch.search.policy`: each ask samples ``n_policy`` candidates from the policy,
-  pools them with the optimiser's, scores every candidate with the acquisition and proposes the
-  best; each tell rewards the policy with the normalised hypervolume improvement the trial made.
+  :mod:`archsearch.search.policy`, and the policy decides: ``n_policy`` samples from the policy
+  join the optimiser's candidates, the acquisition ranks them all, and the policy picks one of
+  the ``top_k`` (probability ``pi(c) / sum pi`` over the top ``k``). Each tell rewards that
+  decision with the normalised hypervolume improvement the trial made (REINFORCE, on-policy).
+  With ``top_k=1`` AHTO is exactly :class:`QNEHVISearcher` plus policy samples.
+
+Both can be restricted to a fixed set of configurations (:meth:`restrict_configurations`, as
+Syne Tune's ``restrict_configurations`` for replay on a recorded table): the Sobol design takes
+the unvisited row nearest to each Sobol point, the model phase ranks every unvisited row.
+Each ask records in its ``extra`` what proposed the config (``source``: ``sobol``,
+``optimizer``, ``policy``, ``trust_region`` or ``table``) and, for AHTO, ``decided_by``.
 """
 
 from __future__ import annotations
@@ -41,13 +52,17 @@ class QNEHVISearcher(Searcher):
         mc_samples: quasi-MC samples of the acquisition.
         gp_maxiter: L-BFGS-B iterations of the GP fit.
         horizon: trials the search expects (default ``space.budget.trials``; used by AHTO).
+        trust_length: side of the trust region (unit cube) used while no observation lies
+            inside the reference box.
     """
 
     name = "qnehvi"
+    supports_restriction = True
 
     def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_init: int | None = None,
                  num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15,
-                 mc_samples: int = 32, gp_maxiter: int = 60, horizon: int | None = None):
+                 mc_samples: int = 32, gp_maxiter: int = 60, horizon: int | None = None,
+                 trust_length: float = 0.2):
         super().__init__(space, seed=seed, cost_fn=cost_fn)
         budget = getattr(space, "budget", None)
         self.horizon = int(horizon or (budget.trials if budget is not None else 40))
@@ -65,6 +80,36 @@ class QNEHVISearcher(Searcher):
         self.known_bounds = {k: b for k, b in self.constraints.items() if k in self.known_names}
         self._known = None
         self.last_info: dict[str, Any] = {}
+        self.trust_length = float(trust_length)
+        self.table: list[dict[str, Any]] | None = None
+        self._table_X: torch.Tensor | None = None  # (rows, d)
+        self._table_ok: list[bool] = []
+
+    # ------------------------------------------------------------------ restriction
+    def restrict_configurations(self, configs) -> None:
+        """Propose only configs of ``configs`` (each at most once); see the module docstring."""
+        self.table = [dict(c) for c in configs]
+        self._table_X = torch.tensor([self.space.encode(c) for c in self.table], dtype=DTYPE)
+        self._table_ok = [self.known_feasible(c) for c in self.table]
+
+    def _unseen(self, X: torch.Tensor) -> torch.Tensor:
+        """``(n,)`` bool: rows of ``X`` (n, d) not equal to an asked config's encoding."""
+        seen = [o.x for o in self.observations if o.x is not None] + [p["x"] for p in self.pending.values()]
+        if not seen or not len(X):
+            return torch.ones(len(X), dtype=torch.bool)
+        return torch.cdist(X, torch.tensor(seen, dtype=DTYPE)).min(-1).values > 1e-9
+
+    def _table_rows(self) -> list[int]:
+        """Indices of the table's unvisited, known-feasible rows.
+
+        Raises:
+            RuntimeError: every row was visited.
+        """
+        fresh = self._unseen(self._table_X)
+        rows = [i for i in range(len(self.table)) if fresh[i] and self._table_ok[i]]
+        if not rows:
+            raise RuntimeError("every configuration of the table has been asked")
+        return rows
 
     # ------------------------------------------------------------------ suggest
     def _suggest(self, trial_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -78,6 +123,11 @@ class QNEHVISearcher(Searcher):
     def _sobol(self) -> dict[str, Any]:
         engine = torch.quasirandom.SobolEngine(self.d, scramble=True, seed=self.seed)
         engine.fast_forward(self.sobol_pos)
+        if self.table is not None:  # the unvisited row nearest to the next Sobol point
+            rows = self._table_rows()
+            x = engine.draw(1).double()
+            self.sobol_pos += 1
+            return dict(self.table[rows[int(torch.cdist(x, self._table_X[rows])[0].argmin())]])
         for _ in range(1000):
             x = engine.draw(1).double()[0].tolist()
             self.sobol_pos += 1
@@ -125,10 +175,12 @@ class QNEHVISearcher(Searcher):
             seed=zlib.crc32(f"acq:{self.seed}:{self.n_asked}".encode()))
         return model, acqf, fid
 
-    def _optimiser_candidates(self, acqf) -> torch.Tensor:
+    def _optimiser_candidates(self, acqf, bounds: torch.Tensor | None = None) -> torch.Tensor:
+        """``optimize_acqf`` restarts within ``bounds`` (2, d; default the unit cube): (restarts, d)."""
         from botorch.optim import optimize_acqf
 
-        bounds = torch.stack([torch.zeros(self.d, dtype=DTYPE), torch.ones(self.d, dtype=DTYPE)])
+        if bounds is None:
+            bounds = torch.stack([torch.zeros(self.d, dtype=DTYPE), torch.ones(self.d, dtype=DTYPE)])
         import warnings
 
         with warnings.catch_warnings():
@@ -142,25 +194,66 @@ class QNEHVISearcher(Searcher):
         cfgs = [self.space.decode(x) for x in X.tolist()]
         return cfgs, torch.tensor([self.space.encode(c) for c in cfgs], dtype=DTYPE)
 
-    def _pick(self, acqf, cfgs: list[dict], Xc: torch.Tensor, sources: list[str]):
+    def trust_region(self, obs: list[Observation]) -> torch.Tensor | None:
+        """``(2, d)`` bounds around the observation nearest to the reference box while none is
+        inside it (every objective better than its ``ref``); None once one is, or without refs."""
+        if any(r is None for r in self.refs):
+            return None
+        ref = self.ref_point(obs)
+        ys = [self.objective_values(o.metrics) for o in obs if self.feasible(o.metrics)]
+        if not ys or any(all(y > r for y, r in zip(v, ref)) for v in ys):
+            return None
+        scale = [max(max(v[j] for v in ys) - min(v[j] for v in ys), 1e-12) for j in range(len(ref))]
+        feas = [o for o in obs if self.feasible(o.metrics)]
+        gap = [sum(max(r - y, 0.0) / sc for y, r, sc in zip(self.objective_values(o.metrics), ref, scale))
+               for o in feas]
+        x = torch.tensor(feas[min(range(len(feas)), key=gap.__getitem__)].x, dtype=DTYPE)
+        half = self.trust_length / 2
+        return torch.stack([(x - half).clamp(0, 1), (x + half).clamp(0, 1)])
+
+    def _candidates(self, acqf, obs: list[Observation]) -> tuple[list[dict], torch.Tensor, list[str]]:
+        """Candidate configs, their encodings (n, d) and what proposed each."""
+        if self.table is not None:
+            rows = self._table_rows()
+            return [dict(self.table[i]) for i in rows], self._table_X[rows], ["table"] * len(rows)
+        tr = self.trust_region(obs)
+        cfgs, Xc = self._round(self._optimiser_candidates(acqf, tr))
+        sources = ["optimizer"] * len(cfgs)
+        if tr is not None:  # and uniform points of the region itself
+            g = torch.Generator().manual_seed(zlib.crc32(f"tr:{self.seed}:{self.n_asked}".encode()))
+            U = tr[0] + (tr[1] - tr[0]) * torch.rand(max(self.raw_samples, 16), self.d, generator=g, dtype=DTYPE)
+            c2, X2 = self._round(U)
+            cfgs, Xc, sources = cfgs + c2, torch.cat([Xc, X2]), sources + ["trust_region"] * len(c2)
+        return cfgs, Xc, sources
+
+    def _ranked(self, acqf, cfgs: list[dict], Xc: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        """Indices of the usable candidates (not asked before, not known-infeasible, no
+        duplicate encodings) sorted by acquisition value, best first, and those values."""
         from archsearch.search import gp
 
-        keep = [i for i, c in enumerate(cfgs) if self.known_feasible(c)]
-        if not keep:  # nothing known-feasible: fall back to the Sobol design (which checks)
-            return None
+        fresh = self._unseen(Xc)
+        keep, keys = [], set()
+        for i, c in enumerate(cfgs):
+            key = tuple(round(v, 9) for v in Xc[i].tolist())
+            if fresh[i] and key not in keys and self.known_feasible(c):
+                keys.add(key)
+                keep.append(i)
+        if not keep:
+            return [], torch.zeros(0, dtype=DTYPE)
         vals = gp.score(acqf, Xc[keep])
-        best = keep[int(torch.argmax(vals))]
-        self.last_info = {"n_candidates": len(keep), "best_source": sources[best],
-                          "best_value": float(vals.max())}
-        return cfgs[best], sources[best]
+        order = torch.argsort(vals, descending=True)
+        return [keep[int(j)] for j in order], vals[order]
 
     def _model_suggest(self, obs):
         _, acqf, _ = self._acquisition(obs)
-        cfgs, Xc = self._round(self._optimiser_candidates(acqf))
-        got = self._pick(acqf, cfgs, Xc, ["optimizer"] * len(cfgs))
-        if got is None:
+        cfgs, Xc, sources = self._candidates(acqf, obs)
+        ranked, vals = self._ranked(acqf, cfgs, Xc)
+        if not ranked:  # nothing usable: fall back to the Sobol design (which checks)
             return self._sobol(), {"source": "sobol"}
-        return got[0], {"source": got[1]}
+        best = ranked[0]
+        self.last_info = {"n_candidates": len(ranked), "best_source": sources[best],
+                          "best_value": float(vals[0])}
+        return cfgs[best], {"source": sources[best]}
 
     # ------------------------------------------------------------------ state
     def _state(self) -> Any:
@@ -171,11 +264,13 @@ class QNEHVISearcher(Searcher):
 
 
 class AHTOSearcher(QNEHVISearcher):
-    """AHTO: the qLogNEHVI searcher plus a REINFORCE-trained proposal policy.
+    """AHTO: the qLogNEHVI searcher plus a REINFORCE-trained policy that decides among the
+    acquisition's top candidates (see the module docstring).
 
     Args:
         n_policy: candidates sampled from the policy per ask (the policy state's "budget
             used" is ``observations / horizon``).
+        top_k: how many of the best candidates by acquisition the policy chooses among.
         bins, hidden, policy_lr, entropy, rho: see :class:`~archsearch.search.policy.FactorisedPolicy`.
         Other arguments: see :class:`QNEHVISearcher`.
     """
@@ -183,10 +278,10 @@ class AHTOSearcher(QNEHVISearcher):
     name = "ahto"
 
     def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_policy: int = 128,
-                 bins: int = 8, hidden: int = 64, policy_lr: float = 0.01,
+                 top_k: int = 5, bins: int = 8, hidden: int = 64, policy_lr: float = 0.01,
                  entropy: float = 0.01, rho: float = 0.9, **kwargs):
         super().__init__(space, seed=seed, cost_fn=cost_fn, **kwargs)
-        self.n_policy = int(n_policy)
+        self.n_policy, self.top_k = int(n_policy), int(top_k)
         self.policy = FactorisedPolicy(space, bins=bins, hidden=hidden, lr=policy_lr,
                                        entropy=entropy, rho=rho, seed=seed)
         self.rewards: list[float] = []
@@ -232,21 +327,27 @@ class AHTOSearcher(QNEHVISearcher):
             torch.manual_seed(zlib.crc32(f"{self.seed}:{self.n_asked}".encode()))
             usable = [o for o in self.finished() if all(k in o.metrics for k in self.modelled)]
             if self.n_asked < self.n_init or len(usable) < 2:
-                cfg = self._sobol()
-                state = self.policy_state(None, usable)
-                return cfg, {"source": "sobol", "state": state, "actions": self.policy.actions_of(cfg)}
+                return self._sobol(), {"source": "sobol", "state": self.policy_state(None, usable)}
             model, acqf, _ = self._acquisition(usable)
             state = self.policy_state(model, usable)
-            pcfgs, _ = self.policy.sample(state, self.n_policy)
-            ocfgs, _ = self._round(self._optimiser_candidates(acqf))
-            cfgs = pcfgs + ocfgs
-            Xc = torch.tensor([self.space.encode(c) for c in cfgs], dtype=DTYPE)
-            got = self._pick(acqf, cfgs, Xc, ["policy"] * len(pcfgs) + ["optimizer"] * len(ocfgs))
-            if got is None:
-                cfg, src = self._sobol(), "sobol"
-            else:
-                cfg, src = got
-            return cfg, {"source": src, "state": state, "actions": self.policy.actions_of(cfg)}
+            cfgs, Xc, sources = self._candidates(acqf, usable)
+            if self.table is None and self.trust_region(usable) is None:
+                pcfgs, _ = self.policy.sample(state, self.n_policy)
+                pX = torch.tensor([self.space.encode(c) for c in pcfgs], dtype=DTYPE)
+                cfgs, Xc, sources = cfgs + pcfgs, torch.cat([Xc, pX]), sources + ["policy"] * len(pcfgs)
+            ranked, vals = self._ranked(acqf, cfgs, Xc)
+            if not ranked:
+                return self._sobol(), {"source": "sobol", "state": state}
+            top = ranked[:self.top_k]
+            acts = [self.policy.actions_of(cfgs[i]) for i in top]
+            q = self.policy.choice_probs(state, acts)
+            c = int(torch.multinomial(q, 1, generator=self.policy.gen))
+            pick = top[c]
+            self.last_info = {"n_candidates": len(ranked), "best_source": sources[ranked[0]],
+                              "best_value": float(vals[0]), "chosen_rank": c,
+                              "chosen_prob": float(q[c])}
+            return cfgs[pick], {"source": sources[pick], "decided_by": "policy", "state": state,
+                                "candidates": acts, "chosen": c}
 
     def _observe(self, obs: Observation) -> None:
         if "state" not in obs.extra:
@@ -257,8 +358,10 @@ class AHTOSearcher(QNEHVISearcher):
             ref = self.ref_point(prev + [obs])
             reward = (self._hv(prev + [obs], ref) - self._hv(prev, ref)) / self._box(prev + [obs], ref)
         self.rewards.append(reward)
-        with torch.random.fork_rng():
-            self.policy.update(obs.extra["state"], obs.extra["actions"], reward)
+        if "candidates" in obs.extra:  # the policy decided this trial: learn from it (on-policy)
+            with torch.random.fork_rng():
+                self.policy.update_choice(obs.extra["state"], obs.extra["candidates"],
+                                          obs.extra["chosen"], reward)
 
     # ------------------------------------------------------------------ state
     def _state(self) -> Any:

@@ -68,6 +68,9 @@ class Searcher(ABC):
     """
 
     name = "base"
+    #: whether :meth:`restrict_configurations` is honoured (model-based searchers score the
+    #: unvisited configurations; the Optuna baselines cannot be restricted)
+    supports_restriction = False
 
     def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None):
         self.space = space
@@ -135,6 +138,15 @@ class Searcher(ABC):
         obs = Observation(str(trial_id), p["config"], p["x"], m, float(fidelity), p["extra"])
         self.observations.append(obs)
         self._observe(obs)
+
+    def restrict_configurations(self, configs: list[Mapping[str, Any]]) -> None:
+        """Propose only configs from ``configs`` and never one already asked (Syne Tune's
+        ``restrict_configurations``: a replay benchmark on a recorded table).
+
+        Raises:
+            NotImplementedError: the searcher cannot be restricted (:attr:`supports_restriction`).
+        """
+        raise NotImplementedError(f"searcher {self.name!r} cannot be restricted to a table")
 
     # ------------------------------------------------------------------ helpers
     def _clip(self, config: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,9 +13,11 @@ bonus (Williams & Peng 1991): for the action ``a`` a trial took in state ``s`` a
 ``loss = -(r - b) * log pi(a | s) - beta * H(pi(. | s))``, ``b <- rho b + (1 - rho) r``.
 Only the heads of *active* params (conditions) contribute to ``log pi`` and ``H``.
 
-Note: the proposed config may come from the acquisition optimiser rather than from the policy
-(AHTO scores both and keeps the best); its actions are then off-policy and the update is a
-biased, imitation-like step toward configs that paid off. That is what the specification asks.
+In AHTO the policy *decides*: the acquisition function ranks the candidates (the optimiser's,
+the policy's own samples, or a table's unvisited rows) and the policy picks one of the top
+``k`` with probability ``q(c | s) = pi(a_c | s) / sum_{c' in top k} pi(a_c' | s)``
+(:meth:`FactorisedPolicy.choice_probs`). The update is on-policy for that decision
+(:meth:`FactorisedPolicy.update_choice`: ``-(r - b) * log q(c | s)``).
 """
 
 from __future__ import annotations
@@ -135,6 +137,43 @@ class FactorisedPolicy(nn.Module):
             logp = logp + lp[a]
             ent = ent - (lp.exp() * lp).sum()
         loss = -adv * logp - self.entropy * ent
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return adv
+
+    def _log_pi(self, state: Sequence[float], candidates: Sequence[Sequence[int]]):
+        """``log pi(a_c | s)`` for each candidate's actions (inactive heads, -1, skipped), and
+        the per-head log-probabilities. Returns ``((k,), list of (size_i,))``."""
+        s = torch.tensor(list(state), dtype=torch.double)
+        lps = [torch.log_softmax(lg, -1) for lg in self.logits(s)]
+        out = []
+        for acts in candidates:
+            terms = [lp[a] for lp, a in zip(lps, acts) if a >= 0]
+            out.append(torch.stack(terms).sum() if terms else torch.zeros((), dtype=torch.double))
+        return torch.stack(out), lps
+
+    def choice_probs(self, state: Sequence[float], candidates: Sequence[Sequence[int]]) -> torch.Tensor:
+        """``q(c | s)``: the policy's probabilities renormalised over ``candidates`` (``k``
+        action lists, e.g. from :meth:`actions_of`). Returns ``(k,)``."""
+        with torch.no_grad():
+            logp, _ = self._log_pi(state, candidates)
+            return torch.softmax(logp, -1)
+
+    def update_choice(self, state: Sequence[float], candidates: Sequence[Sequence[int]],
+                      chosen: int, reward: float) -> float:
+        """One REINFORCE step for the decision "candidate ``chosen`` of ``candidates``" taken in
+        ``state`` (on-policy for :meth:`choice_probs`); returns the advantage used."""
+        if self.baseline is None:
+            self.baseline = float(reward)
+            adv = 0.0
+        else:
+            adv = float(reward) - self.baseline
+            self.baseline = self.rho * self.baseline + (1 - self.rho) * float(reward)
+        logp, lps = self._log_pi(state, candidates)
+        logq = torch.log_softmax(logp, -1)[int(chosen)]
+        ent = sum(-(lp.exp() * lp).sum() for lp in lps)
+        loss = -adv * logq - self.entropy * ent
         self.opt.zero_grad()
         loss.backward()
         self.opt.step()
