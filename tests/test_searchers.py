@@ -189,25 +189,6 @@ def test_ray_adapter_suggest_complete_save_restore(tmp_path):
     assert trials[0].user_attrs["fidelity"] == 0.25
 
 
-def test_optuna_sampler_adapter():
-    import optuna
-
-    from archsearch.search.adapters.optuna import CoreSampler
-
-    core = build("random")
-    study = optuna.create_study(directions=["maximize", "minimize"], sampler=CoreSampler(core))
-
-    def objective(trial):
-        cfg = core.space.suggest(trial)
-        if trial.number == 1:
-            raise RuntimeError("a failing trial")
-        return quality(cfg)["accuracy"], costs(cfg)["flops_per_sample"]
-
-    study.optimize(objective, n_trials=4, catch=(RuntimeError,))
-    assert [o.ok for o in core.observations] == [True, False, True, True]
-    assert core.observations[0].config == study.trials[0].params
-
-
 @pytest.mark.slow
 @pytest.mark.ray
 def test_single_objective_search_through_the_cli_with_ahto(tmp_path):

@@ -2,8 +2,10 @@
 
 :func:`make` builds any searcher by name: ``ahto`` and ``qnehvi`` (BoTorch, model-based; see
 :mod:`archsearch.search.ahto`) and the Optuna baselines ``random``, ``tpe``, ``nsga2``
-(:mod:`archsearch.search.baselines`). Adapters for Ray Tune and Optuna live in
-:mod:`archsearch.search.adapters`. Heavy libraries are imported lazily.
+(:mod:`archsearch.search.baselines`). The CLI wraps a core in the Tune adapter of
+:mod:`archsearch.search.adapters.ray`; plain Optuna and Ray users drop in
+:class:`~archsearch.search.samplers.AHTOSampler` and :class:`~archsearch.search.raysearch.AHTOSearch`
+(both also importable from here). Heavy libraries are imported lazily.
 """
 
 from __future__ import annotations
