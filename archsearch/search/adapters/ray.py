@@ -22,12 +22,18 @@ with Tune, whatever the searcher (``random``, ``tpe``, ``nsga2``, ``qnehvi``, ``
 * **finished**: ``COMPLETE`` with the objective values (the last epoch's) for a trial that
   trained its full budget; ``PRUNED`` for one the scheduler (ASHA) stopped early (fidelity < 1:
   its last values are kept in ``history`` and as metric user attributes, not as objective
-  values, so no sampler takes a partial-budget result for a final one); ``FAIL`` for an error or
+  values, so no sampler takes a partial-budget result for a final one; Optuna itself gives a
+  single-objective PRUNED trial its last intermediate value); ``FAIL`` for an error or
   a non-finite objective, with the one-line reason as user attribute ``error``.
   ``COMPLETE`` and ``PRUNED`` trials get the space's constraints through Optuna's constraint API
   (``Trial.set_constraint(key, value)``, keys ``METRIC.max`` / ``METRIC.min``, feasible when
   <= 0: :meth:`Searcher.constraint_values`; TPE and NSGA-II read them as
-  ``FrozenTrial.constraints``). The objectives' metric names are set once with
+  ``FrozenTrial.constraints``). The same values, sorted by key, also go to the system attribute
+  ``constraints`` as a list, the form Optuna's own samplers write for a
+  ``constraints_func`` and the only one optuna-dashboard reads (0.21 ignores
+  ``constraints:KEY``): without it the dashboard draws infeasible trials on the Pareto front.
+  (``FrozenTrial.constraints`` therefore lists each value twice, by name and by position
+  ``"0"``, ``"1"``, ...; feasibility is the same.) The objectives' metric names are set once with
   ``study.set_metric_names`` (so the dashboard says ``accuracy``, not ``Objective 0``).
 
 User attributes, the same for every searcher (set when the trial is suggested, then updated):
@@ -75,6 +81,10 @@ from ray.tune.search import Searcher as _TuneSearcher
 
 from archsearch.search.base import Searcher
 
+#: Optuna's system attribute of a trial's constraint values (``optuna.study.
+#: _constrained_optimization._CONSTRAINTS_KEY``; named ones are ``constraints:KEY``).
+_CONSTRAINTS_KEY = "constraints"
+
 #: ``error`` of a study trial a resumed driver will not continue.
 NOT_RESUMED = ("lost: the driver stopped before Ray Tune saved this trial, so the resumed search "
                "does not continue it; the searcher proposes a new trial instead")
@@ -102,6 +112,13 @@ def _number(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+def _is_metric(key: str) -> bool:
+    """Whether result key ``key`` is a metric the trial reported: not Tune's bookkeeping
+    (:data:`TUNE_KEYS`), not one of :data:`USER_ATTRS`, and not the config Tune echoes in
+    every result (a searcher gets results flattened: ``config/lr``, ...)."""
+    return key not in TUNE_KEYS and key not in USER_ATTRS and not key.startswith("config/")
 
 
 def _plain(v: Any) -> Any:
@@ -274,15 +291,18 @@ class StudyRecord:
         if result:
             self._result(trial, result, fidelity)
             for k, v in result.items():
-                if k not in TUNE_KEYS and k not in USER_ATTRS and _number(v) is not None:
+                if _is_metric(k) and _number(v) is not None:
                     trial.set_user_attr(k, _number(v))
         elif fidelity is not None:
             trial.set_user_attr("fidelity", float(fidelity))
-        if state != "FAIL":
+        if state != "FAIL" and constraints:
             known = trial.constraints
-            for key, value in (constraints or {}).items():
+            for key, value in constraints.items():
                 if key not in known:
                     trial.set_constraint(key, value)
+            # the list form too: what optuna-dashboard reads (see the module docstring)
+            trial.storage.set_trial_system_attr(trial._trial_id, _CONSTRAINTS_KEY,
+                                                [float(constraints[k]) for k in sorted(constraints)])
         self._live.pop(trial_id, None)
         if state == "FAIL":
             trial.set_user_attr("error", str(error or NO_MESSAGE))
