@@ -263,3 +263,21 @@ def test_trust_region_until_an_observation_is_inside_the_reference_box():
     assert s.pending[tid]["extra"]["source"] in ("optimizer", "trust_region")
     s.tell(tid, {"accuracy": 0.97})  # now inside the box
     assert s.trust_region(s.finished()) is None
+
+
+def test_gp_subset_bounds_the_fit_and_keeps_the_front():
+    from botorch.utils.multi_objective.pareto import is_non_dominated
+    import torch
+
+    s = make("qnehvi", parse_space(SPACE), seed=0, cost_fn=costs, max_gp_points=20, **FAST)
+    r = build("random", seed=3)
+    for _ in range(50):
+        tid, cfg = r.ask()
+        s.tell(tid, {**quality(cfg), **costs(cfg)}, config=cfg)
+    obs = s.finished()
+    sub = s.gp_subset(obs)
+    assert len(sub) == 20 and len({o.trial_id for o in sub}) == 20
+    Y = torch.tensor([s.objective_values(o.metrics) for o in obs], dtype=torch.double)
+    front = {obs[i].trial_id for i in range(len(obs)) if is_non_dominated(Y)[i]}
+    assert front <= {o.trial_id for o in sub}
+    assert obs[-1] in sub  # the most recent is kept

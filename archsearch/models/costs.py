@@ -251,7 +251,7 @@ def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Ma
       device (no memory, no initialisation). Layer tying is not applied: for ``tying`` other
       than ``none`` both are the untied model's, an upper bound of what the trial reports.
 
-    Results are cached per model config. The function keeps only the scalars it needs (not the
+    Results are cached per model config (up to the fields that change no cost). The function keeps only the scalars it needs (not the
     dataset), so it stays small when pickled (Ray).
 
     Args:
@@ -272,7 +272,10 @@ def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Ma
 
     def cost_fn(config: Mapping[str, Any]) -> dict[str, float]:
         mcfg = model_config(trial_config(config, fixed), scalars)
-        key = dataclasses.astuple(mcfg)
+        # dropout, LayerNorm epsilon, activation and attention kernel change neither FLOPs
+        # (as counted) nor parameters: one cache entry for all of their values
+        key = dataclasses.astuple(dataclasses.replace(mcfg, dropout=0.0, layer_norm_eps=1e-5,
+                                                      activation="gelu", attention_impl="sdpa"))
         hit = cache.get(key)
         if hit is None:
             flops = sum(n * flops_per_sample(mcfg, T) for T, n in lengths) / total

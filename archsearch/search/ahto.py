@@ -54,6 +54,7 @@ class QNEHVISearcher(Searcher):
         horizon: trials the search expects (default ``space.budget.trials``; used by AHTO).
         trust_length: side of the trust region (unit cube) used while no observation lies
             inside the reference box.
+        max_gp_points: observations the GP is fitted on at most (:meth:`gp_subset`).
     """
 
     name = "qnehvi"
@@ -62,7 +63,7 @@ class QNEHVISearcher(Searcher):
     def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_init: int | None = None,
                  num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15,
                  mc_samples: int = 32, gp_maxiter: int = 60, horizon: int | None = None,
-                 trust_length: float = 0.2):
+                 trust_length: float = 0.2, max_gp_points: int = 200):
         super().__init__(space, seed=seed, cost_fn=cost_fn)
         budget = getattr(space, "budget", None)
         self.horizon = int(horizon or (budget.trials if budget is not None else 40))
@@ -81,6 +82,7 @@ class QNEHVISearcher(Searcher):
         self._known = None
         self.last_info: dict[str, Any] = {}
         self.trust_length = float(trust_length)
+        self.max_gp_points = int(max_gp_points)
         self.table: list[dict[str, Any]] | None = None
         self._table_X: torch.Tensor | None = None  # (rows, d)
         self._table_ok: list[bool] = []
@@ -148,8 +150,34 @@ class QNEHVISearcher(Searcher):
             out.append(lo - 0.1 * (hi - lo) - 1e-9 * max(1.0, abs(lo)))
         return out
 
+    def gp_subset(self, obs: list[Observation]) -> list[Observation]:
+        """The observations the GP is fitted on: all of them up to ``max_gp_points``; beyond,
+        an approximation that keeps the cost of an ask bounded: half from the best
+        non-dominated layers (observed objective values, non-dominated sorting as in NSGA-II,
+        Deb et al. 2002) and the rest the most recent ones."""
+        if len(obs) <= self.max_gp_points:
+            return obs
+        from botorch.utils.multi_objective.pareto import is_non_dominated
+
+        Y = torch.tensor([self.objective_values(o.metrics) for o in obs], dtype=DTYPE)
+        left, chosen = list(range(len(obs))), []
+        while left and len(chosen) < self.max_gp_points // 2:
+            nd = is_non_dominated(Y[left], deduplicate=False).tolist()
+            layer = [i for i, keep in zip(left, nd) if keep]
+            chosen += layer[:self.max_gp_points // 2 - len(chosen)]
+            left = [i for i, keep in zip(left, nd) if not keep]
+        taken = set(chosen)
+        for i in reversed(range(len(obs))):
+            if len(chosen) >= self.max_gp_points:
+                break
+            if i not in taken:
+                chosen.append(i)
+        return [obs[i] for i in sorted(chosen)]
+
     def _acquisition(self, obs: list[Observation]):
         from archsearch.search import gp
+
+        obs = self.gp_subset(obs)
 
         fid = any(o.fidelity < 1.0 for o in obs)
         X = torch.tensor([o.x for o in obs], dtype=DTYPE)  # (n, d)
