@@ -14,7 +14,8 @@ params) with the cost function, and maximise qLogNEHVI with pending trials as ``
 * :class:`AHTOSearcher` (docs/design.md "AHTO outer loop") adds the learned policy of
   :mod:`archsearch.search.policy`, and the policy decides: ``n_policy`` samples from the policy
   join the optimiser's candidates, the acquisition ranks them all, and the policy picks one of
-  the ``top_k`` (probability ``pi(c) / sum pi`` over the top ``k``). Each tell rewards that
+  the near-ties at the top (at most ``top_k``, each with at least ``acq_ratio`` of the best
+  acquisition value; probability ``pi(c) / sum pi`` over them). Each tell rewards that
   decision with the normalised hypervolume improvement the trial made (REINFORCE, on-policy).
   With ``top_k=1`` AHTO is exactly :class:`QNEHVISearcher` plus policy samples.
 
@@ -298,7 +299,9 @@ class AHTOSearcher(QNEHVISearcher):
     Args:
         n_policy: candidates sampled from the policy per ask (the policy state's "budget
             used" is ``observations / horizon``).
-        top_k: how many of the best candidates by acquisition the policy chooses among.
+        top_k, acq_ratio: the policy chooses among at most ``top_k`` of the best candidates
+            by acquisition, those whose acquisition value is at least ``acq_ratio`` times the
+            best one's (it decides where the acquisition is nearly indifferent).
         bins, hidden, policy_lr, entropy, rho: see :class:`~archsearch.search.policy.FactorisedPolicy`.
         Other arguments: see :class:`QNEHVISearcher`.
     """
@@ -306,10 +309,10 @@ class AHTOSearcher(QNEHVISearcher):
     name = "ahto"
 
     def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_policy: int = 128,
-                 top_k: int = 5, bins: int = 8, hidden: int = 64, policy_lr: float = 0.01,
+                 top_k: int = 5, acq_ratio: float = 0.5, bins: int = 8, hidden: int = 64, policy_lr: float = 0.01,
                  entropy: float = 0.01, rho: float = 0.9, **kwargs):
         super().__init__(space, seed=seed, cost_fn=cost_fn, **kwargs)
-        self.n_policy, self.top_k = int(n_policy), int(top_k)
+        self.n_policy, self.top_k, self.acq_ratio = int(n_policy), int(top_k), float(acq_ratio)
         self.policy = FactorisedPolicy(space, bins=bins, hidden=hidden, lr=policy_lr,
                                        entropy=entropy, rho=rho, seed=seed)
         self.rewards: list[float] = []
@@ -366,7 +369,10 @@ class AHTOSearcher(QNEHVISearcher):
             ranked, vals = self._ranked(acqf, cfgs, Xc)
             if not ranked:
                 return self._sobol(), {"source": "sobol", "state": state}
-            top = ranked[:self.top_k]
+            # near-ties only: the candidates whose acquisition value is at least acq_ratio of
+            # the best (values are log-acquisition: qLogNEHVI / qLogNEI)
+            floor = float(vals[0]) + math.log(self.acq_ratio)
+            top = [i for i, v in zip(ranked[:self.top_k], vals[:self.top_k].tolist()) if v >= floor]
             acts = [self.policy.actions_of(cfgs[i]) for i in top]
             q = self.policy.choice_probs(state, acts)
             c = int(torch.multinomial(q, 1, generator=self.policy.gen))
