@@ -16,6 +16,12 @@ samplers do not model fidelity); a pruned trial keeps its constraints, and with 
 its partial value is its intermediate value (``trial.report`` at step ``round(100 *
 fidelity)``, the percent of the budget), which is how TPE ranks pruned trials.
 
+A trial told with another config than the one asked (``tell(..., config=row)``: replay on a
+recorded table maps a suggestion to its nearest row) is recorded as what ran: the asked trial
+is closed as ``FAIL`` and a ``COMPLETE`` trial with the evaluated params, values and
+constraints is added, carrying the asked trial's system attributes, so NSGA-II counts it in
+its generation (after ``population_size`` of them the next generation is bred from them).
+
 The study these samplers learn from is private to the searcher (in memory, saved with its
 state). A run's Optuna storage holds one study, the record the Ray adapter writes
 (:mod:`archsearch.search.adapters.ray`), which is what ``archsearch dashboard`` opens.
@@ -117,14 +123,23 @@ class OptunaSearcher(Searcher):
             else:
                 self.study.tell(trial, values)
             return
-        # evaluated elsewhere / mapped to another config: record what was actually run
+        # evaluated elsewhere / mapped to another config: record what was actually run. The
+        # added trial inherits the asked trial's system attributes (NSGA-II's generation,
+        # "NSGAIISampler:generation", set when it was asked): without it NSGA-II counts no
+        # trial in any generation and draws its first generation at random forever.
+        inherited = {}
         if trial is not None:
+            storage = self.study._storage
+            asked_trial = storage.get_trial(
+                storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number))
+            inherited = {k: v for k, v in asked_trial.system_attrs.items()
+                         if not k.startswith("constraints")}
             self.study.tell(trial, state=TS.FAIL)
         if obs.fidelity >= 1.0:
             dists = self.space.to_optuna()
             self.study.add_trial(optuna.trial.create_trial(
                 params=obs.config, distributions={k: dists[k] for k in obs.config},
-                values=values, constraints=cvals))
+                values=values, constraints=cvals, system_attrs=inherited))
 
     def _state(self) -> Any:
         return pickle.dumps((self.study, self.trials))
