@@ -51,11 +51,10 @@ per-seed curves are in the data file, the IQRs in the JSON). ``targets_met`` is 
 value not measured yet (None).
 
 Read the numbers with the searchers' defaults in mind (the benchmark does not tune them):
-on ``replay`` the default space has 10 unit-cube dimensions (one-hot categoricals), so the
-model-based searchers' Sobol design is ``min(2 (10 + 1), 80 // 3) = 22`` trials: at 10 and 20
-trials ahto and qnehvi are the same Sobol rows (``policy_gain_replay_20`` is 1.0 by
-construction) and ``ahto_hv_ratio_replay_20`` compares that design with the baselines. On
-DTLZ2 / C2DTLZ2 (d = 6) the design is 14 trials, on BraninCurrin 6. The replay HV is
+the model-based searchers' Sobol design is ``min(2 (p + 1), 80 // 3)`` trials for ``p``
+params: 14 on ``replay`` (6 params) and on DTLZ2 / C2DTLZ2 (d = 6), 6 on BraninCurrin. At 10
+trials ahto and qnehvi are the same Sobol rows; from trial 15 the model (and AHTO's policy)
+decides. The replay HV is
 compressed near 1: validation accuracy spans 0.72-0.78 over the 0.5 reference, so a single
 median row already scores about 0.82 and the best single row 0.98; differences between
 searchers there are small in absolute terms (trials-to-95% is the more telling number).

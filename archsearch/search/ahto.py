@@ -47,8 +47,9 @@ class QNEHVISearcher(Searcher):
     Args:
         space, seed, cost_fn: see :class:`~archsearch.search.base.Searcher`.
         n_init: Sobol configs before the GP is used (also used while fewer than 2 trials
-            finished); default ``min(2 (d + 1), max(2, horizon // 3))`` for ``d`` unit-cube
-            dimensions: enough to fit a GP, never most of a small budget.
+            finished); default ``min(2 (p + 1), max(2, horizon // 3))`` for ``p`` params
+            (not unit-cube columns: a categorical's one-hot columns are one degree of freedom):
+            enough to fit a GP, never most of a small budget.
         num_restarts, raw_samples, maxiter: ``optimize_acqf`` effort (kept small: ask time).
         mc_samples: quasi-MC samples of the acquisition.
         gp_maxiter: L-BFGS-B iterations of the GP fit.
@@ -69,7 +70,8 @@ class QNEHVISearcher(Searcher):
         budget = getattr(space, "budget", None)
         self.horizon = int(horizon or (budget.trials if budget is not None else 40))
         self.d = len(space.dims())
-        self.n_init = int(n_init) if n_init is not None else min(2 * (self.d + 1), max(2, self.horizon // 3))
+        n_params = len(space.params)
+        self.n_init = int(n_init) if n_init is not None else min(2 * (n_params + 1), max(2, self.horizon // 3))
         self.num_restarts, self.raw_samples, self.maxiter = num_restarts, raw_samples, maxiter
         self.mc_samples, self.gp_maxiter = mc_samples, gp_maxiter
         self.sobol_pos = 0
@@ -100,7 +102,8 @@ class QNEHVISearcher(Searcher):
         seen = [o.x for o in self.observations if o.x is not None] + [p["x"] for p in self.pending.values()]
         if not seen or not len(X):
             return torch.ones(len(X), dtype=torch.bool)
-        return torch.cdist(X, torch.tensor(seen, dtype=DTYPE)).min(-1).values > 1e-9
+        dist = torch.cdist(X, torch.tensor(seen, dtype=DTYPE), compute_mode="donot_use_mm_for_euclid_dist")
+        return dist.min(-1).values > 1e-9  # exact distances: the matmul form gives ~1e-8 for equal rows
 
     def _table_rows(self) -> list[int]:
         """Indices of the table's unvisited, known-feasible rows.
@@ -130,7 +133,8 @@ class QNEHVISearcher(Searcher):
             rows = self._table_rows()
             x = engine.draw(1).double()
             self.sobol_pos += 1
-            return dict(self.table[rows[int(torch.cdist(x, self._table_X[rows])[0].argmin())]])
+            dist = torch.cdist(x, self._table_X[rows], compute_mode="donot_use_mm_for_euclid_dist")
+            return dict(self.table[rows[int(dist[0].argmin())]])
         for _ in range(1000):
             x = engine.draw(1).double()[0].tolist()
             self.sobol_pos += 1
