@@ -258,7 +258,7 @@ def data_prepare(
     text_column: Optional[str] = typer.Option(None),
     label_column: Optional[str] = typer.Option(None),
     task: Optional[str] = typer.Option(None, help="classification | lm"),
-    tokenizer: Optional[str] = typer.Option(None, help="bpe | wordpiece | char | PATH to a pretrained checkpoint (default: char for lm, bpe otherwise)"),
+    tokenizer: Optional[str] = typer.Option(None, help="bpe | wordpiece | char | a pretrained checkpoint directory or Hugging Face Hub id (default: char for lm, bpe otherwise)"),
     vocab_size: int = typer.Option(8000),
     max_len: int = typer.Option(48),
 ):

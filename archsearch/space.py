@@ -167,7 +167,7 @@ class DatasetSpec(_Strict):
     name: str = "rotten_tomatoes_sentences"
     text_column: str | None = None
     label_column: str | None = None
-    tokenizer: str | None = None  #: "bpe", "wordpiece", "char" or a checkpoint dir (default: char for lm, bpe otherwise)
+    tokenizer: str | None = None  #: "bpe", "wordpiece", "char", a checkpoint dir or a Hub model id (default: char for lm, bpe otherwise)
     vocab_size: int = Field(8000, ge=64, le=1_000_000)
     max_len: int = Field(48, ge=4, le=8192)
     max_train_samples: int | None = Field(None, ge=1)

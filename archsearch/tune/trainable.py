@@ -71,7 +71,7 @@ class TrialLoop:
         torch.manual_seed(seed)
         self.gen = torch.Generator().manual_seed(seed)
         self.mcfg = model_config(self.cfg, data)
-        if self.cfg.get("init_from"):  # a local BERT-style checkpoint: its weights too
+        if self.cfg.get("init_from"):  # a pretrained encoder (directory or Hub id): its weights too
             from archsearch.models.pretrained import transformer_for_data
 
             self.model = transformer_for_data(str(self.cfg["init_from"]), data,
