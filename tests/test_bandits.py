@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from archsearch.dynamic.bandits import UCB1, CombinatorialTS, LinUCB
+from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinUCB, calibrate_monotone
 
 
 def linear_problem(seed=0, K=4, d=6):
@@ -127,3 +127,86 @@ def test_invalid_arguments_raise():
         CombinatorialTS(3, decay=0)
     with pytest.raises(ValueError):
         CombinatorialTS(3).select(None, 4)
+
+
+def budget_problem(seed=0, K=4, d=5):
+    """Deeper arms cost more and are better on average; which arm is worth its cost depends
+    on the context (issue 14: a depth bandit under a FLOPs budget)."""
+    rng = np.random.default_rng(seed)
+    theta = 0.3 * rng.normal(size=(K, d))
+    theta[:, -1] = np.linspace(0.0, 0.6, K)  # intercept: deeper is better on average
+    cost = np.linspace(1.0 / K, 1.0, K)  # FLOPs fraction of each depth
+    return rng, theta, cost
+
+
+def run_budget(budget, seed=0, rounds=1500, B=16):
+    rng, theta, cost = budget_problem(seed)
+    K, d = theta.shape
+    lin = LinUCB(K, d, alpha=0.3)
+    dual = DualPrice(budget, lr=0.05, init=0.5 if budget is not None else 0.0)
+    used = []
+    for _ in range(rounds):
+        X = np.concatenate([rng.normal(size=(B, d - 1)), np.ones((B, 1))], axis=1)  # (B, d)
+        arms = lin.select(X, offset=-dual.price * cost)  # (B,)
+        q = (X @ theta.T)[np.arange(B), arms] + 0.1 * rng.normal(size=B)  # quality, no cost
+        lin.update(X, arms, q)
+        used.append(cost[arms].mean())
+        dual.update(cost[arms].mean())
+    return np.array(used), dual
+
+
+def test_dual_ascent_meets_a_flops_budget_on_a_synthetic_bandit_problem():
+    free, _ = run_budget(None)
+    assert free[-500:].mean() > 0.75  # unconstrained, the bandit runs deep: the budget binds
+    for budget in (0.35, 0.5, 0.7):
+        used, dual = run_budget(budget)
+        assert abs(used[-500:].mean() - budget) <= 0.05, (budget, used[-500:].mean())
+        assert dual.price > 0
+    # a budget that does not bind: the price falls to 0 and nothing is charged
+    used, dual = run_budget(1.0)
+    assert dual.price == 0.0 and used[-500:].mean() <= 1.0
+
+
+def test_dual_price_state_and_validation():
+    p = DualPrice(0.5, lr=0.1, init=0.2)
+    assert p.update(0.9) == pytest.approx(0.24) and p.update(0.0) == pytest.approx(0.19)
+    assert p.update(0.0) == pytest.approx(0.14)
+    q = DualPrice(None)
+    q.load_state_dict(torch.load(io.BytesIO(_saved(p.state_dict())), weights_only=True))
+    assert (q.budget, q.price, q.steps) == (0.5, p.price, 3)
+    free = DualPrice(None, init=0.3)
+    assert free.update(5.0) == 0.3  # no budget: the price is the fixed initial one
+    for bad in (dict(budget=0.0), dict(budget=0.5, lr=0.0), dict(budget=0.5, init=-1.0)):
+        with pytest.raises(ValueError):
+            DualPrice(**bad)
+
+
+def _saved(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def test_calibrate_monotone_lands_on_a_step_function_target():
+    cost = np.linspace(0.25, 1.0, 4)
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(500, 4)) * 0.2 + np.linspace(0, 0.6, 4)  # quality per (sample, arm)
+
+    def frac(price):
+        return cost[(q - price * cost).argmax(axis=1)].mean()
+
+    for target in (0.3, 0.5, 0.8):
+        price, got = calibrate_monotone(frac, target, 0.0, 10.0)
+        assert abs(got - target) <= 0.05 and got == frac(price)
+
+
+def test_offsets_make_selection_cost_aware():
+    lin = LinUCB(3, 2, alpha=0.0)
+    X = np.ones((4, 2))
+    assert lin.select(X).tolist() == [2] * 4  # untrained, no price: ties go to the deepest arm
+    assert lin.select(X, offset=-0.1 * np.array([1.0, 2.0, 3.0])).tolist() == [0] * 4
+    ucb = UCB1(3, n_rows=1)
+    ucb.update([0, 0, 0], [0, 1, 2], [0.5, 0.6, 0.7])
+    assert ucb.select(greedy=True).tolist() == [2]
+    assert ucb.select(greedy=True, offset=np.array([0.0, -0.05, -0.5])).tolist() == [1]
+    assert UCB1(3).select(greedy=True, offset=np.array([0.0, -1.0, -2.0])).tolist() == [0]

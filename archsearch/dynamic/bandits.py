@@ -10,6 +10,13 @@
   playing the top-k of the sampled means: Chapelle & Li 2011, "An Empirical Evaluation of
   Thompson Sampling" (NeurIPS), Alg. 2; Wang & Chen 2018, "Thompson Sampling for Combinatorial
   Semi-bandits" (ICML), CTS with the top-k oracle. Several rows, as UCB1.
+* :class:`DualPrice` -- the Lagrange multiplier of an average-cost constraint, updated by
+  projected dual (sub)gradient ascent (Boyd & Vandenberghe, "Convex Optimization", 2004, §5.5 /
+  Boyd's subgradient-methods notes, §6); bandits with a budget then play
+  ``argmax_a (score_a - price * cost_a)`` through the ``offset`` argument of ``select``
+  (the Lagrangian relaxation of bandits with knapsacks: Badanidiyuru, Kleinberg & Slivkins 2013,
+  "Bandits with Knapsacks", FOCS, §1; Agrawal & Devanur 2014, "Bandits with concave rewards and
+  convex knapsacks", EC).
 
 All randomness comes from a ``numpy.random.Generator`` seeded at construction; the same seed and
 the same calls give the same choices. ``state_dict()`` holds tensors, numbers and strings only
@@ -60,13 +67,18 @@ class UCB1:
         """``n_rows x n_arms`` empirical mean rewards (0 for arms never played)."""
         return self.sums / np.maximum(self.counts, 1)
 
-    def select(self, rows: np.ndarray | None = None, *, greedy: bool = False) -> np.ndarray:
+    def select(self, rows: np.ndarray | None = None, *, greedy: bool = False,
+               offset: np.ndarray | None = None) -> np.ndarray:
         """One arm per requested row.
 
         Args:
             rows: row indices (``R``,), default all rows.
             greedy: pick the best empirical mean among played arms (no exploration); a row
-                never played returns its last arm.
+                never played returns its last arm when ``offset`` is ``None``, else the arm
+                with the largest offset.
+            offset: ``K`` or ``R x K`` values added to every arm's score (e.g.
+                ``-price * cost_a``: a cost-aware choice); arms never played still come first
+                (in exploration), ordered by ``offset``.
 
         Returns:
             ``R`` int array of arm indices.
@@ -74,15 +86,20 @@ class UCB1:
         rows = np.arange(self.n_rows) if rows is None else np.asarray(rows, dtype=int)
         n = self.counts[rows]  # (R, K), possibly fractional with decay
         mean = self.sums[rows] / np.maximum(n, 1)  # (R, K)
+        off = np.zeros_like(mean) if offset is None else np.broadcast_to(np.asarray(offset, float), mean.shape)
         if greedy:
-            score = np.where(n > 0, mean, -np.inf)
-            score[(n == 0).all(axis=1)] = 0.0
-            score[(n == 0).all(axis=1), :-1] = -np.inf  # unplayed row: the last arm
+            score = np.where(n > 0, mean + off, -np.inf)
+            unplayed = (n == 0).all(axis=1)
+            if offset is None:
+                score[unplayed] = 0.0
+                score[unplayed, :-1] = -np.inf  # unplayed row: the last arm
+            else:
+                score[unplayed] = off[unplayed]  # unplayed row: the best offset
         else:
             t = np.maximum(n.sum(axis=1, keepdims=True), 1)  # (R, 1)
             bonus = self.c * np.sqrt(2.0 * np.log(t) / np.maximum(n, 1))  # (R, K)
-            score = np.where(n > 0, mean + bonus, np.inf)
-            score = np.where(n > 1e-3, score, np.inf)  # (decayed to nothing: play again)
+            fresh = n <= 1e-3  # never played (or decayed to nothing): play first
+            score = np.where(fresh, 1e12 + off, mean + bonus + off)
         return score.argmax(axis=1)
 
     def update(self, rows: np.ndarray, arms: np.ndarray, rewards: np.ndarray | float) -> None:
@@ -152,9 +169,15 @@ class LinUCB:
         var = np.einsum("bi,kij,bj->bk", X, self.A_inv, X)  # (B, K)
         return mean + self.alpha * np.sqrt(np.maximum(var, 0.0))
 
-    def select(self, X: np.ndarray, *, greedy: bool = False) -> np.ndarray:
-        """One arm per context row of ``X`` (``B x d``) -> ``B`` int array (ties: highest arm)."""
-        s = self.scores(X, greedy=greedy)[:, ::-1]  # (B, K), reversed: argmax picks the last max
+    def select(self, X: np.ndarray, *, greedy: bool = False, offset: np.ndarray | None = None) -> np.ndarray:
+        """One arm per context row of ``X`` (``B x d``) -> ``B`` int array (ties: highest arm).
+
+        ``offset`` (``K`` or ``B x K``) is added to the scores: ``-price * cost_a`` turns the
+        choice into the Lagrangian ``argmax_a (score_a - price * cost_a)`` of a cost budget."""
+        s = self.scores(X, greedy=greedy)
+        if offset is not None:
+            s = s + np.broadcast_to(np.asarray(offset, float), s.shape)
+        s = s[:, ::-1]  # (B, K), reversed: argmax picks the last max
         return self.n_arms - 1 - s.argmax(axis=1)
 
     def update(self, X: np.ndarray, arms: np.ndarray, rewards: np.ndarray | float) -> None:
@@ -181,6 +204,92 @@ class LinUCB:
         self.b = state["b"].numpy().copy()
         self.alpha, self.decay = float(state["alpha"]), float(state["decay"])
         self._refresh()
+
+
+class DualPrice:
+    """The price of a resource under an average budget, by projected dual ascent.
+
+    After each round that used a (mean) cost fraction ``c``:
+    ``price <- max(0, price + lr * (c - budget))``. A policy that plays
+    ``argmax_a (quality_a - price * cost_a)`` then meets ``mean(cost) ~= budget`` on average
+    when the budget binds; when it does not, the price decays to 0 (no cost is charged).
+    Source: dual (sub)gradient ascent on the Lagrangian of ``max E[quality] s.t. E[cost] <=
+    budget`` (Boyd & Vandenberghe 2004, §5.5; Badanidiyuru, Kleinberg & Slivkins 2013, §1).
+
+    Args:
+        budget: target mean cost (same unit as the costs passed to :meth:`update`, e.g. a
+            FLOPs fraction in (0, 1]); ``None`` = no budget, the price stays at ``init``.
+        lr: step size ``eta`` (price units per unit of cost excess), > 0.
+        init: starting price (>= 0).
+
+    Raises:
+        ValueError: ``budget <= 0``, ``lr <= 0`` or ``init < 0``.
+    """
+
+    def __init__(self, budget: float | None, *, lr: float = 0.05, init: float = 0.0):
+        if budget is not None and not budget > 0:
+            raise ValueError(f"budget must be > 0, got {budget}")
+        if not lr > 0 or not init >= 0:
+            raise ValueError(f"need lr > 0 and init >= 0, got {lr}, {init}")
+        self.budget = None if budget is None else float(budget)
+        self.lr, self.price = float(lr), float(init)
+        self.steps = 0
+
+    def update(self, cost: float) -> float:
+        """One ascent step with the round's mean cost; returns the new price (unchanged
+        without a budget)."""
+        if self.budget is not None:
+            self.price = max(0.0, self.price + self.lr * (float(cost) - self.budget))
+        self.steps += 1
+        return self.price
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"budget": -1.0 if self.budget is None else self.budget, "lr": self.lr,
+                "price": self.price, "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        b = float(state["budget"])
+        self.budget = None if b < 0 else b
+        self.lr, self.price, self.steps = float(state["lr"]), float(state["price"]), int(state["steps"])
+
+
+def calibrate_monotone(fn, target: float, lo: float, hi: float, *, iters: int = 30,
+                       decreasing: bool = True) -> tuple[float, float]:
+    """Bisection for a knob ``v`` in ``[lo, hi]`` whose outcome ``fn(v)`` is monotone (e.g. the
+    mean FLOPs fraction on validation data as a function of a price or an exit threshold).
+
+    Args:
+        fn: ``v -> outcome`` (float), non-increasing in ``v`` if ``decreasing`` else
+            non-decreasing. Step functions are fine (discrete exits).
+        target: the outcome wanted (e.g. ``flops_budget``).
+        lo, hi: bracket of ``v``.
+        iters: bisection steps.
+
+    Returns:
+        ``(v, fn(v))``: of all evaluated points, the one whose outcome is closest to ``target``
+        (ties: the one with the smaller outcome, i.e. under budget).
+    """
+    best = None
+    for _ in range(iters + 2):
+        if best is None:
+            cand = [lo, hi]
+        else:
+            cand = [(lo + hi) / 2]
+        for v in cand:
+            out = float(fn(v))
+            key = (abs(out - target), out)
+            if best is None or key < best[0]:
+                best = (key, v, out)
+            if best[0][0] == 0:
+                return best[1], best[2]
+        if len(cand) == 1:
+            v = cand[0]
+            above = out > target
+            if above == decreasing:  # outcome too large: move towards the side that lowers it
+                lo = v
+            else:
+                hi = v
+    return best[1], best[2]
 
 
 class CombinatorialTS:
