@@ -1,5 +1,6 @@
-"""Dynamic layer tying: real sharing, untying, the agent's action space, the optimizer following
-every change, the Q-update on a tiny MDP, and a checkpoint round trip on the Shakespeare LM."""
+"""Dynamic layer tying: real sharing, untying, the agent's rounds and action space, epsilon and
+freezing, the reward deciding the map, the target network, the optimizer following every change,
+the Q-update on a tiny MDP, and a checkpoint round trip on the Shakespeare LM."""
 
 import itertools
 
@@ -11,12 +12,12 @@ from archsearch.dynamic import tying_class
 from archsearch.dynamic.tying import (
     AllTying,
     EveryKTying,
+    ImprovementReward,
     RLTying,
     TyingAgent,
     apply_tying_map,
     check_map,
     next_map,
-    reward_from_loss,
     set_layer,
     sync_optimizer,
     tying_map,
@@ -122,29 +123,120 @@ def test_next_map_matches_the_model_and_maps_are_validated():
             check_map(bad, 4)
 
 
-def test_agent_only_ties_a_layer_to_itself_or_an_earlier_one():
+def run_agent(model, seed, steps, loss_of_map, every=1):
+    """Drive RLTying on ``model`` (no trial loop) with training losses computed from its map."""
+    rl = RLTying(model, {"tying_every": every}, {"seed": seed, "epochs": 1, "steps_per_epoch": steps})
+    for step in range(1, steps + 1):
+        rl.after_step(step, loss_of_map(tying_map(model)))
+    return rl
+
+
+def test_agent_decides_every_layer_each_round_and_only_legal_ties():
     model = tiny_model(5)
-    rl = RLTying(model, {"tying_every": 1}, {"seed": 3})
+    rl = RLTying(model, {"tying_every": 1}, {"seed": 3, "epochs": 1, "steps_per_epoch": 200})
     assert tying_map(model) == [0] * 5  # starts with everything tied to block 0
     seen = set()
-    for step in range(1, 201):
-        layer, before = rl.layer, tying_map(model)
+    for step in range(1, 81):  # the exploring rounds (40% of 200)
+        before = tying_map(model)
         rl.after_step(step, 2.0 + 0.1 * (step % 7))
-        p = rl.pending
-        assert p["layer"] == layer and 0 <= p["action"] <= layer
-        assert p["state"] == before
-        # the model now carries exactly the decided change (and nothing else)
-        assert tying_map(model) == next_map(before, layer, p["action"])
-        seen.add((layer, p["action"]))
+        assert [t["layer"] for t in rl.pending] == [1, 2, 3, 4]  # every block, in order
+        cur = before
+        for t in rl.pending:  # each decision sees the map the earlier ones left
+            assert t["state"] == cur and 0 <= t["action"] <= t["layer"]
+            cur = next_map(cur, t["layer"], t["action"])
+            assert t["next_state"] == cur
+            seen.add((t["layer"], t["action"]))
+        assert tying_map(model) == cur  # the model carries exactly the decided changes
+    assert rl.rounds == 80 and rl.decisions == 80 * 4 and not rl.frozen
     # exploration reached every legal action of every block (block 0 has no choice)
     assert seen == {(i, j) for i in range(1, 5) for j in range(i + 1)}
-    assert rl.sweeps == 50 and rl.agent.epsilon == pytest.approx(0.95 ** 50)
+    assert len(rl.agent.buffer) == 79 * 4  # the last round is rewarded at the next interval
     agent = TyingAgent(4, seed=0, epsilon=0.0)
     for s in ([0, 0, 0, 0], [0, 1, 2, 3], [0, 1, 1, 3]):
         for layer in range(4):
             assert 0 <= agent.act(s, layer) <= layer
-    assert reward_from_loss(0.5) == pytest.approx(-1.6487, abs=1e-4)
-    assert reward_from_loss(4.0) == -10.0 and reward_from_loss(float("nan")) == -10.0
+
+
+def test_epsilon_reaches_005_at_40_percent_then_the_map_freezes():
+    steps, every = 400, 4  # 100 rounds: 40 exploring, then one greedy round and frozen
+    model = tiny_model(4)
+    rl = RLTying(model, {"tying_every": every}, {"seed": 0, "epochs": 2, "steps_per_epoch": steps // 2})
+    assert rl.total_rounds == 100 and rl.explore_rounds == 40
+    eps = []
+    for step in range(1, steps + 1):
+        rl.after_step(step, 2.0 + 0.05 * (step % 5))
+        if step % every == 0:
+            eps.append((step, rl.agent.epsilon, rl.frozen, rl.decisions, tying_map(model)))
+    # epsilon decays per decision: 3 decisions a round, 1.0 -> 0.05 over the 120 exploring ones
+    by_step = {s: (e, f, d, m) for s, e, f, d, m in eps}
+    assert by_step[4][0] == pytest.approx(0.05 ** (3 / 120))
+    assert by_step[80][0] == pytest.approx(0.05 ** 0.5)  # halfway through exploration
+    assert by_step[160][0] == pytest.approx(0.05) and not by_step[160][1]  # 40% of the run
+    assert by_step[164][1] and by_step[164][2] == 41 * 3  # the greedy final round, then frozen
+    final = by_step[164][3]
+    for s, (e, f, d, m) in by_step.items():
+        if s >= 164:
+            assert f and d == 41 * 3 and m == final and e == pytest.approx(0.05)
+    assert rl.metrics()["tying_map"] == final
+    with pytest.raises(ValueError, match="tying_explore_frac"):
+        RLTying(tiny_model(), {"tying_explore_frac": 0.0}, {"epochs": 1})
+
+
+def test_the_reward_decides_the_final_map():
+    """Losses that favour a known map lead the agent to it; constant losses (reward 0) leave a
+    different map for the same seed (same exploration RNG, so only the reward differs)."""
+    target = [0, 1, 1, 3]
+
+    def favour(s):  # 0.1 nats per block tied differently from the target
+        return 2.0 + 0.1 * sum(a != b for a, b in zip(s, target, strict=True))
+
+    const_hits = 0
+    for seed in range(3):
+        good = run_agent(tiny_model(4), seed, 800, favour)
+        const = run_agent(tiny_model(4), seed, 800, lambda s: 2.0)
+        assert good.frozen and const.frozen
+        assert tying_map(good.model) == target, seed
+        assert const.agent.buffer.rewards[:len(const.agent.buffer)].abs().max() == 0.0
+        const_hits += tying_map(const.model) == target
+    assert const_hits <= 1  # without a reward the target is a 1-in-15 accident
+
+
+def test_reward_is_detrended_and_normalised():
+    rew = ImprovementReward(beta=0.9)
+    assert rew(2.0) is None  # the first interval sets the baseline
+    assert [rew(2.0) for _ in range(5)] == [0.0] * 5  # constant loss: no reward
+    # a steady downward trend earns ~nothing once the trend is learnt; a jump up is punished
+    rs = [rew(2.0 - 0.01 * k) for k in range(1, 200)]
+    assert abs(sum(rs[-50:]) / 50) < 0.3
+    assert rew(2.5) == pytest.approx(-3.0)  # clipped
+    assert rew(float("nan")) == -3.0
+
+
+def test_td_target_uses_the_target_network():
+    agent = TyingAgent(3, gamma=0.9, seed=0, target_sync=1000)
+    with torch.no_grad():  # target network: constant outputs 0..5; online network differs
+        agent.q_target.net[2].weight.zero_()
+        agent.q_target.net[2].bias.copy_(torch.arange(6.0))
+        agent.q.net[2].bias.add_(100.0)
+    states, layers, actions = [[0, 0, 0], [0, 1, 1]], [1, 2], [0, 2]
+    rewards, next_states, next_layers = [1.0, -1.0], [[0, 1, 1], [0, 0, 2]], [2, 1]
+    target = agent.td_target(rewards, next_states, next_layers)
+    # block 2's outputs are 3, 4, 5 -> max 5; block 1's are 1, 2 -> max 2
+    assert target.tolist() == pytest.approx([1.0 + 0.9 * 5.0, -1.0 + 0.9 * 2.0])
+    with torch.no_grad():
+        q = agent.q(agent.encode(states))[[0, 1], [1 + 0, 3 + 2]]
+    loss = agent.td_update(states, layers, actions, rewards, next_states, next_layers)
+    assert loss == pytest.approx(float(((q - target) ** 2).mean()), rel=1e-5)
+    # the target network only changes at a sync
+    assert torch.equal(agent.q_target.net[2].bias, torch.arange(6.0))
+    assert torch.equal(agent.td_target(rewards, next_states, next_layers), target)
+    agent.target_sync = agent.updates + 1
+    agent.td_update(states, layers, actions, rewards, next_states, next_layers)
+    for k, v in agent.q.state_dict().items():
+        assert torch.equal(v, agent.q_target.state_dict()[k])
+    # replay draws its minibatches from the buffer
+    agent.remember([0, 0, 0], 1, 1, 0.5, [0, 1, 0], 2)
+    assert len(agent.buffer) == 1 and agent.replay(2) is not None
 
 
 def test_optimizer_follows_tie_and_untie_changes(data):
@@ -177,8 +269,9 @@ def test_optimizer_follows_tie_and_untie_changes(data):
 
     # the agent itself, deciding at every batch, keeps the optimizer consistent
     rl = TrialLoop({**TINY, "tying": "rl", "tying_every": 1}, data, SETTINGS)
-    rl.train_epoch()
-    assert rl.tying.decisions == SETTINGS["steps_per_epoch"]
+    rl.train_epoch()  # 12 steps in all: 5 exploring rounds, the greedy one, frozen
+    assert rl.tying.decisions == SETTINGS["steps_per_epoch"] * (TINY["n_layers"] - 1)
+    assert rl.tying.frozen
     assert_optimizer_consistent(rl)
     m = rl.evaluate()
     s = tying_map(rl.model)
@@ -192,7 +285,8 @@ def test_optimizer_follows_tie_and_untie_changes(data):
 def test_q_update_converges_on_a_tiny_deterministic_mdp():
     """States: the canonical tying maps of 3 blocks; the block decided alternates 1, 2, 1, ...;
     reward 1 when the new map is [0, 1, 1] (one extra set of weights shared by blocks 1 and 2),
-    else 0. Q* from value iteration; the agent's full-batch TD updates must reach it."""
+    else 0. Q* from value iteration; the agent's full-batch TD updates
+    (target network synced every 10) must reach it."""
     L, gamma = 3, 0.9
     states = sorted({tuple(next_map(next_map([0, 0, 0], 1, a), 2, b)) for a in (0, 1) for b in (0, 1, 2)})
     nxt_layer = {1: 2, 2: 1}
@@ -204,11 +298,11 @@ def test_q_update_converges_on_a_tiny_deterministic_mdp():
         v = {(s, i): max(q_star[(s, i, j)] for j in range(i + 1)) for s in states for i in (1, 2)}
         q_star = {t: r + gamma * v[(ns, nxt_layer[t[1]])]
                   for t, r, ns in zip(transitions, rewards, next_states, strict=True)}
-    agent = TyingAgent(L, gamma=gamma, seed=0)  # AdamW lr 1e-3
+    agent = TyingAgent(L, gamma=gamma, seed=0, target_sync=10)  # AdamW lr 1e-3
     batch = ([list(s) for s, _, _ in transitions], [i for _, i, _ in transitions],
              [j for _, _, j in transitions], rewards, [list(ns) for ns in next_states],
              [nxt_layer[i] for _, i, _ in transitions])
-    for _ in range(1500):
+    for _ in range(4000):
         loss = agent.td_update(*batch)
     assert loss < 1e-3
     err = max(abs(float(agent.q_values(list(s), i)[j]) - q_star[(s, i, j)]) for s, i, j in transitions)
@@ -219,7 +313,7 @@ def test_q_update_converges_on_a_tiny_deterministic_mdp():
 
 
 def test_checkpoint_round_trip_restores_tying_and_eval_loss(data, tmp_path):
-    cfg = {**TINY, "n_layers": 3, "tying": "rl", "tying_every": 2}
+    cfg = {**TINY, "n_layers": 3, "tying": "rl", "tying_every": 2, "tying_explore_frac": 1.0}
     loop = TrialLoop(cfg, data, SETTINGS)
     loop.train_epoch()
     if apply_tying_map(loop.model, [0, 1, 1]):  # a map with both a tie and an untied block
@@ -239,10 +333,14 @@ def test_checkpoint_round_trip_restores_tying_and_eval_loss(data, tmp_path):
     assert after["params_trainable"] == before["params_trainable"]
     assert_optimizer_consistent(restored)
     a, b = loop.tying, restored.tying
-    assert (b.agent.epsilon, b.layer, b.decisions, b.pending) == \
-        (a.agent.epsilon, a.layer, a.decisions, a.pending)
-    for k, v in a.agent.q.state_dict().items():
-        assert torch.equal(v, b.agent.q.state_dict()[k])
+    assert (b.agent.epsilon, b.rounds, b.decisions, b.pending, b.frozen, b.losses) == \
+        (a.agent.epsilon, a.rounds, a.decisions, a.pending, a.frozen, a.losses)
+    assert b.reward.state_dict() == a.reward.state_dict()
+    for net in ("q", "q_target"):
+        for k, v in getattr(a.agent, net).state_dict().items():
+            assert torch.equal(v, getattr(b.agent, net).state_dict()[k])
+    assert len(b.agent.buffer) == len(a.agent.buffer) > 0
+    assert torch.equal(b.agent.buffer.rewards, a.agent.buffer.rewards)
     # training continues identically (same data RNG, agent RNG, Adam state; no dropout)
     a_loss, b_loss = loop.train_epoch(), restored.train_epoch()
     assert b_loss == pytest.approx(a_loss, rel=1e-5)
