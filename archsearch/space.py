@@ -16,7 +16,7 @@ constraints, the budget, and the searchable params::
       n_layers: {type: int, low: 1, high: 4}
       lr: {type: float, low: 3.0e-4, high: 3.0e-3, log: true}
       d_model: {type: categorical, choices: [64, 128]}
-      dht_lambda: {type: float, low: 0.0, high: 1.0, when: {gating: dht}}
+      flops_budget: {type: float, low: 0.25, high: 1.0, when: {gating: dht}}
     fixed: {dropout: 0.1}
 
 Every mistake raises :class:`archsearch.errors.UserError` naming the file and the dotted field
@@ -59,7 +59,7 @@ MODEL_KEYS = {
     "label_smoothing",
     "tying_every",
     "evolution_iterations", "evolution_mutations", "evolution_crossovers", "evolution_val_samples",
-    "dht_warmup_steps", "n_fixed",
+    "dht_warmup_steps", "n_fixed", "flops_budget",
 }
 
 Scalar = Union[int, float, str, bool]

@@ -176,12 +176,12 @@ def small_data(cache_dir):
     return dataclasses.replace(data, data={**data.data, "train": tr, "validation": va})
 
 
-def train_dht(data, lam, seed=0):
+def train_dht(data, lam, seed=0, **extra):
     from archsearch.tune.trainable import TrialLoop
 
     torch.set_num_threads(1)
     cfg = {"gating": "dht", "n_layers": 3, "d_model": 32, "n_heads": 4, "dht_lambda": lam,
-           "dht_warmup_steps": 3, "warmup_steps": 5}
+           "dht_warmup_steps": 3, "dht_warmup_max_steps": 8, "warmup_steps": 5, **extra}
     loop = TrialLoop(cfg, data, {"epochs": 1, "batch_size": 32, "seed": seed})
     loop.train_epoch()
     return loop, loop.evaluate()
@@ -216,7 +216,9 @@ def test_shipped_dht_space_validates():
 
     space = load_space(ROOT / "search_spaces" / "dht.yaml")
     assert space.params["gating"].choices == ["static", "dht"]
-    assert space.params["dht_lambda"].when == {"gating": "dht"}
+    # issue 14: the outer loop searches a FLOPs budget; dht_lambda is only the initial price
+    assert space.params["flops_budget"].when == {"gating": "dht"}
+    assert "dht_lambda" not in space.params
 
 
 @pytest.mark.ray
@@ -260,3 +262,115 @@ def test_tiny_dht_search_through_the_cli(tmp_path, cache_dir):
         m = t["metrics"]
         assert 0 <= m["accuracy"] <= 1 and m["flops_per_sample"] > 0 and m["latency_ms"] > 0
         assert "dht_mean_depth" in json.dumps(m)
+
+
+# ---------------------------------------------------------------- issue 14: budget, exits, rewards
+def synthetic_task(seed=0, B=64, T=12):
+    """Labels decided by whether token 7 occurs: learnable from one block."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(1, 60, (B, T), generator=g)
+    y = (x == 7).any(dim=1).long() | (x[:, 0] > 30).long()
+    return x, torch.ones(B, T, dtype=torch.bool), y
+
+
+def exit_ce(model, x, mask, y, depth):
+    with torch.no_grad():
+        return float(torch.nn.functional.cross_entropy(model(x, mask, n_layers=depth), y))
+
+
+def test_all_exits_training_makes_the_exit_1_loss_fall():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
+                            dropout=0.0, n_classes=2)
+    model = Transformer(cfg).train()
+    dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 1000}, {"seed": 0})
+    x, mask, y = synthetic_task()
+    before = [exit_ce(model, x, mask, y, d) for d in (1, 2, 3, 4)]
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for step in range(40):
+        xb, mb, yb = synthetic_task(seed=step + 1)
+        loss = dht.training_loss(xb, mb, yb, torch.nn.functional.cross_entropy)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        dht.after_step(loss.item())
+    after = [exit_ce(model, x, mask, y, d) for d in (1, 2, 3, 4)]
+    assert after[0] < 0.8 * before[0], (before, after)  # the shallowest exit is trained too
+    assert all(a < b for a, b in zip(after, before)), (before, after)
+    # during the warm-up the depth bandit learnt from every exit of every sample
+    assert dht.updates == 40 and (np.diagonal(dht.lin.A, axis1=1, axis2=2).sum(1) > 17 + 40).all()
+
+
+def test_per_sample_rewards_update_exactly_the_depth_arms_each_sample_reached(tiny):
+    model, x, mask = tiny
+    dht = DHTGating(model, {"n_fixed": 1, "dht_epsilon": 0.0}, {"seed": 0}, decay=1.0)
+    dht.takeover_step = 0  # the bandit routes from the first step
+    rng = np.random.default_rng(0)
+    dht.lin.b = 50.0 * rng.normal(size=dht.lin.b.shape)  # contexts prefer different depths
+    dht.lin._refresh()
+    y = torch.randint(0, 2, (8,))
+    loss = dht.training_loss(x, mask, y, torch.nn.functional.cross_entropy)
+    loss.backward()
+    p = dht._pending
+    X, arms, ce = p["X"], p["arms"], p["ce"]  # (B, 17), (B,) depth-arm index, (B, K) CE per exit
+    assert len(set(arms.tolist())) >= 2, arms
+    # CE recorded for exactly the exits <= each sample's routed depth
+    assert (~np.isnan(ce) == (np.arange(4)[None, :] <= arms[:, None])).all()
+    norm = float(p["full_ce"][:, -1].mean())  # first step: the deepest exit's batch mean CE
+    A0, b0 = dht.lin.A.copy(), dht.lin.b.copy()
+    dht.after_step(loss.item())
+    for a in range(4):
+        reached = arms >= a  # samples whose routed path ran through exit a
+        np.testing.assert_allclose(dht.lin.A[a], A0[a] + X[reached].T @ X[reached], atol=1e-9)
+        # each sample's own reward: -(its CE at that exit) / norm (the price is charged at
+        # selection, so it is not stored in the bandit)
+        np.testing.assert_allclose(dht.lin.b[a], b0[a] + X[reached].T @ (-ce[reached, a] / norm), atol=1e-9)
+    # samples never reached the deeper exits: those arms got nothing from them
+    assert not np.allclose(dht.lin.A[0], dht.lin.A[3]) or (arms == 3).all()
+
+
+def test_static_depth_forced_run_equals_the_static_model_after_training(tiny):
+    model, x, mask = tiny
+    model.train()
+    dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 0, "flops_budget": 0.5,
+                            "dht_warmup_max_steps": 2}, {"seed": 0})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    y = torch.randint(0, 2, (8,))
+    for _ in range(6):
+        loss = dht.training_loss(x, mask, y, torch.nn.functional.cross_entropy)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        dht.after_step(loss.item())
+    assert dht.takeover_step is not None and dht.updates == 6
+    model.eval()
+    for k in (1, 2, 3, 4):
+        dht.force_depth = k
+        logits, flops = dht.predict(x, mask)
+        torch.testing.assert_close(logits, model(x, mask, n_layers=k), rtol=0, atol=1e-6)
+        assert flops.tolist() == [float(costs.flops_per_sample(model.config, 12, n_layers=k))] * 8
+
+
+def test_budget_calibration_on_validation_lands_within_005(small_data):
+    static = costs.known_costs_fn(small_data)({"gating": "static", "n_layers": 3, "d_model": 32,
+                                               "n_heads": 4})["flops_per_sample"]
+    for budget in (0.5, 0.75):
+        loop, m = train_dht(small_data, lam=0.5, flops_budget=budget)
+        assert loop.gating.takeover_step is not None
+        frac = m["flops_per_sample"] / static  # the evaluation ran at the calibrated price
+        assert abs(frac - budget) <= 0.05, (budget, frac, m["dht_depth_hist"])
+        assert m["dht_calibrated_flops_fraction"] == pytest.approx(frac, abs=1e-9)
+        assert m["dht_eval_price"] >= 0 and m["dht_price"] >= 0
+    # the calibration does not depend on the loop: the same call on the same rows
+    va = small_data["validation"]
+    price, got = loop.gating.calibrate([(va.input_ids[:128], va.attention_mask[:128])], budget=0.6)
+    assert abs(got - 0.6) <= 0.05 and loop.gating.eval_price == price
+
+
+def test_bad_flops_budget_raises(tiny):
+    with pytest.raises(ValueError, match="flops_budget"):
+        DHTGating(tiny[0], {"flops_budget": 0.0}, {})
+    with pytest.raises(ValueError, match="flops_budget"):
+        DHTGating(tiny[0], {"flops_budget": 1.5}, {})
+    with pytest.raises(ValueError, match="budget"):
+        DHTGating(tiny[0], {}, {}).calibrate([])

@@ -7,6 +7,10 @@ The trainable's loop, per training batch::
     gating.after_step(loss.item())                     # e.g. bandit rewards
     tying.after_step(step, loss.item())                # may tie/untie layers, fix the optimizer
 
+and per evaluation (once, before its batches)::
+
+    gating.before_evaluate(split_name)                 # e.g. calibrate a price to a FLOPs budget
+
 and per evaluation batch::
 
     logits, flops = gating.predict(x, mask)            # flops: FLOPs executed per sample
@@ -117,6 +121,10 @@ class GatingStrategy:
 
     def after_step(self, loss: float) -> None:
         """Called after each optimizer step with the batch's training loss (nats)."""
+
+    def before_evaluate(self, split_name: str = "validation") -> None:
+        """Called once before an evaluation pass over ``split_name`` (the model is in eval
+        mode); e.g. calibrate an exit threshold or price to a FLOPs budget on validation data."""
 
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
         """Inference: ``(logits, flops)`` with ``flops`` a float64 tensor ``(B,)`` of FLOPs

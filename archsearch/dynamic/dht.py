@@ -1,42 +1,77 @@
-"""DHT: per-sample layer and head gating by contextual bandits (``gating: dht``).
+"""DHT: per-sample layer and head gating by contextual bandits under a FLOPs budget (``gating: dht``).
 
-Source: Sample-based Dynamic Hierarchical Transformer (arXiv 2312.03038); our specification is
-the DHT section of docs/design.md. Per batch:
+Sources: Sample-based Dynamic Hierarchical Transformer (arXiv 2312.03038, §3: context, LinUCB
+depth, UCB head counts, Thompson-sampled heads, queueing); the budget and training fixes of
+issue 14 (docs/design.md, DHT section). Per training batch:
 
 1. Every sample runs the embeddings and the first ``n_fixed`` blocks (all heads) as one batch.
 2. Context: the mean-pooled hidden state there, times a fixed random ``d x 16`` projection
    (seeded), L2-normalised, plus a constant 1 -> a 17-dim vector per sample.
-3. Depth: a :class:`~archsearch.dynamic.bandits.LinUCB` (arms = allowed depths
-   ``min_layers..max_layers``) picks ``L*`` per sample.
-4. Queueing: samples with the same ``L*`` form one group. For each group and each gated block
-   ``n_fixed..L*-1``, a :class:`~archsearch.dynamic.bandits.UCB1` (one row per block, arms =
-   head counts ``min_heads..n_heads``) picks how many heads, and a
-   :class:`~archsearch.dynamic.bandits.CombinatorialTS` (a Beta posterior per head) picks which.
-   The group then runs as ONE real batch through exactly its blocks with only its heads
-   (``Transformer.run_layers(heads_per_layer=...)`` slices the Q/K/V/O weights: unselected heads
-   and blocks are not computed). The shared output head reads the hidden state after ``L*``.
-5. Reward of a group (the real batch its arms ran in):
-   ``r = -(group loss / running mean of the batch loss) - dht_lambda * FLOPs fraction``
-   (FLOPs of the group's path / FLOPs of the full model at the same length). Every arm the group
-   used gets that reward: the LinUCB arm of each of its samples, the UCB1 head-count arm of each
-   of its blocks; each selected head's Beta gets a success when ``r`` beats the running baseline
-   of rewards at that depth.
+3. All exits are trained: the batch runs the deepest allowed path (all heads) and the shared
+   output head reads every allowed depth ``min_layers..max_layers`` (one classifier per exit,
+   shared weights). Loss: ``CE(deepest) + mean_k (CE_k + KD_k) / 2`` over the shallower exits,
+   ``KD_k = KL(softmax(deepest, detached) || softmax(exit k))`` -- in-place distillation with the
+   sandwich rule (deepest + shallowest + every exit in between; Yu & Huang 2019, "Universally
+   Slimmable Networks", §3.2-3.3; Kim & Cho 2021, "Length-Adaptive Transformer", §2.2). After
+   the take-over, the routed path (step 4) is one more sandwich member: ``+ (CE + KD) / 2`` of
+   each sample's own exit on its own heads.
+4. Routing (after the take-over): a :class:`~archsearch.dynamic.bandits.LinUCB` (arms = allowed
+   depths) picks ``L* = argmax_a (q_a(x) + bonus_a(x) - lambda * c_a)`` per sample, ``c_a`` =
+   FLOPs fraction of depth ``a`` (all heads) of the full model at the batch length; with
+   probability ``epsilon`` (0.05) a sample takes a uniformly random depth instead (exploration
+   floor: rewards drift while the model trains). Samples with the same ``L*`` form one group;
+   per gated block ``n_fixed..L*-1`` a :class:`~archsearch.dynamic.bandits.UCB1` (one row per
+   block, arms = head counts ``min_heads..n_heads``) picks ``argmax_k (q_k + bonus_k - lambda *
+   h_k)`` with ``h_k`` the FLOPs fraction of ``k`` heads of one block, and a
+   :class:`~archsearch.dynamic.bandits.CombinatorialTS` picks which heads. The group runs as ONE
+   real batch through exactly its blocks with only its heads (``Transformer.run_layers(
+   heads_per_layer=...)`` slices Q/K/V/O: unselected heads and blocks are not computed).
+5. Rewards are per sample. Running to ``L*`` yields every exit ``<= L*`` on the way, so sample
+   ``i`` updates every depth arm ``a <= L*_i`` (full information up to ``L*``) with the quality
+   ``q_ia = -CE_i(exit a) / running mean of the deepest exit's CE``; its reward is
+   ``q_ia - lambda * c_a`` and the price part, known exactly, is applied at selection (so a
+   changing ``lambda`` never leaves stale rewards in the bandit). During the warm-up the deepest
+   path gives every exit of every sample, so the depth bandit learns from step 1.
+   Head counts get their own signal: ``q = -(CE_i(routed exit) - CE_i(same depth, all heads)) /
+   norm`` averaged over the group (the loss the pruned heads cost), charged ``lambda * h_k`` at
+   selection; each chosen head's Beta gets a success when that loss increase beats the
+   block's running baseline.
+6. The price: with ``flops_budget`` (fraction of the full model's FLOPs, e.g. 0.25..1) the
+   price follows dual ascent every step, ``lambda <- max(0, lambda + eta * (FLOPs fraction -
+   flops_budget))`` (:class:`~archsearch.dynamic.bandits.DualPrice`, ``eta = dht_price_lr``),
+   with the batch's FLOPs fraction of the routed paths (during the warm-up: of the paths the
+   bandit would choose). ``dht_lambda`` is only the initial price (and the fixed price when no
+   ``flops_budget`` is given, the old behaviour).
+7. Take-over: the full model trains alone (all exits, step 3) until its running accuracy stops
+   improving -- a proxy for "warm-up has reached the full model's validation accuracy (within 1
+   point)" that is available inside the training loop: the accuracy of the deepest exit on each
+   training batch *before* the step on it (progressive validation, Blum, Kalai & Langford 1999),
+   smoothed (EMA 0.9), has not set a new best by more than 1 point for ``patience =
+   max(dht_warmup_steps, 10)`` steps, and at least ``dht_warmup_steps`` steps have run. Fallback
+   cap: ``dht_warmup_max_steps`` (default ``10 * dht_warmup_steps``).
 
-The first ``dht_warmup_steps`` training steps run the full model (no bandit choices). Inference
-uses greedy choices (LinUCB mean, best UCB1 mean, highest posterior means; no exploration) with
-the same grouping. Before any bandit update, inference runs the deepest allowed depth with all
-heads.
+Inference: greedy choices (LinUCB mean, best UCB1 mean, highest posterior means; no exploration)
+at the *calibrated* price, with the same grouping. :meth:`DHTGating.before_evaluate` (the
+trainable calls it before every evaluation) calibrates the price by bisection on up to
+``dht_calibration_rows`` (2048) validation samples so that the greedy policy's FLOPs fraction
+(sum of executed FLOPs / sum of full-model FLOPs) lands on ``flops_budget`` (within the
+resolution of the discrete exits; :meth:`DHTGating.calibrate`). Before any bandit update,
+inference runs the deepest allowed depth with all heads.
 
-Config keys (trial config, docs/design.md MODEL_KEYS): ``dht_lambda`` (default 0.5), ``n_fixed``
-(1), ``min_layers`` (``n_fixed``), ``max_layers`` (``n_layers``), ``min_heads`` (1),
-``dht_warmup_steps`` (100). Depth limits are clamped into ``[n_fixed, n_layers]`` (a searched
-``max_layers`` may exceed a searched ``n_layers``), and ``min_layers`` to at most ``max_layers``.
+Config keys (trial config, docs/design.md MODEL_KEYS): ``flops_budget`` (None = no budget),
+``dht_lambda`` (initial / fixed price, default 0.5), ``n_fixed`` (1), ``min_layers``
+(``n_fixed``), ``max_layers`` (``n_layers``), ``min_heads`` (1), ``dht_warmup_steps`` (100).
+Programmatic (``settings["fixed"]``): ``dht_price_lr`` (0.05), ``dht_epsilon`` (0.05),
+``dht_warmup_max_steps``, ``dht_calibration_rows`` (2048). Depth limits are clamped into
+``[n_fixed, n_layers]`` (a searched ``max_layers`` may exceed a searched ``n_layers``), and
+``min_layers`` to at most ``max_layers``.
 
 Shapes: ``x`` ``B x T`` ids, ``mask`` ``B x T`` bool, ``y`` ``B`` labels (or ``B x T`` for lm).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -44,22 +79,42 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from archsearch.dynamic.bandits import UCB1, CombinatorialTS, LinUCB
+from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinUCB, calibrate_monotone
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
 from archsearch.models import costs
 
 CONTEXT_DIM = 16
 
 
+def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy per sample (nats): ``B x C`` logits and ``B`` labels, or ``B x T x V`` and
+    ``B x T`` targets (mean over the sample's tokens) -> ``B``."""
+    if logits.dim() == 3:
+        ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
+        return ce.view(y.shape).mean(dim=1)  # (B,)
+    return F.cross_entropy(logits, y, reduction="none")  # (B,)
+
+
+def distill(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """In-place distillation loss ``KL(softmax(teacher) || softmax(student))`` (nats, mean over
+    samples, or over tokens for ``B x T x V``); the teacher is detached."""
+    s = student.reshape(-1, student.size(-1)).log_softmax(-1)
+    t = teacher.detach().reshape(-1, teacher.size(-1)).log_softmax(-1)
+    return F.kl_div(s, t, log_target=True, reduction="batchmean")
+
+
 class DHTGating(GatingStrategy):
-    """Per-sample depth and per-group head gating by bandits (see the module docstring).
+    """Per-sample depth and per-group head gating by bandits under a FLOPs budget (see the module
+    docstring).
 
     Args:
         model: the trial's :class:`~archsearch.models.transformer.Transformer`.
         cfg: trial config (keys in the module docstring).
-        settings: budget; ``seed`` seeds the projection and the Thompson sampler.
-        loop: the :class:`~archsearch.dynamic.base.TrialContext` (optional; its ``train_seconds``
-            gives the overhead percentage in :meth:`metrics`).
+        settings: budget; ``seed`` seeds the projection, the Thompson sampler and the
+            exploration floor.
+        loop: the :class:`~archsearch.dynamic.base.TrialContext` (optional; its
+            ``eval_batches`` feed the budget calibration, its ``train_seconds`` the overhead
+            percentage in :meth:`metrics`).
         alpha: LinUCB exploration scale.
         ucb_c: UCB1 exploration scale (rewards are O(1)).
         decay: forgetting factor of all bandits per update (the model keeps training, so
@@ -67,16 +122,23 @@ class DHTGating(GatingStrategy):
         ema: smoothing of the running loss mean and reward baselines.
 
     Attributes:
-        force_depth: set to an int to run every sample at that depth (tests; bandits are not
-            updated while forced). ``None`` = bandit choices.
+        force_depth: set to an int to run every sample at that depth (tests, static cuts;
+            bandits are not updated while forced). ``None`` = bandit choices.
         force_heads: with ``force_depth``: one head-index list (or ``None`` = all) per gated
             block ``n_fixed..force_depth-1``.
+        price: the :class:`~archsearch.dynamic.bandits.DualPrice` of a FLOPs fraction used in
+            training (``price.price`` = lambda).
+        eval_price: the price inference uses (set by :meth:`calibrate`; ``None`` = the training
+            price).
+        takeover_step: training step at which the bandit took over routing (``None`` = still
+            warming up).
         bandit_seconds: wall seconds spent in bandit bookkeeping during training (context,
             selection, grouping plan, updates); the model's forward/backward is not included.
 
     Raises:
         ValueError: ``n_fixed`` outside ``[0, n_layers]``, ``min_heads`` outside
-            ``[1, n_heads]``, negative ``dht_lambda`` or ``dht_warmup_steps``.
+            ``[1, n_heads]``, negative ``dht_lambda`` or ``dht_warmup_steps``,
+            ``flops_budget`` outside ``(0, 1]``, ``dht_epsilon`` outside ``[0, 1]``.
     """
 
     def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any],
@@ -96,10 +158,23 @@ class DHTGating(GatingStrategy):
         self.min_heads = int(cfg.get("min_heads") or 1)
         if not 1 <= self.min_heads <= H:
             raise ValueError(f"min_heads must be in [1, n_heads={H}], got {self.min_heads}")
-        self.lam = float(cfg.get("dht_lambda", 0.5))
+        lam = cfg.get("dht_lambda")
+        self.lam = 0.5 if lam is None else float(lam)
         self.warmup = int(cfg.get("dht_warmup_steps", 100))
         if self.lam < 0 or self.warmup < 0:
             raise ValueError(f"dht_lambda and dht_warmup_steps must be >= 0, got {self.lam}, {self.warmup}")
+        budget = cfg.get("flops_budget")
+        self.flops_budget = None if budget is None else float(budget)
+        if self.flops_budget is not None and not 0 < self.flops_budget <= 1:
+            raise ValueError(f"flops_budget must be in (0, 1], got {self.flops_budget}")
+        self.epsilon = float(cfg.get("dht_epsilon", 0.05))
+        if not 0 <= self.epsilon <= 1:
+            raise ValueError(f"dht_epsilon must be in [0, 1], got {self.epsilon}")
+        self.warmup_max = int(cfg.get("dht_warmup_max_steps") or 10 * self.warmup)
+        self.patience = max(self.warmup, 10)
+        self.calibration_rows = int(cfg.get("dht_calibration_rows") or 2048)
+        self.price = DualPrice(self.flops_budget, lr=float(cfg.get("dht_price_lr") or 0.05), init=self.lam)
+        self.eval_price: float | None = None
         self.n_gated = hi - self.n_fixed  # blocks that can be head-gated
         seed = int(settings.get("seed", 0))
         gen = torch.Generator().manual_seed(seed + 7919)
@@ -108,9 +183,16 @@ class DHTGating(GatingStrategy):
         rows = max(self.n_gated, 1)
         self.ucb = UCB1(H - self.min_heads + 1, n_rows=rows, c=ucb_c, decay=decay)
         self.ts = CombinatorialTS(H, n_rows=rows, seed=seed, decay=decay)
+        self.rng = np.random.default_rng(seed + 104729)  # exploration floor
         self.ema = float(ema)
-        self.loss_mean: float | None = None
-        self.baseline = np.full(len(self.depths), np.nan)  # running reward per depth arm
+        self.loss_mean: float | None = None  # running mean CE of the deepest exit (nats)
+        self.head_baseline = np.full(rows, np.nan)  # running loss increase of pruned heads per block
+        self.acc_ema: float | None = None  # smoothed pre-step accuracy of the deepest exit
+        self.acc_best = -np.inf
+        self.acc_best_step = 0
+        self.takeover_step: int | None = None
+        self.train_fraction: float | None = None  # running FLOPs fraction of the routed paths
+        self.calibrated_fraction: float | None = None
         self.steps = 0
         self.updates = 0
         self.bandit_seconds = 0.0
@@ -118,12 +200,17 @@ class DHTGating(GatingStrategy):
         self.force_heads: list | None = None
         self._pending: dict[str, Any] | None = None
         self._flops_cache: dict[tuple, int] = {}
-        self._greedy_cache: dict[int, tuple] = {}
+        self._greedy_cache: dict[tuple, tuple] = {}
         self._train_counts = np.zeros(len(self.depths))
         self._eval_counts = np.zeros(len(self.depths))
         self._eval_heads = [0.0, 0.0]  # summed heads over executed gated blocks, block count
 
     # ------------------------------------------------------------------ helpers
+    @property
+    def warming_up(self) -> bool:
+        """True until the bandit takes over routing (see the module docstring, step 7)."""
+        return self.takeover_step is None
+
     def _flops(self, T: int, depth: int, counts: tuple[int, ...]) -> int:
         """FLOPs per sample of one path: ``n_fixed`` full blocks + gated blocks with ``counts``."""
         key = (T, depth, counts)
@@ -141,55 +228,92 @@ class DHTGating(GatingStrategy):
             self._flops_cache[key] = costs.flops_per_sample(self.model.config, T)
         return self._flops_cache[key]
 
+    def _depth_costs(self, T: int) -> np.ndarray:
+        """``K`` FLOPs fractions of the depth arms (all heads) at length ``T``."""
+        H = self.model.config.n_heads
+        full = self._full_flops(T)
+        return np.array([self._flops(T, d, (H,) * (d - min(self.n_fixed, d))) / full for d in self.depths])
+
+    def _head_costs(self, T: int) -> np.ndarray:
+        """FLOPs fractions (of the full model at length ``T``) of the attention heads of one block,
+        per head-count arm ``min_heads..n_heads``."""
+        key = (T, "heads")
+        if key not in self._flops_cache:
+            conf = self.model.config
+            base = costs.flops_per_sample(conf, T, n_layers=1, heads_per_layer=[0])
+            self._flops_cache[key] = np.array([
+                (costs.flops_per_sample(conf, T, n_layers=1, heads_per_layer=[k]) - base) / self._full_flops(T)
+                for k in range(self.min_heads, conf.n_heads + 1)])
+        return self._flops_cache[key]
+
     def _context(self, h: torch.Tensor, pad: torch.Tensor | None) -> np.ndarray:
         """``B x T x d`` hidden states -> ``B x 17`` float64 contexts (projection + bias)."""
         with torch.no_grad():
-            z = self.model.pool(h.detach(), pad) @ self.proj  # (B, 16)
+            z = self.model.pool(h.detach(), pad).float().cpu() @ self.proj  # (B, 16)
             z = F.normalize(z, dim=-1)  # (B, 16)
         X = np.ones((z.shape[0], CONTEXT_DIM + 1))
         X[:, :CONTEXT_DIM] = z.numpy()
         return X
 
-    def _heads_for(self, depth_arm: int, greedy: bool) -> tuple[list, tuple[int, ...], np.ndarray, np.ndarray]:
+    def _heads_for(self, depth_arm: int, greedy: bool, T: int, price: float):
         """Head choice for a group at ``depths[depth_arm]``: (heads_per_layer for run_layers,
-        head counts per gated block, UCB arms, TS masks)."""
+        head counts per gated block, UCB arms, TS masks); head counts are charged
+        ``price * head FLOPs fraction``."""
         n = self.depths[depth_arm] - self.n_fixed
         if n <= 0:
             return [], (), np.zeros(0, int), np.zeros((0, self.ts.n_arms), bool)
-        if greedy and depth_arm in self._greedy_cache:
-            return self._greedy_cache[depth_arm]
+        key = (depth_arm, T, price)
+        if greedy and key in self._greedy_cache:
+            return self._greedy_cache[key]
         rows = np.arange(n)
-        arms = self.ucb.select(rows, greedy=greedy)  # (n,)
+        arms = self.ucb.select(rows, greedy=greedy, offset=-price * self._head_costs(T))  # (n,)
         k = arms + self.min_heads
         masks = self.ts.select(rows, k, greedy=greedy)  # (n, H)
         H = self.ts.n_arms
         heads = [None if kk == H else np.flatnonzero(m).tolist() for kk, m in zip(k, masks)]
         out = (heads, tuple(int(v) for v in k), arms, masks)
         if greedy:
-            self._greedy_cache[depth_arm] = out
+            self._greedy_cache[key] = out
         return out
 
-    def _plan(self, h, pad, greedy: bool) -> list[dict[str, Any]]:
+    def _select_depths(self, X: np.ndarray, T: int, greedy: bool, price: float) -> np.ndarray:
+        """``B`` depth-arm indices: ``argmax (q + bonus - price * c)``, plus the exploration floor
+        when not greedy."""
+        arms = self.lin.select(X, greedy=greedy, offset=-price * self._depth_costs(T))  # (B,)
+        if not greedy and self.epsilon > 0:
+            explore = self.rng.random(len(arms)) < self.epsilon
+            arms = np.where(explore, self.rng.integers(0, len(self.depths), len(arms)), arms)
+        return arms
+
+    def _full_group(self) -> dict[str, Any]:
+        depth = self.depths[-1]
+        n = depth - self.n_fixed
+        return dict(arm=None, depth=depth, idx=None, heads=[None] * n, counts=(self.model.config.n_heads,) * n)
+
+    def _price(self, greedy: bool) -> float:
+        if greedy and self.eval_price is not None:
+            return self.eval_price
+        return self.price.price
+
+    def _plan(self, h, pad, greedy: bool, price: float | None = None) -> list[dict[str, Any]]:
         """Groups of one batch: each a dict with ``arm``, ``depth``, ``idx`` (LongTensor or
         ``None`` = the whole batch), ``heads``, ``counts``, ``ucb_arms``, ``masks``."""
-        B = h.shape[0]
         if self.force_depth is not None:
             heads = self.force_heads or [None] * (self.force_depth - min(self.n_fixed, self.force_depth))
             H = self.model.config.n_heads
             counts = tuple(H if hs is None else len(hs) for hs in heads)
             return [dict(arm=None, depth=self.force_depth, idx=None, heads=list(heads), counts=counts)]
-        if greedy and self.updates == 0 or (not greedy and self.steps < self.warmup):
-            depth = self.depths[-1]
-            n = depth - self.n_fixed
-            return [dict(arm=None, depth=depth, idx=None, heads=[None] * n,
-                         counts=(self.model.config.n_heads,) * n)]
+        if greedy and self.updates == 0:
+            return [self._full_group()]
+        price = self._price(greedy) if price is None else price
+        T = h.shape[1]
         X = self._context(h, pad)  # (B, 17)
-        arms = self.lin.select(X, greedy=greedy)  # (B,)
+        arms = self._select_depths(X, T, greedy, price)  # (B,)
         groups = []
         uniq = np.unique(arms)
         for a in uniq:
-            idx = None if len(uniq) == 1 else torch.from_numpy(np.flatnonzero(arms == a))
-            heads, counts, ucb_arms, masks = self._heads_for(int(a), greedy)
+            idx = None if len(uniq) == 1 else torch.from_numpy(np.flatnonzero(arms == a)).to(h.device)
+            heads, counts, ucb_arms, masks = self._heads_for(int(a), greedy, T, price)
             groups.append(dict(arm=int(a), depth=self.depths[a], idx=idx, heads=heads, counts=counts,
                                ucb_arms=ucb_arms, masks=masks))
         if not greedy:
@@ -205,6 +329,18 @@ class DHTGating(GatingStrategy):
                                    heads_per_layer=g["heads"])  # (b, T, d)
         return self.model.head_logits(hg, pg)  # (b, C) or (b, T, V)
 
+    def _run_exits(self, h, pad, depth: int, heads: list) -> dict[int, torch.Tensor]:
+        """Run blocks ``n_fixed..depth-1`` (``heads``: one entry per block) on ``h`` and read the
+        shared output head at every allowed depth on the way: ``{depth: logits}``."""
+        out = {}
+        if self.n_fixed in self.depths and self.n_fixed <= depth:
+            out[self.n_fixed] = self.model.head_logits(h, pad)
+        for i in range(self.n_fixed, depth):
+            h = self.model.run_layers(h, pad, i, i + 1, heads_per_layer=[heads[i - self.n_fixed]])
+            if i + 1 in self.depths:
+                out[i + 1] = self.model.head_logits(h, pad)  # (b, C) or (b, T, V)
+        return out
+
     def _trunk(self, x, mask, depth_cap: int | None = None):
         m = self.model
         pad = m.padding_mask(x, mask)  # (B, T)
@@ -214,75 +350,201 @@ class DHTGating(GatingStrategy):
 
     # ------------------------------------------------------------------ training
     def training_loss(self, x, mask, y, loss_fn: LossFn) -> torch.Tensor:
-        """Mean training loss of the batch over all groups (each group's mean loss weighted by
-        its size). Records the groups' losses for :meth:`after_step`."""
+        """Scalar training loss of one batch: all exits of the deepest path (CE of the deepest
+        exit, ``(CE + KD) / 2`` of each shallower exit, averaged) and, after the take-over,
+        ``(CE + KD) / 2`` of each sample's routed exit (weighted by group size). Records
+        per-sample exit losses for :meth:`after_step`. With ``force_depth``: ``loss_fn`` of that
+        path only."""
         self._pending = None
-        h, pad = self._trunk(x, mask, self.force_depth)
+        if self.force_depth is not None:
+            h, pad = self._trunk(x, mask, self.force_depth)
+            return loss_fn(self._run_group(h, pad, self._plan(h, pad, greedy=False)[0]), y)
+        h, pad = self._trunk(x, mask)
+        B, T = x.shape[0], x.shape[1]
+        deep = self.depths[-1]
+        exits = self._run_exits(h, pad, deep, [None] * (deep - self.n_fixed))  # {depth: logits}
+        teacher = exits[deep]
+        total = loss_fn(teacher, y)
+        shallow = [d for d in self.depths if d < deep]
+        if shallow:
+            total = total + sum((loss_fn(exits[d], y) + distill(exits[d], teacher)) / 2
+                                for d in shallow) / len(shallow)
+        with torch.no_grad():
+            full_ce = torch.stack([per_sample_ce(exits[d], y) for d in self.depths], 1)  # (B, K)
+            correct = (teacher.argmax(-1) == y).float()
+            acc = float(correct.mean())
         t0 = time.perf_counter()
+        if self.warming_up:  # the price follows the paths the bandit would choose (not run)
+            X = self._context(h, pad)
+            arms = self._select_depths(X, T, False, self.price.price)
+            self._pending = dict(X=X, arms=None, groups=[], full_ce=full_ce.cpu().numpy(), T=T, acc=acc,
+                                 fraction=float(self._depth_costs(T)[arms].mean()))
+            self.bandit_seconds += time.perf_counter() - t0
+            return total
         groups = self._plan(h, pad, greedy=False)
         self.bandit_seconds += time.perf_counter() - t0
-        B = x.shape[0]
-        total = 0.0
+        ce = np.full((B, len(self.depths)), np.nan)  # per-sample CE at each exit reached
+        routed = 0.0
         for g in groups:
             idx = g["idx"]
+            hg = h if idx is None else h[idx]
+            pg = pad if (idx is None or pad is None) else pad[idx]
             yg = y if idx is None else y[idx]
-            lg = loss_fn(self._run_group(h, pad, g), yg)
+            ex = self._run_exits(hg, pg, g["depth"], g["heads"])
+            last = ex[g["depth"]]
+            tg = teacher if idx is None else teacher[idx]
             n = B if idx is None else len(idx)
-            total = total + lg * (n / B)
-            g["loss"] = lg.detach()
+            routed = routed + (loss_fn(last, yg) + distill(last, tg)) / 2 * (n / B)
+            rows = np.arange(B) if idx is None else idx.cpu().numpy()
+            with torch.no_grad():
+                for d, lg in ex.items():
+                    ce[rows, self.depths.index(d)] = per_sample_ce(lg, yg).cpu().numpy()
             g["n"] = n
-        if self._pending is not None:
-            self._pending["T"] = x.shape[1]
-        return total
+        self._pending.update(T=T, ce=ce, full_ce=full_ce.cpu().numpy(), acc=acc)
+        return total + routed
+
+    def _update_warmup_tracker(self, acc: float) -> None:
+        self.acc_ema = acc if self.acc_ema is None else 0.9 * self.acc_ema + 0.1 * acc
+        if self.acc_ema > self.acc_best + 0.01:
+            self.acc_best, self.acc_best_step = self.acc_ema, self.steps
+        if self.warming_up and self.steps >= self.warmup and (
+                self.steps - self.acc_best_step >= self.patience or self.steps >= self.warmup_max):
+            self.takeover_step = self.steps
 
     def after_step(self, loss: float) -> None:
-        """Bandit updates from the last :meth:`training_loss` (``loss``: the batch's mean loss,
-        nats)."""
+        """Bandit and price updates from the last :meth:`training_loss` (``loss``: the batch's
+        training loss, nats; unused: the rewards are per sample)."""
         self.steps += 1
-        t0 = time.perf_counter()
-        prev = self.loss_mean
-        self.loss_mean = loss if prev is None else self.ema * prev + (1 - self.ema) * loss
         p, self._pending = self._pending, None
-        if p is not None and prev is not None and prev > 0:
-            groups, T = p["groups"], p["T"]
+        if p is None:
+            return
+        t0 = time.perf_counter()
+        T, full_ce = p["T"], p["full_ce"]  # full_ce: (B, K) CE of every exit on the deepest path
+        deep_mean = float(full_ce[:, -1].mean())
+        norm = self.loss_mean if self.loss_mean else max(deep_mean, 1e-6)
+        self.loss_mean = deep_mean if self.loss_mean is None else self.ema * self.loss_mean + (1 - self.ema) * deep_mean
+        B, K = full_ce.shape
+        if p["arms"] is None:  # warm-up: every exit of every sample
+            rows, arms, q = np.repeat(np.arange(B), K), np.tile(np.arange(K), B), -full_ce.reshape(-1) / norm
+            fraction = p["fraction"]
+        else:
+            ce = p["ce"]  # (B, K), NaN beyond each sample's exit
+            rows, arms = np.nonzero(~np.isnan(ce))
+            q = -ce[rows, arms] / norm
+            self._update_heads(p, ce, full_ce, norm)
             full = self._full_flops(T)
-            r = np.array([-(float(g["loss"]) / prev) - self.lam * self._flops(T, g["depth"], g["counts"]) / full
-                          for g in groups])  # (G,)
-            group_of = np.searchsorted(np.array([g["arm"] for g in groups]), p["arms"])  # (B,)
-            self.lin.update(p["X"], p["arms"], r[group_of])
-            rows, ucb_arms, masks, succ, rew = [], [], [], [], []
-            for gi, g in enumerate(groups):
-                n = len(g["counts"])
-                if n:
-                    base = self.baseline[g["arm"]]
-                    rows.append(np.arange(n))
-                    ucb_arms.append(g["ucb_arms"])
-                    masks.append(g["masks"])
-                    rew.append(np.full(n, r[gi]))
-                    succ.append(np.full(n, np.isnan(base) or r[gi] > base))
-            if rows:
-                rows_a = np.concatenate(rows)
-                self.ucb.update(rows_a, np.concatenate(ucb_arms), np.concatenate(rew))
-                self.ts.update(rows_a, np.concatenate(masks), np.concatenate(succ))
-            for gi, g in enumerate(groups):
-                b = self.baseline[g["arm"]]
-                self.baseline[g["arm"]] = r[gi] if np.isnan(b) else self.ema * b + (1 - self.ema) * r[gi]
+            fraction = sum(self._flops(T, g["depth"], g["counts"]) * g["n"] for g in p["groups"]) / (full * B)
             np.add.at(self._train_counts, p["arms"], 1)
-            self.updates += 1
-            self._greedy_cache.clear()
+        self.lin.update(p["X"][rows], arms, q)
+        self.price.update(fraction)
+        self.train_fraction = fraction if self.train_fraction is None else \
+            self.ema * self.train_fraction + (1 - self.ema) * fraction
+        self.updates += 1
+        self._greedy_cache.clear()
+        self._update_warmup_tracker(p["acc"])
         self.bandit_seconds += time.perf_counter() - t0
+
+    def _update_heads(self, p, ce, full_ce, norm) -> None:
+        """Head-count (UCB1) and head-subset (TS) updates: per group, the loss increase of its
+        pruned heads over all heads at the same exit."""
+        rows, ucb_arms, masks, q, succ = [], [], [], [], []
+        for g in p["groups"]:
+            n = len(g["counts"])
+            if not n:
+                continue
+            idx = np.arange(ce.shape[0]) if g["idx"] is None else g["idx"].cpu().numpy()
+            k = self.depths.index(g["depth"])
+            delta = float(np.mean(ce[idx, k] - full_ce[idx, k])) / norm  # >= 0 typically
+            r = np.arange(n)
+            base = self.head_baseline[r]
+            rows.append(r)
+            ucb_arms.append(g["ucb_arms"])
+            masks.append(g["masks"])
+            q.append(np.full(n, -delta))
+            succ.append(np.isnan(base) | (delta <= base))
+            self.head_baseline[r] = np.where(np.isnan(base), delta, self.ema * base + (1 - self.ema) * delta)
+        if rows:
+            rows_a = np.concatenate(rows)
+            self.ucb.update(rows_a, np.concatenate(ucb_arms), np.concatenate(q))
+            self.ts.update(rows_a, np.concatenate(masks), np.concatenate(succ))
+
+    # ------------------------------------------------------------------ budget calibration
+    def before_evaluate(self, split_name: str = "validation") -> None:
+        """Calibrate the inference price on the validation split (with a ``loop``, a
+        ``flops_budget`` and a trained bandit; see :meth:`calibrate`)."""
+        if self.loop is None or self.flops_budget is None or self.updates == 0 or self.force_depth is not None:
+            return
+        rows, batches = 0, []
+        for x, mask, _ in self.loop.eval_batches("validation"):
+            batches.append((x, mask))
+            rows += x.shape[0]
+            if rows >= self.calibration_rows:
+                break
+        self.calibrate(batches)
+
+    @torch.no_grad()
+    def calibrate(self, batches, budget: float | None = None) -> tuple[float, float]:
+        """Set :attr:`eval_price` so that greedy inference on ``batches`` runs ``budget`` of the
+        full model's FLOPs (sum of executed FLOPs / sum of full-model FLOPs), by bisection on
+        the price (the fraction is non-increasing in it; a step function, so the result is the
+        closest reachable point).
+
+        Args:
+            batches: iterable of ``(x, mask)`` or ``(x, mask, y)``: ``B x T`` ids, ``B x T`` bool
+                (or ``None``) -- validation data.
+            budget: target fraction in (0, 1]; default ``flops_budget``.
+
+        Returns:
+            ``(price, fraction)``: the calibrated price and the FLOPs fraction it gives.
+
+        Raises:
+            ValueError: no budget given and no ``flops_budget`` configured.
+        """
+        budget = self.flops_budget if budget is None else float(budget)
+        if budget is None:
+            raise ValueError("calibrate needs a budget (flops_budget is not set)")
+        was = self.model.training
+        self.model.eval()
+        try:
+            ctx = []  # (X, T) per batch
+            dev = next(self.model.parameters()).device
+            for b in batches:
+                x, mask = b[0].to(dev), None if b[1] is None else b[1].to(dev)
+                h, pad = self._trunk(x, mask)
+                ctx.append((self._context(h, pad), x.shape[1]))
+        finally:
+            self.model.train(was)
+
+        def fraction(price: float) -> float:
+            used = full = 0.0
+            for X, T in ctx:
+                arms = self.lin.select(X, greedy=True, offset=-price * self._depth_costs(T))
+                cnt = np.bincount(arms, minlength=len(self.depths))
+                for a in np.flatnonzero(cnt):
+                    counts = self._heads_for(int(a), True, T, price)[1]
+                    used += cnt[a] * self._flops(T, self.depths[a], counts)
+                full += len(X) * self._full_flops(T)
+            return used / max(full, 1.0)
+
+        hi = 1.0
+        while fraction(hi) > budget and hi < 1e6:
+            hi *= 4
+        price, frac = calibrate_monotone(fraction, budget, 0.0, hi, iters=40)
+        self._greedy_cache.clear()
+        self.eval_price, self.calibrated_fraction = float(price), float(frac)
+        return self.eval_price, self.calibrated_fraction
 
     # ------------------------------------------------------------------ inference
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
-        """Greedy gated inference: ``(logits, flops)``; ``logits`` ``B x C`` (or ``B x T x V``),
-        ``flops`` float ``(B,)`` FLOPs executed per sample (its fixed blocks, its gated blocks
-        with its heads, the output head)."""
+        """Greedy gated inference at the calibrated price: ``(logits, flops)``; ``logits``
+        ``B x C`` (or ``B x T x V``), ``flops`` float ``(B,)`` FLOPs executed per sample (its
+        fixed blocks, its gated blocks with its heads, the output head)."""
         with torch.no_grad():
             h, pad = self._trunk(x, mask, self.force_depth)
             groups = self._plan(h, pad, greedy=True)
             B, T = x.shape
             out = None
-            flops = torch.empty(B)
+            flops = torch.empty(B, dtype=torch.float64)
             for g in groups:
                 lg = self._run_group(h, pad, g)
                 if len(groups) == 1:
@@ -296,7 +558,7 @@ class DHTGating(GatingStrategy):
                 if g["idx"] is None:
                     flops.fill_(float(f))
                 else:
-                    flops[g["idx"]] = float(f)
+                    flops[g["idx"].cpu()] = float(f)
                 if g["arm"] is not None:
                     self._eval_counts[g["arm"]] += n
                 elif g["depth"] in self.depths:
@@ -327,8 +589,13 @@ class DHTGating(GatingStrategy):
     def metrics(self) -> dict[str, Any]:
         """``dht_depth_hist`` (fraction of evaluated samples per depth, keys are depths as
         strings), ``dht_mean_depth``, ``dht_mean_heads`` (mean heads computed per executed gated
-        block), ``dht_train_depth_hist`` (training choices after warm-up), ``dht_bandit_seconds``
-        and ``dht_bandit_overhead_pct`` (of the trial's training time). Evaluation counters reset
+        block), ``dht_train_depth_hist`` (training choices after the take-over),
+        ``dht_price`` (training price lambda, per unit of FLOPs fraction), ``dht_eval_price``
+        (the calibrated inference price, -1 = none), ``dht_train_flops_fraction`` (running FLOPs
+        fraction of the routed training paths), ``dht_calibrated_flops_fraction`` (FLOPs
+        fraction on the calibration rows at ``dht_eval_price``, -1 = none),
+        ``dht_takeover_step`` (-1 = still warming up), ``dht_bandit_seconds`` and
+        ``dht_bandit_overhead_pct`` (of the trial's training time). Evaluation counters reset
         on each call."""
         ev = self._eval_counts
         tot = max(ev.sum(), 1)
@@ -338,6 +605,11 @@ class DHTGating(GatingStrategy):
             "dht_mean_depth": float(np.dot(self.depths, ev) / tot),
             "dht_mean_heads": float(self._eval_heads[0] / max(self._eval_heads[1], 1)),
             "dht_train_depth_hist": {str(d): float(c / max(tr.sum(), 1)) for d, c in zip(self.depths, tr)},
+            "dht_price": float(self.price.price),
+            "dht_eval_price": -1.0 if self.eval_price is None else float(self.eval_price),
+            "dht_train_flops_fraction": -1.0 if self.train_fraction is None else float(self.train_fraction),
+            "dht_calibrated_flops_fraction": -1.0 if self.calibrated_fraction is None else float(self.calibrated_fraction),
+            "dht_takeover_step": -1 if self.takeover_step is None else int(self.takeover_step),
             "dht_bandit_seconds": float(self.bandit_seconds),
         }
         train_s = self.loop.train_seconds if self.loop is not None else 0.0
@@ -348,14 +620,22 @@ class DHTGating(GatingStrategy):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """Bandits, projection and running statistics (tensors, numbers, strings, dicts)."""
+        """Bandits, price, projection and running statistics (tensors, numbers, strings, dicts)."""
         return {"lin": self.lin.state_dict(), "ucb": self.ucb.state_dict(), "ts": self.ts.state_dict(),
                 "proj": self.proj.clone(), "loss_mean": self.loss_mean,
-                "baseline": torch.from_numpy(self.baseline.copy()), "steps": self.steps,
+                "head_baseline": torch.from_numpy(self.head_baseline.copy()), "steps": self.steps,
                 "updates": self.updates, "bandit_seconds": self.bandit_seconds,
-                "train_counts": torch.from_numpy(self._train_counts.copy())}
+                "train_counts": torch.from_numpy(self._train_counts.copy()),
+                "price": self.price.state_dict(),
+                "eval_price": -1.0 if self.eval_price is None else self.eval_price,
+                "takeover_step": -1 if self.takeover_step is None else self.takeover_step,
+                "acc": [-1.0 if self.acc_ema is None else self.acc_ema, float(self.acc_best), self.acc_best_step],
+                "train_fraction": -1.0 if self.train_fraction is None else self.train_fraction,
+                "rng": json.dumps(self.rng.bit_generator.state)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (checkpoints written before issue 14 load too: the price
+        then starts at ``dht_lambda`` and the bandit is taken to have taken over)."""
         if not state:
             return
         self.lin.load_state_dict(state["lin"])
@@ -363,8 +643,22 @@ class DHTGating(GatingStrategy):
         self.ts.load_state_dict(state["ts"])
         self.proj = state["proj"].clone()
         self.loss_mean = state["loss_mean"]
-        self.baseline = state["baseline"].numpy().copy()
         self.steps, self.updates = int(state["steps"]), int(state["updates"])
         self.bandit_seconds = float(state["bandit_seconds"])
         self._train_counts = state["train_counts"].numpy().copy()
+        if "price" in state:
+            self.head_baseline = state["head_baseline"].numpy().copy()
+            self.price.load_state_dict(state["price"])
+            ep = float(state["eval_price"])
+            self.eval_price = None if ep < 0 else ep
+            ts = int(state["takeover_step"])
+            self.takeover_step = None if ts < 0 else ts
+            a, best, best_step = state["acc"]
+            self.acc_ema = None if a < 0 else float(a)
+            self.acc_best, self.acc_best_step = float(best), int(best_step)
+            tf = float(state["train_fraction"])
+            self.train_fraction = None if tf < 0 else tf
+            self.rng.bit_generator.state = json.loads(state["rng"])
+        elif self.updates:
+            self.takeover_step = self.steps
         self._greedy_cache.clear()

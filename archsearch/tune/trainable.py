@@ -240,6 +240,7 @@ class TrialLoop:
         from archsearch.models import costs
 
         self.model.eval()
+        self.gating.before_evaluate(split_name)  # e.g. budget calibration on validation data
         loss_sum, correct, count, flops_sum, n_samples = 0.0, 0, 0, 0.0, 0
         with torch.inference_mode():
             for x, mask, y in self.eval_batches(split_name):
