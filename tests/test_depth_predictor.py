@@ -101,7 +101,7 @@ def test_one_hot_depth_scaled_forward_equals_early_exit():
 
 def test_training_loss_adds_gamma_times_normalised_expected_depth():
     model = make_model().eval()
-    gating = DepthPredictorGating(model, {"gamma": 0.7}, {})
+    gating = DepthPredictorGating(model, {"gamma": 0.7, "depth_all_exits": False}, {})
     spread_depths(gating)
     x, mask = make_batch()
     y = torch.randint(0, 2, (16,))
@@ -116,7 +116,7 @@ def test_training_loss_adds_gamma_times_normalised_expected_depth():
 
 def test_warmup_uses_full_depth_without_penalty():
     model = make_model().eval()
-    gating = DepthPredictorGating(model, {"gamma": 0.9, "depth_warmup_steps": 1}, {})
+    gating = DepthPredictorGating(model, {"gamma": 0.9, "depth_warmup_steps": 1, "depth_all_exits": False}, {})
     force_depth(gating, 1)
     x, mask = make_batch()
     y = torch.randint(0, 2, (16,))
@@ -214,7 +214,9 @@ def test_search_space_file_is_valid():
 
     space = load_space(Path(__file__).resolve().parents[1] / "search_spaces" / "depth_predictor.yaml")
     assert space.fixed["gating"] == "depth_predictor"
-    assert "gamma" in space.params and space.params["gamma"].type == "float"
+    # issue 14: the outer loop searches the FLOPs budget; gamma is the price that follows it
+    assert "flops_budget" in space.params and space.params["flops_budget"].type == "float"
+    assert "gamma" not in space.params
     assert space.metric_names == ["accuracy", "flops_per_sample"]
 
 
@@ -266,3 +268,102 @@ def test_real_training_through_trial_loop_reports_histogram(cache_dir, tmp_path)
     assert torch.equal(again.gating.predictor.fc2.weight, loop.gating.predictor.fc2.weight)
     assert again.gating.steps == loop.gating.steps == loop.step
     assert again.evaluate()["depth_histogram"] == hist
+
+
+# ---------------------------------------------------------------- issue 14
+def set_probs(gating, probs):
+    """The same predicted depth distribution for every sample."""
+    with torch.no_grad():
+        gating.predictor.fc2.weight.zero_()
+        gating.predictor.fc2.bias.copy_(torch.tensor(probs).log())
+
+
+def test_exit_at_the_median_not_the_argmax():
+    model = make_model().eval()
+    gating = DepthPredictorGating(model, {}, {})
+    x, mask = make_batch()
+    set_probs(gating, [0.4, 0.1, 0.2, 0.3])  # arg-max depth 1; P(depth >= 2, 3, 4) = .6, .5, .3
+    assert gating.predict_depths(x, mask).tolist() == [3] * 16  # the median
+    logits, flops = gating.predict(x, mask)
+    torch.testing.assert_close(logits, model(x, mask, n_layers=3), rtol=1e-5, atol=1e-6)
+    gating.threshold = 0.55
+    assert gating.predict_depths(x, mask).tolist() == [2] * 16
+    for depth in (1, 2, 3, 4):  # a forced static depth equals the static model cut there
+        force_depth(gating, depth)
+        torch.testing.assert_close(gating.predict(x, mask)[0], model(x, mask, n_layers=depth), rtol=1e-5, atol=1e-6)
+
+
+def test_predictor_reads_the_mean_over_real_tokens_as_the_classifier_pools():
+    model = make_model().eval()
+    gating = DepthPredictorGating(model, {}, {})
+    x, mask = make_batch()
+    seen = []
+    hook = gating.predictor.register_forward_hook(lambda m, a, out: seen.append(a[0]))
+    try:
+        gating.predict_depths(x, mask)
+    finally:
+        hook.remove()
+    pad = model.padding_mask(x, mask)
+    h = model.run_layers(model.embed(x), pad, 0, 1)
+    torch.testing.assert_close(seen[0], model.pool(h, pad))
+
+
+def test_budget_calibration_on_validation_lands_within_005():
+    model = make_model().eval()
+    gating = DepthPredictorGating(model, {"flops_budget": 0.5}, {})
+    spread_depths(gating)
+    with torch.no_grad():  # milder logits: many distinct per-sample distributions
+        gating.predictor.fc2.weight.mul_(0.1)
+    batches = [make_batch(B=64, seed=s) for s in range(4)]
+    for budget in (0.4, 0.5, 0.75):
+        thr, frac = gating.calibrate(batches, budget=budget)
+        assert abs(frac - budget) <= 0.05, (budget, thr, frac)
+        used = full = 0.0
+        for x, m in batches:  # the executed FLOPs at the calibrated threshold
+            used += float(gating.predict(x, m)[1].sum())
+            full += len(x) * costs.flops_per_sample(model.config, x.shape[1])
+        assert used / full == pytest.approx(frac, rel=1e-9)
+    assert gating.calibrate(batches)[0] == gating.threshold  # default: flops_budget
+    with pytest.raises(ValueError, match="budget"):
+        DepthPredictorGating(make_model(), {}, {}).calibrate(batches)
+    with pytest.raises(ValueError, match="flops_budget"):
+        DepthPredictorGating(make_model(), {"flops_budget": 1.2}, {})
+
+
+def test_gamma_follows_the_budget_by_dual_ascent():
+    model = make_model().train()
+    gating = DepthPredictorGating(model, {"flops_budget": 0.3, "gamma": 0.1, "depth_all_exits": False}, {})
+    x, mask = make_batch()
+    y = torch.randint(0, 2, (16,))
+    ce = torch.nn.functional.cross_entropy
+    gating.training_loss(x, mask, y, ce)
+    frac = gating._last_train["flops_fraction"]  # uniform predictor: about the mean depth's FLOPs
+    assert 0.4 < frac < 0.8
+    gating.after_step(0.0)
+    assert gating.gamma == pytest.approx(0.1 + 0.05 * (frac - 0.3))  # over budget: the price rises
+    free = DepthPredictorGating(model, {"gamma": 0.1}, {})
+    free.training_loss(x, mask, y, ce)
+    free.after_step(0.0)
+    assert free.gamma == 0.1  # no budget: gamma is the fixed, configured weight
+
+
+def test_all_exits_training_makes_the_exit_1_loss_fall():
+    model = make_model(dropout=0.0).train()
+    gating = DepthPredictorGating(model, {"gamma": 0.0}, {})
+    opt = torch.optim.AdamW([*model.parameters(), *gating.predictor.parameters()], lr=3e-3)
+    x, mask = make_batch(B=64, seed=100)
+    y = (x == 7).any(1).long()
+
+    def exit1():
+        with torch.no_grad():
+            return float(torch.nn.functional.cross_entropy(model(x, mask, n_layers=1), y))
+
+    before = exit1()
+    for step in range(40):
+        xb, mb = make_batch(B=32, seed=step)
+        loss = gating.training_loss(xb, mb, (xb == 7).any(1).long(), torch.nn.functional.cross_entropy)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        gating.after_step(loss.item())
+    assert exit1() < 0.8 * before, (before, exit1())

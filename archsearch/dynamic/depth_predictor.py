@@ -5,10 +5,11 @@ Modeling Approach" (structure predictor, RevPC, the gamma-weighted depth penalty
 1.68x faster at a GLUE average of 85.3 against 84.4). Our specification is the adaptive-depth
 section of docs/design.md:
 
-* Every sample runs the first ``n_fixed`` blocks. The hidden state of its *first token* (the
-  ``<cls>`` a trained tokenizer puts first) goes through a small MLP (:class:`DepthPredictor`)
-  and a softmax over the allowed depths ``n_fixed .. n_layers``: ``probs`` (``B x D``,
-  ``D = n_layers - n_fixed + 1``).
+* Every sample runs the first ``n_fixed`` blocks. Its hidden states there, pooled as the
+  classifier pools them (mean over non-pad tokens, ``Transformer.pool``), go through a small MLP
+  (:class:`DepthPredictor`) and a softmax over the allowed depths ``n_fixed .. n_layers``:
+  ``probs`` (``B x D``, ``D = n_layers - n_fixed + 1``). (Until issue 14 it read the first
+  token's state while the classifier mean-pools.)
 * RevPC (:func:`revpc`): ``p_k = sum_{j >= k} probs_j`` (reverse, cumulative sum, reverse back)
   is the probability that the depth is at least ``n_fixed + k``, i.e. that block
   ``n_fixed + k`` (1-based) is needed. ``p_0 = 1``.
@@ -20,24 +21,42 @@ section of docs/design.md:
   averaged over the batch. Normalising by ``n_layers`` puts the penalty in ``[n_fixed/n_layers,
   1]`` whatever the model depth, so one ``gamma`` means the same trade-off for every depth the
   outer loop picks (the seed's ablation: gamma 0.1 slow, 0.9 fast and less accurate).
-* Inference (:meth:`DepthPredictorGating.predict`): each sample exits at its arg-max depth.
-  Samples are grouped by depth and each group runs as one real batch through only its blocks
-  (``Transformer.run_layers`` + ``head_logits``): skipped blocks are not computed.
+* Every exit is trained (issue 14; ``depth_all_exits``, default on): each step also runs the
+  unscaled full model once and reads the shared output head after every allowed depth; loss
+  ``+ CE(deepest) + mean_k (CE_k + KD_k) / 2`` over the shallower exits, ``KD_k`` the KL
+  divergence from the detached deepest exit (in-place distillation, sandwich rule: Yu & Huang
+  2019, "Universally Slimmable Networks", §3.2-3.3; Kim & Cho 2021, "Length-Adaptive
+  Transformer", §2.2), so that an early exit is worth taking.
+* Budget (issue 14): with ``flops_budget`` (fraction of the full model's FLOPs, (0, 1]) gamma is
+  a price, updated after every step by dual ascent ``gamma <- max(0, gamma + eta * (F -
+  flops_budget))`` with ``F`` the batch's expected FLOPs fraction ``sum_d probs_d *
+  FLOPs(d) / FLOPs(full)`` (``eta = depth_price_lr``, default 0.05; the configured ``gamma`` is
+  the initial price); and before each evaluation (:meth:`DepthPredictorGating.before_evaluate`)
+  the exit threshold is calibrated on validation data so that the executed FLOPs fraction lands
+  on the budget (:meth:`DepthPredictorGating.calibrate`, bisection).
+* Inference (:meth:`DepthPredictorGating.predict`): each sample runs block ``n_fixed + k`` while
+  ``P(depth >= n_fixed + k) = p_k >= threshold`` -- the median of its predicted depth
+  distribution at the default threshold 0.5 (the arg-max rule used until issue 14 sent every
+  sample to depth 1), or the calibrated threshold under a budget. Samples are grouped by depth
+  and each group runs as one real batch through only its blocks (``Transformer.run_layers`` +
+  ``head_logits``): skipped blocks are not computed.
 
-Measured (``benchmarks/depth_predictor.py``, from-scratch d=64, 4 layers, 2 epochs on
-rotten_tomatoes_sentences): at gamma 0.1, 0.5 and 0.9 the predictor sends every validation sample
-to depth 1. That is 3.2-3.3x faster at batch 32 with accuracy within 0.2 points, but a static
-1-layer model does as well and is faster still. On this task and budget depth buys no accuracy,
-so nothing pushes the predictor to be sample-dependent, and gamma does not change the outcome.
+Measured before issue 14 (``benchmarks/depth_predictor.py``, from-scratch d=64, 4 layers, 2
+epochs on rotten_tomatoes_sentences, first-token input, arg-max exit, no exit training): at gamma
+0.1, 0.5 and 0.9 the predictor sent every validation sample to depth 1 (3.2-3.3x faster at batch
+32 with accuracy within 0.2 points, but a static 1-layer model did as well). Not re-measured
+since.
 
-Classification only: first-token pooling is meaningless for a causal LM (the first token sees
-only itself).
+Classification only (the predictor reads a pooled sequence; a causal LM would need per-token
+exits).
 
-Config keys read from the trial config: ``gamma`` (float >= 0, default 0.5, searchable),
-``min_layers`` (= ``n_fixed``, default 1). Programmatic-only keys (not in the search-space
-schema; pass them in ``settings["fixed"]``): ``depth_warmup_steps`` (default 0: training steps
-with all ``p = 1`` and no penalty before the predictor takes over) and ``predictor_hidden``
-(MLP width, default 64).
+Config keys read from the trial config: ``gamma`` (float >= 0, default 0.5, searchable; the
+initial price under a budget), ``flops_budget`` (None = no budget), ``min_layers`` (=
+``n_fixed``, default 1). Programmatic-only keys (not in the search-space schema; pass them in
+``settings["fixed"]``): ``depth_warmup_steps`` (default 0: training steps with all ``p = 1`` and
+no penalty before the predictor takes over), ``predictor_hidden`` (MLP width, default 64),
+``depth_all_exits`` (default True), ``depth_price_lr`` (0.05), ``exit_threshold`` (0.5),
+``depth_calibration_rows`` (2048).
 """
 
 from __future__ import annotations
@@ -48,6 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from archsearch.dynamic.bandits import DualPrice, calibrate_monotone
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
@@ -111,15 +131,21 @@ class DepthPredictorGating(GatingStrategy):
 
     Args:
         model: a classification :class:`~archsearch.models.transformer.Transformer`.
-        cfg: the trial config (``gamma``, ``min_layers``, ``depth_warmup_steps``,
-            ``predictor_hidden``).
+        cfg: the trial config (``gamma``, ``flops_budget``, ``min_layers``, and the
+            programmatic keys of the module docstring).
         settings: the trial budget (unused).
         loop: the :class:`~archsearch.dynamic.base.TrialContext`, or ``None``; when given,
             :meth:`metrics` runs the predictor on ``loop.eval_batches()``.
 
     Raises:
         ValueError: an LM model, ``gamma < 0``, ``min_layers`` outside ``[1, n_layers]``,
-            negative warm-up, ``predictor_hidden < 1``.
+            negative warm-up, ``predictor_hidden < 1``, ``flops_budget`` outside ``(0, 1]``,
+            ``exit_threshold`` outside ``(0, 1]``.
+
+    Attributes:
+        threshold: the exit threshold inference uses (0.5 = the median; set by
+            :meth:`calibrate`).
+        price: the :class:`~archsearch.dynamic.bandits.DualPrice` whose ``price`` is gamma.
     """
 
     def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
@@ -143,6 +169,18 @@ class DepthPredictorGating(GatingStrategy):
         hidden = int(cfg.get("predictor_hidden") or 64)
         if hidden < 1:
             raise ValueError(f"predictor_hidden must be >= 1, got {hidden}")
+        budget = cfg.get("flops_budget")
+        self.flops_budget = None if budget is None else float(budget)
+        if self.flops_budget is not None and not 0 < self.flops_budget <= 1:
+            raise ValueError(f"flops_budget must be in (0, 1], got {self.flops_budget}")
+        self.price = DualPrice(self.flops_budget, lr=float(cfg.get("depth_price_lr") or 0.05), init=self.gamma)
+        self.all_exits = bool(cfg.get("depth_all_exits", True))
+        thr = cfg.get("exit_threshold")
+        self.threshold = 0.5 if thr is None else float(thr)
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"exit_threshold must be in (0, 1], got {self.threshold}")
+        self.calibration_rows = int(cfg.get("depth_calibration_rows") or 2048)
+        self.calibrated_fraction: float | None = None
         self.n_depths = self.n_layers - self.n_fixed + 1
         self.predictor = DepthPredictor(config.d_model, self.n_depths, hidden)
         device = next(model.parameters()).device
@@ -158,14 +196,27 @@ class DepthPredictorGating(GatingStrategy):
         """The structure predictor (its parameters join the trial's optimizer)."""
         return [self.predictor]
 
+    @property
+    def gamma(self) -> float:
+        """The price of depth (the configured gamma, or its dual-ascent value under a budget)."""
+        return self.price.price if hasattr(self, "price") else self._gamma0
+
+    @gamma.setter
+    def gamma(self, value: float) -> None:
+        if hasattr(self, "price"):
+            self.price.price = float(value)
+        else:
+            self._gamma0 = float(value)
+
     def _front(self, x: torch.Tensor, mask: torch.Tensor | None):
         """Embed, run the fixed blocks and predict: ``(h, pad_mask, depth_logits)`` with ``h``
-        ``B x T x d`` after block ``n_fixed`` and ``depth_logits`` ``B x D``."""
+        ``B x T x d`` after block ``n_fixed`` and ``depth_logits`` ``B x D`` (from the
+        mean over non-pad tokens, as the classifier pools)."""
         pad_mask = self.model.padding_mask(x, mask)  # (B, T)
         h = self.model.embed(x)  # (B, T, d)
         h = self.model.run_layers(h, pad_mask, 0, self.n_fixed)  # (B, T, d)
         self.predictor.train(self.model.training)
-        return h, pad_mask, self.predictor(h[:, 0])  # first token (<cls>) -> (B, D)
+        return h, pad_mask, self.predictor(self.model.pool(h, pad_mask))  # pooled as the head pools -> (B, D)
 
     def scaled_forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None, *, full: bool = False
@@ -197,34 +248,144 @@ class DepthPredictorGating(GatingStrategy):
         """``B x D`` depth probabilities -> ``B`` expected number of blocks executed."""
         return probs @ self.depths.to(probs.dtype)  # (B,)
 
+    def exit_losses(self, x, mask, y, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
+        """All exits of the unscaled full model (one forward, the shared head read after every
+        allowed depth): ``(CE of the deepest exit, mean_k (CE_k + KD_k) / 2 over the shallower
+        exits)`` (scalars, nats; the second is 0 with a single allowed depth)."""
+        pad_mask = self.model.padding_mask(x, mask)  # (B, T)
+        h = self.model.run_layers(self.model.embed(x), pad_mask, 0, self.n_fixed)  # (B, T, d)
+        exits = [self.model.head_logits(h, pad_mask)]  # exit n_fixed: (B, C)
+        for i in range(self.n_fixed, self.n_layers):
+            h = self.model.run_layers(h, pad_mask, i, i + 1)
+            exits.append(self.model.head_logits(h, pad_mask))
+        teacher = exits[-1]
+        shallow = exits[:-1]
+        if not shallow:
+            return loss_fn(teacher, y), teacher.new_zeros(())
+        s_logp = [e.log_softmax(-1) for e in shallow]
+        t_logp = teacher.detach().log_softmax(-1)
+        kd = [F.kl_div(lp, t_logp, log_target=True, reduction="batchmean") for lp in s_logp]
+        return loss_fn(teacher, y), sum((loss_fn(e, y) + k) / 2 for e, k in zip(shallow, kd)) / len(shallow)
+
+    def _flops_fractions(self, T: int) -> torch.Tensor:
+        """``D`` FLOPs fractions of the allowed depths at length ``T`` (predictor included)."""
+        full = costs.flops_per_sample(self.model.config, T)
+        extra = self.predictor.flops_per_sample()
+        return torch.tensor([(costs.flops_per_sample(self.model.config, T, n_layers=int(d)) + extra) / full
+                             for d in self.depths.tolist()], dtype=torch.float64)
+
     def training_loss(self, x, mask, y, loss_fn: LossFn) -> torch.Tensor:
-        """``loss_fn(logits, y) + gamma * mean(E[depth]) / n_layers`` (scalar); during the
-        warm-up (``depth_warmup_steps``) all ``p = 1`` and there is no penalty."""
+        """``loss_fn(logits, y) + gamma * mean(E[depth]) / n_layers`` (scalar), plus the all-exit
+        term (:meth:`exit_losses`, both parts) when ``depth_all_exits``; during the warm-up
+        (``depth_warmup_steps``) all ``p = 1`` and there is no penalty. Records the batch's
+        expected FLOPs fraction for the dual ascent in :meth:`after_step`."""
         if self.steps < self.warmup_steps:
+            if self.all_exits:
+                deep, shallow = self.exit_losses(x, mask, y, loss_fn)
+                return deep + shallow
             logits, probs = self.scaled_forward(x, mask, full=True)
             return loss_fn(logits, y)
         logits, probs = self.scaled_forward(x, mask)
         exp_depth = self.expected_depth(probs).mean()  # blocks
         penalty = exp_depth / self.n_layers
+        with torch.no_grad():
+            frac = float((probs.detach().double().cpu() @ self._flops_fractions(x.shape[1])).mean())
         self._last_train = {"expected_depth": float(exp_depth.detach()),
-                            "depth_penalty": float(penalty.detach())}
-        return loss_fn(logits, y) + self.gamma * penalty
+                            "depth_penalty": float(penalty.detach()), "flops_fraction": frac}
+        loss = loss_fn(logits, y) + self.gamma * penalty
+        if self.all_exits:
+            deep, shallow = self.exit_losses(x, mask, y, loss_fn)
+            loss = loss + deep + shallow
+        return loss
 
     def after_step(self, loss: float) -> None:
+        """Count the step; under a budget, one dual-ascent step of gamma on the batch's
+        expected FLOPs fraction."""
         self.steps += 1
+        frac = self._last_train.pop("flops_fraction", None)
+        if frac is not None:
+            self.price.update(frac)
+
+    def exit_index(self, depth_logits: torch.Tensor, threshold: float | None = None) -> torch.Tensor:
+        """``B x D`` depth logits -> ``B`` exit indices into ``depths``: the number of blocks
+        after the fixed group with ``P(depth >= block) >= threshold`` (RevPC; 0.5 = the median
+        of the predicted depth distribution)."""
+        thr = self.threshold if threshold is None else threshold
+        p = revpc(depth_logits.softmax(-1))  # (B, D), non-increasing
+        return (p[:, 1:] >= thr).sum(-1)  # (B,)
+
+    def before_evaluate(self, split_name: str = "validation") -> None:
+        """Under a ``flops_budget`` and with a ``loop``: calibrate the exit threshold on (up to
+        ``depth_calibration_rows``) validation rows (:meth:`calibrate`)."""
+        if self.loop is None or self.flops_budget is None:
+            return
+        rows, batches = 0, []
+        for x, m, _ in self.loop.eval_batches("validation"):
+            batches.append((x, m))
+            rows += x.shape[0]
+            if rows >= self.calibration_rows:
+                break
+        self.calibrate(batches)
+
+    @torch.no_grad()
+    def calibrate(self, batches, budget: float | None = None) -> tuple[float, float]:
+        """Set :attr:`threshold` so that inference on ``batches`` runs ``budget`` of the full
+        model's FLOPs (sum of executed FLOPs incl. the predictor / sum of full-model FLOPs), by
+        bisection on the threshold in ``(0, 1]`` (the fraction is non-increasing in it; a step
+        function, so the result is the closest reachable point).
+
+        Args:
+            batches: iterable of ``(x, mask)`` or ``(x, mask, y)``: ``B x T`` ids and bool masks.
+            budget: target fraction in (0, 1]; default ``flops_budget``.
+
+        Returns:
+            ``(threshold, fraction)``.
+
+        Raises:
+            ValueError: no budget given and no ``flops_budget`` configured.
+        """
+        budget = self.flops_budget if budget is None else float(budget)
+        if budget is None:
+            raise ValueError("calibrate needs a budget (flops_budget is not set)")
+        was = self.model.training
+        self.model.eval()
+        dev = self.depths.device
+        cached = []  # (p (b, D-1), used FLOPs per depth (D,), full FLOPs (scalar), b)
+        try:
+            for b in batches:
+                x, m = b[0].to(dev), None if b[1] is None else b[1].to(dev)
+                _, _, dl = self._front(x, m)
+                T = x.shape[1]
+                full = float(costs.flops_per_sample(self.model.config, T))
+                cached.append((revpc(dl.softmax(-1))[:, 1:].cpu(), self._flops_fractions(T) * full, full, x.shape[0]))
+        finally:
+            self.model.train(was)
+            self.predictor.train(was)
+
+        def fraction(thr: float) -> float:
+            used = tot = 0.0
+            for p, fl, full, n in cached:
+                used += float(fl[(p >= thr).sum(-1)].sum())
+                tot += n * full
+            return used / max(tot, 1.0)
+
+        thr, frac = calibrate_monotone(fraction, budget, 1e-6, 1.0, iters=40)
+        self.threshold, self.calibrated_fraction = float(thr), float(frac)
+        return self.threshold, self.calibrated_fraction
 
     @torch.no_grad()
     def predict_depths(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """The exit depth (blocks, ``n_fixed .. n_layers``) the predictor picks for each sample:
-        ``B`` int64 (arg-max of ``probs``)."""
+        ``B`` int64 (:meth:`exit_index` at :attr:`threshold`)."""
         _, _, depth_logits = self._front(x, mask)
-        return self.n_fixed + depth_logits.argmax(-1)  # (B,)
+        return self.n_fixed + self.exit_index(depth_logits)  # (B,)
 
     @torch.no_grad()
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
         """Inference with per-sample early exit.
 
-        Each sample exits at its arg-max depth ``k``; samples with the same ``k`` run as one batch
+        Each sample exits at depth ``k`` = :meth:`exit_index` (the median of its predicted depth
+        distribution, or the calibrated threshold); samples with the same ``k`` run as one batch
         through blocks ``n_fixed .. k-1`` only (nothing is computed for skipped blocks), then
         the final LayerNorm and head.
 
@@ -238,7 +399,7 @@ class DepthPredictorGating(GatingStrategy):
         """
         h, pad_mask, depth_logits = self._front(x, mask)
         probs = depth_logits.softmax(-1)  # (B, D)
-        k_idx = depth_logits.argmax(-1)  # (B,) index into depths
+        k_idx = self.exit_index(depth_logits)  # (B,) index into depths
         B, T = x.shape
         extra = self.predictor.flops_per_sample()
         groups = torch.unique(k_idx).tolist()
@@ -280,7 +441,7 @@ class DepthPredictorGating(GatingStrategy):
             ``{"depth_histogram": {"k": count}, "expected_depth": float, "mean_exit_depth": float}``
             with depths in blocks (keys are strings so the dict round-trips through JSON);
             ``expected_depth`` is the mean of ``sum_d d * probs_d``, ``mean_exit_depth`` the
-            mean arg-max depth actually executed.
+            mean exit depth actually executed (:meth:`exit_index`).
         """
         if split is None:
             return self._stats(self._hist.clone(), self._expected_sum)
@@ -298,7 +459,7 @@ class DepthPredictorGating(GatingStrategy):
                 dev = self.depths.device
                 for ids, m in batches:
                     _, _, dl = self._front(ids.to(dev), m.to(dev))  # dl: (b, D)
-                    hist += torch.bincount(dl.argmax(-1).cpu(), minlength=self.n_depths)
+                    hist += torch.bincount(self.exit_index(dl).cpu(), minlength=self.n_depths)
                     exp_sum += float(self.expected_depth(dl.softmax(-1)).sum())
         finally:
             self.model.train(was_training)
@@ -316,8 +477,10 @@ class DepthPredictorGating(GatingStrategy):
 
     def metrics(self) -> dict[str, Any]:
         """Per-epoch results: the predicted-depth histogram on the validation split
-        (``depth_histogram``, ``expected_depth``, ``mean_exit_depth``; see :meth:`depth_stats`)
-        and the last training batch's ``train_expected_depth``.
+        (``depth_histogram``, ``expected_depth``, ``mean_exit_depth``; see :meth:`depth_stats`),
+        the last training batch's ``train_expected_depth``, ``depth_gamma`` (the current price
+        of depth), ``exit_threshold`` and, after a calibration, ``depth_calibrated_flops_fraction``
+        (FLOPs fraction on the calibration rows).
 
         With a ``loop`` the statistics are recomputed on ``loop.eval_batches()`` (the batches
         the trial's evaluation scores), so latency timing calls to :meth:`predict` do not
@@ -328,14 +491,22 @@ class DepthPredictorGating(GatingStrategy):
         else:
             out = self._stats_over((x, m) for x, m, _ in self.loop.eval_batches())
         out["train_expected_depth"] = self._last_train["expected_depth"]
+        out["depth_gamma"] = float(self.gamma)
+        out["exit_threshold"] = float(self.threshold)
+        if self.calibrated_fraction is not None:
+            out["depth_calibrated_flops_fraction"] = float(self.calibrated_fraction)
         return out
 
     def state_dict(self) -> dict[str, Any]:
         """Predictor weights and the step count (tensors and numbers only)."""
-        return {"predictor": self.predictor.state_dict(), "steps": self.steps}
+        return {"predictor": self.predictor.state_dict(), "steps": self.steps,
+                "price": self.price.state_dict(), "threshold": self.threshold}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:
             return
         self.predictor.load_state_dict(state["predictor"])
         self.steps = int(state.get("steps", 0))
+        if "price" in state:  # checkpoints from before issue 14 keep the configured gamma
+            self.price.load_state_dict(state["price"])
+            self.threshold = float(state["threshold"])
