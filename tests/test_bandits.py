@@ -209,4 +209,6 @@ def test_offsets_make_selection_cost_aware():
     ucb.update([0, 0, 0], [0, 1, 2], [0.5, 0.6, 0.7])
     assert ucb.select(greedy=True).tolist() == [2]
     assert ucb.select(greedy=True, offset=np.array([0.0, -0.05, -0.5])).tolist() == [1]
-    assert UCB1(3).select(greedy=True, offset=np.array([0.0, -1.0, -2.0])).tolist() == [0]
+    # a row never played keeps its last arm (all heads) whatever the offset: no evidence yet
+    assert UCB1(3).select(greedy=True, offset=np.array([0.0, -1.0, -2.0])).tolist() == [2]
+    assert UCB1(3).select(offset=np.array([0.0, -1.0, -2.0])).tolist() == [0]  # exploring: cheapest first

@@ -73,9 +73,9 @@ class UCB1:
 
         Args:
             rows: row indices (``R``,), default all rows.
-            greedy: pick the best empirical mean among played arms (no exploration); a row
-                never played returns its last arm when ``offset`` is ``None``, else the arm
-                with the largest offset.
+            greedy: pick the best empirical mean (plus ``offset``) among played arms (no
+                exploration); a row never played returns its last arm (for head counts: all
+                heads -- no evidence, no pruning).
             offset: ``K`` or ``R x K`` values added to every arm's score (e.g.
                 ``-price * cost_a``: a cost-aware choice); arms never played still come first
                 (in exploration), ordered by ``offset``.
@@ -90,11 +90,8 @@ class UCB1:
         if greedy:
             score = np.where(n > 0, mean + off, -np.inf)
             unplayed = (n == 0).all(axis=1)
-            if offset is None:
-                score[unplayed] = 0.0
-                score[unplayed, :-1] = -np.inf  # unplayed row: the last arm
-            else:
-                score[unplayed] = off[unplayed]  # unplayed row: the best offset
+            score[unplayed] = 0.0
+            score[unplayed, :-1] = -np.inf  # unplayed row: the last arm
         else:
             t = np.maximum(n.sum(axis=1, keepdims=True), 1)  # (R, 1)
             bonus = self.c * np.sqrt(2.0 * np.log(t) / np.maximum(n, 1))  # (R, K)
