@@ -19,8 +19,10 @@ from archsearch.dynamic.evolution import (
     EvolutionarySearch,
     crossover,
     initial_population,
+    interpolate,
     mutate,
 )
+from archsearch.dynamic.length_config import smallest_length_config
 from archsearch.dynamic.length_drop import length_config_flops
 from archsearch.models.transformer import TransformerConfig
 
@@ -141,3 +143,69 @@ def test_store_of_another_search_is_rejected(tmp_path):
         EvolutionarySearch(Objective(), n_layers=L - 1, n=N, store_path=store)
     with pytest.raises(ValueError, match="mode"):
         EvolutionarySearch(Objective(), n_layers=L, n=N, mode="min", store_path=store)
+
+
+def flops_of(g):
+    return float(length_config_flops(CONFIG, [N, *g]))
+
+
+FLOOR = smallest_length_config(L, N, 0.2)  # (39, 32, 26, 21, 17, 14): the smallest trained sub-model
+
+
+def test_initial_population_is_evenly_spread_in_flops_between_the_floor_and_the_full_model():
+    pop = initial_population(L, N, 10, floor=FLOOR, flops_fn=flops_of)
+    assert pop[0] == (N,) * L and pop[-1] == FLOOR
+    assert all(monotone(g) and all(v >= f for v, f in zip(g, FLOOR)) for g in pop)
+    f = np.array([flops_of(g) for g in pop])
+    assert len(pop) == 10 and np.all(np.diff(f) < 0)
+    targets = np.linspace(f[0], f[-1], 10)
+    step = (f[0] - f[-1]) / 9
+    # each gene is the first interpolated gene at or above its target: within one token's FLOPs
+    assert np.all(f >= targets - 1e-6) and np.all(f - targets < 0.1 * step)
+    assert interpolate(FLOOR, N, 0.0) == FLOOR and interpolate(FLOOR, N, 1.0) == (N,) * L
+
+
+def test_search_never_goes_below_the_smallest_trained_sub_model():
+    obj = Objective()
+    s = EvolutionarySearch(obj, n_layers=L, n=N, iterations=4, mutations=10, crossovers=10, seed=2,
+                           floor=FLOOR, flops_fn=flops_of)
+    s.run()
+    assert len(s.evaluated) > 40
+    for g in s.evaluated:
+        assert monotone(g) and all(v >= f for v, f in zip(g, FLOOR)), g
+    rng = random.Random(0)
+    for _ in range(500):
+        assert all(v >= f for v, f in zip(mutate(FLOOR, N, rng, 1.0, floor=FLOOR), FLOOR))
+    with pytest.raises(ValueError, match="floor"):
+        s._add((N, N, N, N, N, 2), "test")
+
+
+def test_best_under_each_budget_is_the_most_accurate_config_within_it_not_the_cheapest():
+    """Known accuracy/FLOPs table: under 0.5x the answer is the 0.48x config (acc 0.90), not the
+    cheapest 0.15x one nor the 0.52x one just over the budget; under 0.35x the 0.33x config."""
+    table = {  # gene: (accuracy, FLOPs fraction)
+        (48, 48, 48, 48, 48, 48): (0.92, 1.00),
+        (48, 40, 30, 30, 20, 20): (0.91, 0.52),
+        (40, 30, 30, 20, 20, 10): (0.90, 0.48),
+        (40, 30, 20, 20, 10, 10): (0.86, 0.45),
+        (30, 20, 20, 10, 10, 10): (0.87, 0.33),
+        (30, 20, 10, 10, 10, 10): (0.84, 0.30),
+        (10, 8, 6, 4, 2, 2): (0.70, 0.15),
+    }
+    full = 1000.0
+    s = EvolutionarySearch(lambda g: (table[g][0], table[g][1] * full), n_layers=L, n=N, iterations=0)
+    for g in table:
+        s._add(g, "initial")
+    best = s.best_per_budget([0.5, 0.35], full)
+    assert best[0.5]["length_config"] == [40, 30, 30, 20, 20, 10] and best[0.5]["metric"] == 0.90
+    assert best[0.35]["length_config"] == [30, 20, 20, 10, 10, 10]
+    assert all(best[q]["flops_per_sample"] <= q * full for q in best)
+    assert len({tuple(e["length_config"]) for e in best.values()}) == 2
+    assert s.best_under(0.1 * full) is None
+    assert s.best_under(full)["metric"] == 0.92
+    # perplexity (mode min): lower is better, same budget rule
+    m = EvolutionarySearch(lambda g: (1.0 / table[g][0], table[g][1] * full), n_layers=L, n=N,
+                           mode="min", iterations=0)
+    for g in table:
+        m._add(g, "initial")
+    assert m.best_under(0.5 * full)["length_config"] == [40, 30, 30, 20, 20, 10]

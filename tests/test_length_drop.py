@@ -177,7 +177,7 @@ def test_significance_is_attention_received_and_kept_tokens_are_the_most_attende
     seen = []
     hook = model.blocks[0].ffn.register_forward_hook(lambda m, i, o: seen.append(i[0]))
     try:
-        logits, _ = length_drop_forward(model, x, None, (5,))
+        logits, _ = length_drop_forward(model, x, None, (5,), restore=True)
     finally:
         hook.remove()
     assert seen[0].shape == (2, 5, 32)
@@ -186,6 +186,62 @@ def test_significance_is_attention_received_and_kept_tokens_are_the_most_attende
     for b in range(2):
         restored[b, keep[b]] = out[b, keep[b]]
     assert torch.allclose(logits, model.head_logits(restored, full), atol=1e-5)
+    # default (classification): mean pooling over the kept tokens only
+    pooled, _ = length_drop_forward(model, x, None, (5,))
+    kept_out = torch.stack([out[b, keep[b]] for b in range(2)])  # (2, 5, d)
+    assert torch.allclose(pooled, model.head_logits(kept_out, None), atol=1e-5)
+
+
+def test_classifier_pools_only_the_tokens_kept_after_the_last_block():
+    """Dropped tokens never enter the pooled vector: changing the embedding-level state of a
+    token dropped in block 1 changes the logits only through the attention it got as a key
+    in block 1, which the reference below reproduces by gathering kept tokens by hand."""
+    model = make_model("classification", n_layers=2)
+    x = ids(B=3)
+    mask = torch.ones_like(x, dtype=torch.bool)
+    mask[1, 10:] = False  # 10 real tokens
+    x = x.masked_fill(~mask, 0)
+    cfg = (8, 4)
+    logits, lengths = length_drop_forward(model, x, mask, cfg)
+    assert lengths == [N, 8, 4]
+    # reference, sample by sample without padding: gather kept tokens, run, pool their mean
+    for b, m in ((0, N), (1, 10), (2, N)):
+        h = model.embed(x[b:b + 1, :m])  # (1, m, d)
+        for blk, l in zip(model.blocks, cfg):
+            k = int(scale_counts(l, torch.tensor([m]), N)[0])
+            _, score = significance(blk, h, None, None)
+            top = score.topk(k, dim=1).indices[0]  # (k,)
+            full_out = blk(h)  # kept queries attend over all current keys, as in the drop block
+            h = full_out[:, top]  # (1, k, d): gathered, the rest is gone
+        ref = model.head(model.ln_f(h).mean(dim=1))  # (1, C)
+        assert torch.allclose(logits[b:b + 1], ref, atol=1e-5), b
+    # with restore=True the dropped tokens' states are pooled too: a different vector
+    restored, _ = length_drop_forward(model, x, mask, cfg, restore=True)
+    assert not torch.allclose(restored, logits, atol=1e-4)
+
+
+def test_dropping_gathers_kept_tokens_into_shorter_tensors():
+    """Real compute: every op after the drop (O projection, residual, FFN, final LN and pooling)
+    sees a tensor of K_i rows, not a masked full-length one."""
+    model = make_model("classification", n_layers=3)
+    shapes = {}
+
+    def rec(key):
+        def hook(m, inp, out):
+            shapes.setdefault(key, tuple(inp[0].shape))  # returns None: output unchanged
+        return hook
+
+    hooks = [model.blocks[i].attn.o.register_forward_hook(rec(("o", i))) for i in range(3)]
+    hooks += [model.blocks[i].ffn.register_forward_hook(rec(("ffn", i))) for i in range(3)]
+    hooks.append(model.ln_f.register_forward_hook(rec("ln_f")))
+    try:
+        length_drop_forward(model, ids(B=2), None, (12, 6, 3))
+    finally:
+        for h in hooks:
+            h.remove()
+    assert [shapes[("ffn", i)][1] for i in range(3)] == [12, 6, 3]
+    assert [shapes[("o", i)][0] for i in range(3)] == [2 * 12, 2 * 6, 2 * 3]  # flattened rows
+    assert shapes["ln_f"] == (2, 3, 32)  # pooling reads the 3 kept tokens only
 
 
 def test_drop_and_restore_lm_returns_every_position_and_stays_causal():

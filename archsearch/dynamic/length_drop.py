@@ -33,10 +33,16 @@ that depends on positions only; kept tokens stay in position order, so the model
 them with plain causal attention. Dropping happens before a block: block ``i`` runs on ``k_i``
 tokens.
 
-**Drop-and-restore.** A dropped token's vector skips the remaining blocks and is written back at
-its position after the last block (the last state it had), so the final LayerNorm and the head
-see every position: the LM predicts every next token; the classifier's mean pooling covers every
-real token (dropped ones with their earlier state).
+**Classification pools the kept tokens.** The classifier's final LayerNorm and mean pooling read
+only the tokens still kept after the last block (per sample, its real kept slots): a dropped
+token's earlier state never enters the pooled vector. The kept tokens are gathered into a
+shorter ``B x K_L x d`` tensor (no masks over full-length tensors), so the FLOPs saved are
+compute really not done.
+
+**Drop-and-restore** (token-level outputs: the LM always; the classifier only with
+``restore=True``). A dropped token's vector skips the remaining blocks and is written back at its
+position after the last block (the last state it had), so the final LayerNorm and the head see
+every position: the LM predicts every next token.
 
 **Training** (:class:`LengthDropGating`, ``gating: length_drop``): per minibatch the sandwich
 rule: the full model (cross-entropy), the smallest sub-model (every ``l_{i+1} =
@@ -197,8 +203,15 @@ def length_drop_forward(
     *,
     layers: Sequence[bool] | None = None,
     min_tokens: int = MIN_TOKENS,
+    restore: bool | None = None,
 ) -> tuple[torch.Tensor, list[int]]:
-    """Forward pass with per-layer token dropping and drop-and-restore.
+    """Forward pass with per-layer token dropping (kept tokens gathered, never masked).
+
+    Classification pools over the tokens kept after the last block only (the paper's
+    drop-and-restore is for token-level outputs: a dropped token's pre-drop state would otherwise
+    enter the pooled vector); with ``restore=True`` dropped tokens are written back at their
+    positions with their last state before the final LayerNorm and pooling (the old behaviour,
+    kept for token-level use). The LM always restores (it predicts every position).
 
     Args:
         model: a :class:`Transformer` (its modules and weights are used as they are).
@@ -209,6 +222,8 @@ def length_drop_forward(
             :mod:`archsearch.dynamic.length_config`), or ``None`` for full length.
         layers: per block, whether it runs (LayerDrop); ``None`` = all.
         min_tokens: at least this many tokens (or all real ones, if fewer) stay.
+        restore: classification only: ``False``/``None`` (default) mean-pool the kept tokens of
+            the last block; ``True`` drop-and-restore every position before pooling.
 
     Returns:
         ``(logits, lengths)``: ``B x C`` or ``B x T x V`` logits, and the executed slot counts
@@ -257,7 +272,8 @@ def length_drop_forward(
     cur = pad_mask if pad_mask is not None and min(real) < T else None  # (B, K) real slots, None = all
     count = real  # current real count per sample
     idx = None  # (B, K) slot -> position; slots without a real token -> sink column T
-    restored = None  # (B, T+1, d) last state of every position (+ sink)
+    restored = None  # (B, T+1, d) last state of every position (+ sink), restore=True only
+    dropped = False
     for i in range(L):
         if not ran[i]:
             executed.append(h.shape[1])
@@ -267,7 +283,9 @@ def length_drop_forward(
             mask = None if cur is None else (cur | ~cur.any(dim=1, keepdim=True))[:, None, None, :]
             h = model.blocks[i](h, mask)  # (B, K, d)
         else:
-            if restored is None:  # first drop: the current states are the positions' states
+            if not restore:
+                pass  # pooling over kept tokens: no bookkeeping of dropped states
+            elif restored is None:  # first drop: the current states are the positions' states
                 restored = F.pad(h, (0, 0, 0, 1 + T - h.shape[1]))  # (B, T+1, d)
                 pos = torch.arange(T, device=dev).expand(B, T)  # (B, T)
                 idx = pos if cur is None else torch.where(cur, pos, T)  # (B, K)
@@ -276,18 +294,23 @@ def length_drop_forward(
             else:  # inference: no autograd history to protect, write in place
                 restored.scatter_(1, idx[:, :, None].expand(-1, -1, d), h)  # (B, T+1, d)
             h, order = _drop_block(model.blocks[i], h, cur, keep)  # (B, K', d)
-            idx = idx.gather(1, order)  # (B, K')
+            if restore:
+                idx = idx.gather(1, order)  # (B, K')
             Kn = h.shape[1]
             if min(keep) < Kn:  # slots beyond a sample's count hold no real token
                 cur = torch.arange(Kn, device=dev)[None, :] < torch.tensor(keep, device=dev)[:, None]
-                idx = torch.where(cur, idx, T)  # (B, K')
+                if restore:
+                    idx = torch.where(cur, idx, T)  # (B, K')
             else:
                 cur = None
             count = keep
+            dropped = True
         executed.append(h.shape[1])
     if restored is not None:  # drop-and-restore: every position gets its last state back
         h = restored.scatter(1, idx[:, :, None].expand(-1, -1, d), h)[:, :T]  # (B, T, d)
-    return model.head_logits(h, pad_mask), executed
+        return model.head_logits(h, pad_mask), executed
+    # pooling over the tokens kept after the last block (cur: their real slots; None = all)
+    return model.head_logits(h, cur if dropped else pad_mask), executed
 
 
 # ---------------------------------------------------------------------------------- gating
@@ -338,7 +361,10 @@ class LengthDropGating(GatingStrategy):
     Config keys (``cfg``): ``length_drop_p`` (default 0.2), ``layer_drop_p`` (0.2),
     ``evolution_iterations`` / ``evolution_mutations`` / ``evolution_crossovers`` (30 each),
     ``evolution_val_samples`` (validation samples per candidate evaluation; default 1024
-    classification samples / LM blocks). ``settings["evolution_store"]``: optional JSON path
+    classification samples / LM blocks), ``length_budgets`` (optional FLOPs fractions of the
+    full model, e.g. ``[0.5, 0.35]``: :meth:`finalize` adds the best configuration under each).
+    The search never goes below the smallest trained sub-model
+    (:func:`~archsearch.dynamic.length_config.smallest_length_config` of ``length_drop_p``). ``settings["evolution_store"]``: optional JSON path
     that makes the search resumable.
 
     Attributes:
@@ -361,6 +387,7 @@ class LengthDropGating(GatingStrategy):
         self.gen = torch.Generator().manual_seed(int(settings.get("seed", 0)) + 7919)
         self.length_config: tuple[int, ...] | None = None
         self.last_curve: list[dict[str, Any]] = []
+        self.search: EvolutionarySearch | None = None  # the last finalize()'s search
 
     # -- training ---------------------------------------------------------------------------
 
@@ -433,7 +460,10 @@ class LengthDropGating(GatingStrategy):
     def finalize(self) -> dict[str, Any]:
         """Evolutionary search of length configurations on a fixed validation subset; returns
         ``{"anytime_curve": [{"flops_per_sample", "accuracy" | "perplexity", "latency_ms",
-        "length_config"}, ...]}`` (the Pareto set, sorted by FLOPs)."""
+        "length_config"}, ...]}`` (the Pareto set, sorted by FLOPs) and, with
+        ``length_budgets``, ``"budget_configs": {fraction: {"length_config", "metric",
+        "flops_per_sample"} | None}`` (best under ``fraction`` x the full model's FLOPs on the
+        same subset)."""
         if self.loop is None:
             return {}
         cfg = self.model.config
@@ -443,6 +473,8 @@ class LengthDropGating(GatingStrategy):
         search = EvolutionarySearch(
             lambda c: self.evaluate_config(batches, c),
             n_layers=cfg.n_layers, n=cfg.max_len, mode="min" if lm else "max",
+            floor=smallest_length_config(cfg.n_layers, cfg.max_len, self.p),
+            flops_fn=lambda g: float(length_config_flops(cfg, [cfg.max_len, *g])),
             iterations=int(self.cfg.get("evolution_iterations") or 30),
             mutations=int(self.cfg.get("evolution_mutations") or 30),
             crossovers=int(self.cfg.get("evolution_crossovers") or 30),
@@ -462,7 +494,15 @@ class LengthDropGating(GatingStrategy):
         finally:
             self.length_config = saved
         self.last_curve = curve
-        return {"anytime_curve": curve}
+        self.search = search
+        out: dict[str, Any] = {"anytime_curve": curve}
+        budgets = self.cfg.get("length_budgets")
+        if budgets:
+            full = search.evaluated.get((cfg.max_len,) * cfg.n_layers)
+            if full is not None:
+                best = search.best_per_budget([float(q) for q in budgets], full["flops_per_sample"])
+                out["budget_configs"] = {str(q): e for q, e in best.items()}
+        return out
 
     def metrics(self) -> dict[str, Any]:
         return {} if self.length_config is None else {"length_config": list(self.length_config)}
