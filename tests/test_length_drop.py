@@ -305,7 +305,7 @@ def test_gating_is_registered_and_trains_with_the_sandwich_then_searches(rt_data
     assert gating_class("length_drop") is LengthDropGating
     cfg = {"n_layers": 2, "d_model": 32, "n_heads": 2, "gating": "length_drop", "length_drop_p": 0.4,
            "evolution_iterations": 2, "evolution_mutations": 4, "evolution_crossovers": 4,
-           "evolution_val_samples": 256}
+           "evolution_val_samples": 256, "length_budgets": [0.8, 0.6]}
     store = tmp_path / "search.json"
     loop = TrialLoop(cfg, rt_data, {"epochs": 2, "batch_size": 64, "seed": 0, "latency_batch_size": 16,
                                     "evolution_store": str(store)})
@@ -351,6 +351,18 @@ def test_gating_is_registered_and_trains_with_the_sandwich_then_searches(rt_data
         check_length_config(c["length_config"], 2, 32)
         assert c["latency_ms"] > 0
     assert gating.length_config is None  # finalize does not change the selection
+    # never below the smallest trained sub-model (p = 0.4 over 2 layers of 32: (20, 12))
+    floor = smallest_length_config(2, 32, 0.4)
+    assert all(all(v >= f for v, f in zip(e["length_config"], floor)) for e in evaluated)
+    # the best configuration within each budget, relative to the full length on the same subset
+    full_flops = next(e["flops_per_sample"] for e in evaluated if e["length_config"] == [32, 32])
+    for q, best in out["budget_configs"].items():
+        ok = [e for e in evaluated if e["flops_per_sample"] <= float(q) * full_flops]
+        if best is None:
+            assert not ok
+            continue
+        assert best["flops_per_sample"] <= float(q) * full_flops
+        assert best["metric"] == max(e["metric"] for e in ok)
 
 
 def test_language_model_trains_and_evaluates_with_drop_and_restore(cache_dir):
