@@ -351,6 +351,7 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         ad.model.load_state_dict(torch.load(sdir / "adaptive.pt"))
         seconds.update(json.loads((sdir / "seconds.json").read_text()))
     else:
+        (sdir / "search.json").unlink(missing_ok=True)  # a search of an earlier model is stale
         ad.model.load_state_dict(std.model.state_dict())
         t0 = time.perf_counter()
         ad.train_epoch()
