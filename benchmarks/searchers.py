@@ -541,6 +541,15 @@ def summarize(runs_path: Path = RUNS, out: Path = OUT, png: Path | None = PNG, t
         "replay_offtable_rate": offtable,
         "replay_repeat_rate": repeat,
     }
+    # who wins where: the medians behind the ratios, and the policy's effect on every problem
+    for p in problems:
+        summary[f"hv_median_{p}_at_20_40_80"] = {
+            s: " / ".join(_fmt(med(p, s, b)) for b in (20, 40, 80)) for s in table[p]}
+    summary["best_median_at_20"] = {p: max(table[p], key=lambda s: med(p, s, 20) or 0.0) for p in problems}
+    summary["best_median_at_80"] = {p: max(table[p], key=lambda s: med(p, s, 80) or 0.0) for p in problems}
+    summary["policy_gain_at_20_40_80"] = {
+        p: " / ".join(_fmt(_ratio(med(p, "ahto", b), med(p, "qnehvi", b))) for b in (20, 40, 80))
+        for p in problems if "ahto" in table[p] and "qnehvi" in table[p]}
     import operator
 
     ops = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
@@ -592,7 +601,7 @@ def _print_table(problems, table, t95, seeds, summary, met, counts, sources) -> 
     for k, v in summary.items():
         t = (f"  target {TARGETS[k]}: {'not measured' if v is None else 'met' if met[k] else 'missed'}"
              if k in TARGETS else "")
-        shown = ", ".join(f"{a} {b:.3f}" for a, b in v.items()) if isinstance(v, dict) else _fmt(v)
+        shown = ", ".join(f"{a} {b if isinstance(b, str) else f'{b:.3f}'}" for a, b in v.items()) if isinstance(v, dict) else _fmt(v)
         print(f"{k:28s} {shown}{t}")
 
 
