@@ -7,7 +7,8 @@ Every function is named with its unit (see the metric table in docs/design.md):
 * :func:`count_flops_torch` -- the same quantity measured with ``FlopCounterMode`` (the check).
 * :func:`latency_ms` -- median wall-clock forward milliseconds per sample on this machine.
 * :func:`known_costs_fn` -- the costs of a trial config known without training (FLOPs per
-  sample on the validation batches, parameter counts): the one cost function searchers and
+  sample on the validation batches, times ``flops_budget`` under a budgeted ``dht`` /
+  ``depth_predictor`` gating; parameter counts): the one cost function searchers and
   pre-launch constraint checks share.
 
 What the FLOP count covers: exactly what ``torch.utils.flop_counter.FlopCounterMode`` counts for
@@ -235,6 +236,27 @@ def latency_ms(
     return statistics.median(times) * 1000.0 / batch_size
 
 
+#: Gatings whose inner loop meets a ``flops_budget`` (fraction of the full model's FLOPs).
+BUDGETED_GATINGS = frozenset({"dht", "depth_predictor"})
+
+
+def budget_fraction(cfg: Mapping[str, Any]) -> float:
+    """The fraction of the static full-depth FLOPs a complete trial config (see
+    :func:`~archsearch.models.config.trial_config`) spends on average: ``flops_budget`` when
+    ``gating`` is in :data:`BUDGETED_GATINGS` and ``flops_budget`` is set, else 1.0.
+
+    Raises:
+        ValueError: such a ``flops_budget`` outside ``(0, 1]``.
+    """
+    budget = cfg.get("flops_budget")
+    if budget is None or str(cfg.get("gating")) not in BUDGETED_GATINGS:
+        return 1.0
+    budget = float(budget)
+    if not 0.0 < budget <= 1.0:
+        raise ValueError(f"flops_budget must be in (0, 1], got {budget}")
+    return budget
+
+
 def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Mapping[str, Any]], dict]:
     """The costs of a trial config known without training, for the searchers and the
     pre-launch constraint checks.
@@ -243,16 +265,37 @@ def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Ma
     (:func:`archsearch.models.config.trial_config`), builds its
     :func:`~archsearch.models.config.model_config` and returns floats:
 
-    * ``flops_per_sample`` (FLOPs): :func:`flops_per_sample` averaged over the validation batches
-      exactly as the trainable evaluates them (:func:`~archsearch.models.config.eval_lengths`:
-      batches trimmed to their last real token; LM blocks of ``max_len``). It equals the metric a
-      static trial reports; gated trials execute less than this upper bound.
-    * ``params_total`` / ``params_trainable`` (counts): of the model built on the ``meta``
-      device (no memory, no initialisation). Layer tying is not applied: for ``tying`` other
-      than ``none`` both are the untied model's, an upper bound of what the trial reports.
+    * ``flops_per_sample`` (FLOPs): the static full-depth model's :func:`flops_per_sample`
+      averaged over the validation batches exactly as the trainable evaluates them
+      (:func:`~archsearch.models.config.eval_lengths`: batches trimmed to their last real token;
+      LM blocks of ``max_len``). It equals the metric a static trial reports.
 
-    Results are cached per model config (up to the fields that change no cost). The function keeps only the scalars it needs (not the
-    dataset), so it stays small when pickled (Ray).
+      Under a FLOPs budget -- ``gating`` in :data:`BUDGETED_GATINGS` (``dht``,
+      ``depth_predictor``) with ``flops_budget`` set -- it is ``flops_budget`` x that static
+      value: the inner loop meets the budget on average over the validation set (dual ascent on
+      the price during training, then the exit price / threshold calibrated on up to 2048
+      validation rows before each evaluation; tested within +-0.05 of the budget, see
+      :mod:`archsearch.dynamic.dht` and :mod:`archsearch.dynamic.depth_predictor`), so the
+      trial reports this value within about 0.05 x the static value. A budget below the
+      cheapest path (the shallowest allowed exit, plus the depth predictor's own FLOPs) cannot
+      be met: such a trial reports more than this.
+
+      Without ``flops_budget`` (budget-free ``dht`` / ``depth_predictor`` at a fixed price, and
+      every other gating: ``static``, ``length_drop``) it is the static value, an upper bound
+      of what a gated trial executes.
+    * ``params_total`` / ``params_trainable`` (counts): of the model built on the ``meta``
+      device (no memory, no initialisation), whatever the gating or budget: the counts the
+      trial reports (``TrialLoop.evaluate`` counts the Transformer). DHT adds no parameters (its
+      exits share the output head; bandit statistics and the context projection are not
+      parameters); the depth predictor's MLP (``2d + d*h + h + h*D + D`` scalars, ``h`` =
+      ``predictor_hidden``, ``D`` = allowed depths) is held by the strategy and counted by
+      neither. Layer tying is not applied: for ``tying`` other than ``none`` both are the
+      untied model's, an upper bound of what the trial reports.
+
+    The static costs are cached per model config (up to the fields that change no cost); the
+    budget is applied after the cache, so configs that differ only in ``gating`` or
+    ``flops_budget`` share the entry and still get their own FLOPs. The function keeps only the
+    scalars it needs (not the dataset), so it stays small when pickled (Ray).
 
     Args:
         data: the run's :class:`archsearch.data.PreparedData`.
@@ -260,7 +303,9 @@ def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Ma
 
     Returns:
         ``cost_fn(config) -> {"flops_per_sample", "params_total", "params_trainable"}``;
-        ``cost_fn`` raises what :func:`~archsearch.models.config.model_config` raises.
+        ``cost_fn`` raises what :func:`~archsearch.models.config.model_config` raises, and
+        ``ValueError`` for a ``flops_budget`` outside ``(0, 1]`` under a budgeted gating (the
+        strategies refuse it too).
     """
     lengths = eval_lengths(data)  # [(T', rows)]
     total = sum(n for _, n in lengths)
@@ -271,7 +316,8 @@ def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Ma
     cache: dict[tuple, dict[str, float]] = {}
 
     def cost_fn(config: Mapping[str, Any]) -> dict[str, float]:
-        mcfg = model_config(trial_config(config, fixed), scalars)
+        cfg = trial_config(config, fixed)
+        mcfg = model_config(cfg, scalars)
         # dropout, LayerNorm epsilon, activation and attention kernel change neither FLOPs
         # (as counted) nor parameters: one cache entry for all of their values
         key = dataclasses.astuple(dataclasses.replace(mcfg, dropout=0.0, layer_norm_eps=1e-5,
@@ -284,6 +330,6 @@ def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Ma
             hit = {"flops_per_sample": float(flops), "params_total": float(params_total(model)),
                    "params_trainable": float(params_trainable(model))}
             cache[key] = hit
-        return dict(hit)
+        return {**hit, "flops_per_sample": hit["flops_per_sample"] * budget_fraction(cfg)}
 
     return cost_fn

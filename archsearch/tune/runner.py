@@ -13,6 +13,7 @@ with (searcher, seed, trials, resources per trial, Ray address, ``--fixed``) is 
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -50,16 +51,19 @@ class Launch:
 
 
 # ---------------------------------------------------------------------- pre-launch checks
-def smallest_config(space: SearchSpace) -> dict[str, Any]:
+def smallest_config(space: SearchSpace, preset: dict[str, Any] | None = None) -> dict[str, Any]:
     """The cheapest architecture the space can produce: every numeric param at its low end,
-    every numeric categorical at its smallest choice (non-numeric categoricals: the first)."""
+    every numeric categorical at its smallest choice (non-numeric categoricals: the first,
+    or the value ``preset`` gives for them)."""
     from archsearch.space import CategoricalParam
 
     cfg: dict[str, Any] = {}
     for key, p in space.params.items():
         if not space.active(key, cfg):
             continue
-        if isinstance(p, CategoricalParam):
+        if preset and key in preset:
+            cfg[key] = preset[key]
+        elif isinstance(p, CategoricalParam):
             nums = [c for c in p.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
             cfg[key] = min(nums) if len(nums) == len(p.choices) else p.choices[0]
         else:
@@ -73,7 +77,9 @@ def check_constraints(space: SearchSpace, data) -> None:
     The smallest architecture is costed by the same function the searchers use and whose
     ``flops_per_sample`` the trials report (:func:`archsearch.models.costs.known_costs_fn`,
     on the validation batches as evaluated); every ``max`` on a known cost must hold for it.
-    ``params_trainable`` is not checked for tying configs (tying can lower it).
+    ``params_trainable`` is not checked for tying configs (tying can lower it). A searched
+    ``gating`` is tried at each of its choices (under ``dht`` / ``depth_predictor`` the known
+    FLOPs are ``flops_budget`` x the static model's), and each metric's lowest value counts.
 
     Raises:
         UserError: naming ``constraints.METRIC.max``, with the smallest achievable value.
@@ -83,14 +89,24 @@ def check_constraints(space: SearchSpace, data) -> None:
         return
     from archsearch.models.costs import known_costs_fn
 
-    cfg = smallest_config(space)
-    try:
-        values = known_costs_fn(data, space.fixed)(cfg)
-    except ValueError as e:
-        raise UserError(f"the smallest architecture is invalid: {e}", file=space.source,
-                        field="params") from None
-    if str({**space.fixed, **cfg}.get("tying", "none")) != "none":
-        values.pop("params_trainable", None)
+    # a searched gating changes the known FLOPs (flops_budget x static for dht/depth_predictor):
+    # the smallest architecture under each of its choices, the lowest value per metric
+    gating = space.params.get("gating")
+    choices = getattr(gating, "choices", None) or [None]
+    cost_fn = known_costs_fn(data, space.fixed)
+    values: dict[str, float] = {}
+    for choice in choices:
+        cfg = smallest_config(space, None if choice is None else {"gating": choice})
+        try:
+            got = cost_fn(cfg)
+        except ValueError as e:
+            raise UserError(f"the smallest architecture is invalid: {e}", file=space.source,
+                            field="params") from None
+        if str({**space.fixed, **cfg}.get("tying", "none")) != "none":
+            got.pop("params_trainable", None)
+            values["params_trainable"] = -math.inf  # tying can lower it: never refused
+        for metric, v in got.items():
+            values[metric] = min(values.get(metric, math.inf), v)
     for metric, bound in wanted.items():
         if metric in values and values[metric] > bound.max:
             raise UserError(f"no configuration can meet max {bound.max:g}: the smallest "

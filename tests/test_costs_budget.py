@@ -1,0 +1,135 @@
+"""Known costs under a FLOPs budget (issue 14): ``known_costs_fn`` reports ``flops_budget`` x the
+static full-depth FLOPs for ``gating: dht`` / ``depth_predictor``, leaves every other config as
+it was, keeps budgets apart in its cache, and the searchers and the pre-launch check see it."""
+
+from __future__ import annotations
+
+import pytest
+
+ARCH = {"n_layers": 3, "d_model": 32, "n_heads": 4}
+
+
+@pytest.fixture(scope="module")
+def data(cache_dir):
+    from archsearch.data import prepare
+
+    return prepare("rotten_tomatoes_sentences", vocab_size=1000, max_len=32)
+
+
+def static_reference(data, cfg):
+    """The static model's FLOPs per sample averaged over the validation batches, from the
+    analytic count (independent of known_costs_fn's cache)."""
+    from archsearch.models.config import eval_lengths, model_config, trial_config
+    from archsearch.models.costs import flops_per_sample
+
+    mcfg = model_config(trial_config(cfg), data)
+    lengths = eval_lengths(data)
+    return sum(n * flops_per_sample(mcfg, T) for T, n in lengths) / sum(n for _, n in lengths)
+
+
+@pytest.mark.parametrize("gating", ["dht", "depth_predictor"])
+def test_a_budget_scales_the_known_flops_of_both_gatings(data, gating):
+    from archsearch.models.costs import known_costs_fn
+
+    cost_fn = known_costs_fn(data)
+    static = cost_fn({**ARCH, "gating": "static"})
+    full = static_reference(data, ARCH)
+    assert static["flops_per_sample"] == pytest.approx(full, rel=1e-12)
+    at_04 = cost_fn({**ARCH, "gating": gating, "flops_budget": 0.4})
+    assert at_04["flops_per_sample"] == pytest.approx(0.4 * full, rel=1e-12)
+    # parameters do not depend on the budget (the trial counts the Transformer either way)
+    assert at_04["params_total"] == static["params_total"] > 0
+    assert at_04["params_trainable"] == static["params_trainable"]
+    # the cache is keyed on the model config: budgets asked later still get their own FLOPs,
+    # and the static entry is not overwritten by a budgeted one
+    assert cost_fn({**ARCH, "gating": gating, "flops_budget": 0.7})["flops_per_sample"] == \
+        pytest.approx(0.7 * full, rel=1e-12)
+    assert cost_fn({**ARCH, "gating": "static"}) == static
+    assert cost_fn({**ARCH, "gating": gating, "flops_budget": 0.4}) == at_04
+    # no budget: today's value (the static model's, an upper bound)
+    assert cost_fn({**ARCH, "gating": gating}) == static
+    # the budget and the gating may come from the space's fixed values
+    fixed_fn = known_costs_fn(data, {"gating": gating, "flops_budget": 0.5})
+    assert fixed_fn(ARCH)["flops_per_sample"] == pytest.approx(0.5 * full, rel=1e-12)
+    assert fixed_fn({**ARCH, "flops_budget": 0.25})["flops_per_sample"] == pytest.approx(0.25 * full, rel=1e-12)
+    with pytest.raises(ValueError, match="flops_budget"):
+        cost_fn({**ARCH, "gating": gating, "flops_budget": 1.5})
+
+
+def test_other_gatings_ignore_a_flops_budget(data):
+    from archsearch.models.costs import known_costs_fn
+
+    cost_fn = known_costs_fn(data, {"flops_budget": 0.4})
+    full = static_reference(data, ARCH)
+    for gating in ("static", "length_drop"):
+        assert cost_fn({**ARCH, "gating": gating})["flops_per_sample"] == pytest.approx(full, rel=1e-12)
+    assert known_costs_fn(data)(ARCH)["flops_per_sample"] == pytest.approx(full, rel=1e-12)  # default: static
+
+
+def budget_space(flops_max=None):
+    from archsearch.space import parse_space
+
+    spec = {
+        "name": "budget",
+        "objectives": [{"metric": "accuracy", "mode": "max", "ref": 0.5},
+                       {"metric": "flops_per_sample", "mode": "min"}],
+        "budget": {"trials": 8},
+        "params": {
+            "gating": {"type": "categorical", "choices": ["static", "dht", "depth_predictor"]},
+            "flops_budget": {"type": "float", "low": 0.25, "high": 1.0,
+                             "when": {"gating": ["dht", "depth_predictor"]}},
+            "lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+        },
+        "fixed": dict(ARCH),
+    }
+    if flops_max is not None:
+        spec["constraints"] = {"flops_per_sample": {"max": flops_max}}
+    return parse_space(spec)
+
+
+def quality(cfg):
+    """A deterministic accuracy that falls with the budget (what the searcher learns)."""
+    return {"accuracy": 0.8 - 0.2 * (1.0 - float(cfg.get("flops_budget", 1.0)))}
+
+
+def test_qnehvi_sees_the_flops_of_each_budget(data):
+    from archsearch.models.costs import known_costs_fn
+    from archsearch.search import make
+
+    full = static_reference(data, ARCH)
+    space = budget_space(flops_max=0.6 * full)
+    s = make("qnehvi", space, seed=0, cost_fn=known_costs_fn(data, space.fixed), n_init=3,
+             num_restarts=1, raw_samples=16, maxiter=10, mc_samples=16, gp_maxiter=30)
+    # the known constraint is judged on the budgeted FLOPs
+    assert s.known_feasible({"gating": "dht", "flops_budget": 0.3, "lr": 1e-3})
+    assert s.known_feasible({"gating": "depth_predictor", "flops_budget": 0.55, "lr": 1e-3})
+    assert not s.known_feasible({"gating": "dht", "flops_budget": 0.8, "lr": 1e-3})
+    assert not s.known_feasible({"gating": "static", "lr": 1e-3})
+    # trials told without FLOPs get the known FLOPs of their own budget
+    for i, (gating, b) in enumerate([("dht", 0.3), ("depth_predictor", 0.5)]):
+        cfg = {"gating": gating, "flops_budget": b, "lr": 1e-3}
+        s.tell(f"outside-{i}", quality(cfg), config=cfg)
+        assert s.observations[-1].metrics["flops_per_sample"] == pytest.approx(b * full, rel=1e-12)
+    # its suggestions (Sobol design, then the GP's acquisition over the known FLOPs) meet the
+    # bound only a budgeted gating can meet, and each is told the FLOPs of its budget
+    flops = []
+    for _ in range(5):
+        tid, cfg = s.ask()
+        assert cfg["gating"] in ("dht", "depth_predictor") and cfg["flops_budget"] <= 0.6, cfg
+        s.tell(tid, quality(cfg))
+        got = s.observations[-1].metrics["flops_per_sample"]
+        assert got == pytest.approx(cfg["flops_budget"] * full, rel=1e-12)
+        flops.append(got)
+    assert len({round(f) for f in flops}) >= 3  # different budgets, different FLOPs
+
+
+def test_pre_launch_check_counts_the_budgeted_gatings(data):
+    """A FLOPs bound only a budgeted config meets is not refused (the static smallest
+    architecture alone would be); one below every budget is."""
+    from archsearch.errors import UserError
+    from archsearch.tune.runner import check_constraints
+
+    full = static_reference(data, ARCH)
+    check_constraints(budget_space(flops_max=0.3 * full), data)  # low end 0.25 meets it
+    with pytest.raises(UserError, match=r"constraints\.flops_per_sample\.max"):
+        check_constraints(budget_space(flops_max=0.2 * full), data)
