@@ -315,8 +315,11 @@ class DepthPredictorGating(GatingStrategy):
         return (p[:, 1:] >= thr).sum(-1)  # (B,)
 
     def before_evaluate(self, split_name: str = "validation") -> None:
-        """Under a ``flops_budget`` and with a ``loop``: calibrate the exit threshold on (up to
+        """Start an evaluation pass over ``split_name``: forget the depth counts
+        (:meth:`reset_stats`, so :meth:`metrics` describes this pass only) and, under a
+        ``flops_budget`` and with a ``loop``, calibrate the exit threshold on (up to
         ``depth_calibration_rows``) validation rows (:meth:`calibrate`)."""
+        self.reset_stats()
         if self.loop is None or self.flops_budget is None:
             return
         rows, batches = 0, []
@@ -476,20 +479,19 @@ class DepthPredictorGating(GatingStrategy):
         }
 
     def metrics(self) -> dict[str, Any]:
-        """Per-epoch results: the predicted-depth histogram on the validation split
+        """Per-epoch results: the depth histogram of the samples just evaluated
         (``depth_histogram``, ``expected_depth``, ``mean_exit_depth``; see :meth:`depth_stats`),
         the last training batch's ``train_expected_depth``, ``depth_gamma`` (the current price
         of depth), ``exit_threshold`` and, after a calibration, ``depth_calibrated_flops_fraction``
         (FLOPs fraction on the calibration rows).
 
-        With a ``loop`` the statistics are recomputed on ``loop.eval_batches()`` (the batches
-        the trial's evaluation scores), so latency timing calls to :meth:`predict` do not
-        count; without one they are the counts since the last :meth:`reset_stats`.
+        The histogram counts the exits :meth:`predict` took since :meth:`before_evaluate` (or
+        :meth:`reset_stats`): in ``TrialLoop.evaluate(split_name)`` exactly the samples of
+        ``split_name`` (the test split in a test evaluation), read before the latency timing
+        (which also runs :meth:`predict`). (It used to be recomputed on the validation split,
+        whatever split had been evaluated.)
         """
-        if self.loop is None:
-            out = self.depth_stats()
-        else:
-            out = self._stats_over((x, m) for x, m, _ in self.loop.eval_batches())
+        out = self.depth_stats()
         out["train_expected_depth"] = self._last_train["expected_depth"]
         out["depth_gamma"] = float(self.gamma)
         out["exit_threshold"] = float(self.threshold)

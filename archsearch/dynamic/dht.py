@@ -202,8 +202,7 @@ class DHTGating(GatingStrategy):
         self._flops_cache: dict[tuple, int] = {}
         self._greedy_cache: dict[tuple, tuple] = {}
         self._train_counts = np.zeros(len(self.depths))
-        self._eval_counts = np.zeros(len(self.depths))
-        self._eval_heads = [0.0, 0.0]  # summed heads over executed gated blocks, block count
+        self._reset_eval_counters()
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -470,8 +469,11 @@ class DHTGating(GatingStrategy):
 
     # ------------------------------------------------------------------ budget calibration
     def before_evaluate(self, split_name: str = "validation") -> None:
-        """Calibrate the inference price on the validation split (with a ``loop``, a
-        ``flops_budget`` and a trained bandit; see :meth:`calibrate`)."""
+        """Start an evaluation pass over ``split_name``: forget the evaluation counters (so
+        :meth:`metrics` describes this pass only) and calibrate the inference price on the
+        validation split (with a ``loop``, a ``flops_budget`` and a trained bandit; see
+        :meth:`calibrate`)."""
+        self._reset_eval_counters()
         if self.loop is None or self.flops_budget is None or self.updates == 0 or self.force_depth is not None:
             return
         rows, batches = 0, []
@@ -595,13 +597,19 @@ class DHTGating(GatingStrategy):
         fraction of the routed training paths), ``dht_calibrated_flops_fraction`` (FLOPs
         fraction on the calibration rows at ``dht_eval_price``, -1 = none),
         ``dht_takeover_step`` (-1 = still warming up), ``dht_bandit_seconds`` and
-        ``dht_bandit_overhead_pct`` (of the trial's training time). Evaluation counters reset
-        on each call."""
+        ``dht_bandit_overhead_pct`` (of the trial's training time).
+
+        The evaluation entries (``dht_depth_hist``, ``dht_mean_depth``, ``dht_mean_heads``, and
+        ``dht_eval_samples``, the number of samples they cover) count the samples
+        :meth:`predict` ran since :meth:`before_evaluate` (or the last call): in
+        ``TrialLoop.evaluate`` exactly the split just evaluated, read before the latency timing
+        (which also runs :meth:`predict`). The counters reset on each call."""
         ev = self._eval_counts
         tot = max(ev.sum(), 1)
         tr = self._train_counts
         out = {
             "dht_depth_hist": {str(d): float(c / tot) for d, c in zip(self.depths, ev)},
+            "dht_eval_samples": int(ev.sum()),
             "dht_mean_depth": float(np.dot(self.depths, ev) / tot),
             "dht_mean_heads": float(self._eval_heads[0] / max(self._eval_heads[1], 1)),
             "dht_train_depth_hist": {str(d): float(c / max(tr.sum(), 1)) for d, c in zip(self.depths, tr)},
@@ -615,9 +623,12 @@ class DHTGating(GatingStrategy):
         train_s = self.loop.train_seconds if self.loop is not None else 0.0
         if train_s:
             out["dht_bandit_overhead_pct"] = 100.0 * self.bandit_seconds / train_s
-        self._eval_counts = np.zeros(len(self.depths))
-        self._eval_heads = [0.0, 0.0]
+        self._reset_eval_counters()
         return out
+
+    def _reset_eval_counters(self) -> None:
+        self._eval_counts = np.zeros(len(self.depths))  # samples per depth arm
+        self._eval_heads = [0.0, 0.0]  # summed heads over executed gated blocks, block count
 
     def state_dict(self) -> dict[str, Any]:
         """Bandits, price, projection and running statistics (tensors, numbers, strings, dicts)."""

@@ -234,7 +234,9 @@ class TrialLoop:
         return metrics
 
     def evaluate(self, split_name: str = "validation") -> dict[str, float]:
-        """Validation metrics (docs/design.md names and units) of the current model."""
+        """Metrics of the current model on ``split_name`` (docs/design.md names and units; the
+        gating strategy's entries, e.g. depth histograms, describe the same pass; ``latency_ms``
+        is timed afterwards on a validation batch and is not counted in them)."""
         import torch
 
         from archsearch.models import costs
@@ -265,10 +267,13 @@ class TrialLoop:
         metrics["flops_per_sample"] = flops_sum / max(n_samples, 1)
         metrics["params_total"] = costs.params_total(self.model)
         metrics["params_trainable"] = costs.params_trainable(self.model)
+        # the strategy's statistics (e.g. depth histograms) cover this pass over split_name:
+        # read them before the latency timing runs predict on more (validation) batches
+        gating_metrics = self.gating.metrics()
         metrics["latency_ms"] = self.latency_ms()
         metrics["train_seconds"] = self.train_seconds
         metrics["epoch"] = self.epoch
-        metrics.update(self.gating.metrics())
+        metrics.update(gating_metrics)
         metrics.update(self.tying.metrics())
         return metrics
 
