@@ -2,9 +2,15 @@
 
 What is measured
 ----------------
-Five searchers, each built by ``archsearch.search.make(name, space, seed=, cost_fn=)`` (the
-one construction path ``archsearch search --searcher NAME`` uses): ``ahto``, ``qnehvi`` (AHTO
-without the policy: the ablation), and the Optuna baselines ``random``, ``tpe``, ``nsga2``.
+Searchers, each built by ``archsearch.search.make(name, space, seed=, cost_fn=)`` (the one
+construction path ``archsearch search --searcher NAME`` uses): ``qnehvi`` and the Optuna
+baselines ``random``, ``tpe``, ``nsga2``; ``ahto_policy`` is AHTO with the learned policy it had
+until this benchmark removed it (rows recorded as ``ahto`` at commit 5de6cd6, whose asks the
+policy decided; relabelled when read). Since the removal ``ahto`` builds the same searcher as
+``qnehvi`` (same seed, same suggestions: ``tests/test_searchers.py::test_ahto_is_qnehvi``), so
+``run`` does not run it by default and the summary's ``ahto_*`` keys read the ``qnehvi`` runs
+(``ahto_rows`` says which rows were used; rows recorded as ``ahto`` without the policy take
+precedence). ``policy_gain_*`` compare ``ahto_policy`` with ``qnehvi``: the ablation.
 Each runs sequentially (ask, evaluate, tell; one trial at a time, no pending trials) for
 HORIZON = 80 trials per seed, seeds 0-19, on four problems. The space's budget (and so AHTO's
 horizon, NSGA-II's population ``min(20, 80 // 3) = 20``, the Sobol design size) is set to 80 in
@@ -104,7 +110,13 @@ RUNS = ROOT / "benchmarks" / "data" / "searcher_runs_v2.jsonl"
 TIMES = ROOT / "benchmarks" / "data" / "suggest_times_v2.json"
 OUT = ROOT / "benchmarks" / "results" / "searchers.json"
 PNG = ROOT / "benchmarks" / "results" / "searchers.png"
-SEARCHERS = ("ahto", "qnehvi", "random", "tpe", "nsga2")
+SEARCHERS = ("ahto", "qnehvi", "random", "tpe", "nsga2")  # what `run --searchers` accepts
+#: what `run` runs by default: since AHTO's policy was removed, ``ahto`` builds the same searcher
+#: as ``qnehvi`` (tests/test_searchers.py::test_ahto_is_qnehvi), so it is not run twice
+RUN_SEARCHERS = ("qnehvi", "random", "tpe", "nsga2")
+#: the label of the runs of AHTO with its (removed) policy: ``ahto`` rows whose asks were
+#: decided by the policy (``decided_by``); kept as the ablation that removed it
+POLICY = "ahto_policy"
 BASELINES = ("random", "tpe", "nsga2")
 PROBLEMS = ("replay", "dtlz2", "c2dtlz2", "branin_currin")  # the order `run` works in
 BUDGETS = (10, 20, 40, 80)
@@ -350,6 +362,8 @@ def read_runs(path: Path) -> list[dict]:
         except ValueError:  # a line cut short by a kill: that run is redone
             print(f"{path}: skipping a malformed line", file=sys.stderr)
             continue
+        if r["searcher"] == "ahto" and "policy" in (r.get("decided_by") or []):
+            r["searcher"] = POLICY  # AHTO with the policy it had until the ablation removed it
         k = (r["problem"], r["searcher"], r["seed"])
         if k not in best or len(r["curve"]) > len(best[k]["curve"]):
             best[k] = r
@@ -478,7 +492,7 @@ def summarize(runs_path: Path = RUNS, out: Path = OUT, png: Path | None = PNG, t
     table, t95, seeds, norm, sources, asks = {}, {}, {}, {}, {}, {}
     used: dict[str, dict[str, list[dict]]] = {}
     for p in problems:
-        present = [s for s in SEARCHERS if any(r["problem"] == p and r["searcher"] == s for r in runs)]
+        present = [s for s in (POLICY, *SEARCHERS) if any(r["problem"] == p and r["searcher"] == s for r in runs)]
         by = {s: {r["seed"]: r for r in runs if r["problem"] == p and r["searcher"] == s} for s in present}
         common = sorted(set.intersection(*(set(v) for v in by.values())))  # same seeds for every searcher
         used[p] = {s: [by[s][k] for k in common] for s in present}
@@ -506,16 +520,20 @@ def summarize(runs_path: Path = RUNS, out: Path = OUT, png: Path | None = PNG, t
                          "never": horizon + 1, "per_seed": dict(zip((r["seed"] for r in rs), per_seed))}
             asks[p][s] = {"median_ask_seconds": _q([x for r in rs for x in r["ask_seconds"]], 0.5),
                           "median_run_seconds": _q([r.get("seconds", 0.0) for r in rs], 0.5)}
-            if s in ("ahto", "qnehvi"):
+            if s in ("ahto", "qnehvi", POLICY):
                 sources.setdefault(p, {})[s] = {"source": _fractions([x for r in rs for x in r["sources"]]),
                                                 "decided_by": _fractions([x for r in rs for x in r["decided_by"]])}
 
     def med(p, s, b):
         return table.get(p, {}).get(s, {}).get(str(b), {}).get("median")
 
+    # the ahto_* keys: the runs of the searcher `ahto` builds now; without `ahto` rows (the
+    # default: it is the same searcher as qnehvi) the qnehvi rows
+    ahto = "ahto" if any("ahto" in t for t in table.values()) else "qnehvi"
+
     def vs_baselines(p, b):
         base = [med(p, s, b) for s in BASELINES]
-        return None if any(v is None for v in base) else _ratio(med(p, "ahto", b), max(base))
+        return None if any(v is None for v in base) else _ratio(med(p, ahto, b), max(base))
 
     rep = used.get("replay", {})
     offtable = {s: sum(r["offtable"] for r in rs) / max(sum(r["asks"] for r in rs), 1) for s, rs in rep.items() if rs}
@@ -534,8 +552,8 @@ def summarize(runs_path: Path = RUNS, out: Path = OUT, png: Path | None = PNG, t
         "ahto_hv_ratio_replay_40": vs_baselines("replay", 40),
         "ahto_hv_ratio_dtlz2_20": vs_baselines("dtlz2", 20),
         "ahto_hv_ratio_c2dtlz2_40": vs_baselines("c2dtlz2", 40),
-        "ahto_trials_to_95_over_tpe": _ratio(t95r.get("ahto", {}).get("median"), t95r.get("tpe", {}).get("median")),
-        "policy_gain_replay_20": _ratio(med("replay", "ahto", 20), med("replay", "qnehvi", 20)),
+        "ahto_trials_to_95_over_tpe": _ratio(t95r.get(ahto, {}).get("median"), t95r.get("tpe", {}).get("median")),
+        "policy_gain_replay_20": _ratio(med("replay", POLICY, 20), med("replay", "qnehvi", 20)),
         "suggest_s_500obs_64pending": wall("500obs_64pending"),
         "suggest_s_100obs": wall("100obs_1pending"),
         "replay_offtable_rate": offtable,
@@ -545,11 +563,16 @@ def summarize(runs_path: Path = RUNS, out: Path = OUT, png: Path | None = PNG, t
     for p in problems:
         summary[f"hv_median_{p}_at_20_40_80"] = {
             s: " / ".join(_fmt(med(p, s, b)) for b in (20, 40, 80)) for s in table[p]}
-    summary["best_median_at_20"] = {p: max(table[p], key=lambda s: med(p, s, 20) or 0.0) for p in problems}
-    summary["best_median_at_80"] = {p: max(table[p], key=lambda s: med(p, s, 80) or 0.0) for p in problems}
+    for b in (20, 80):  # among the searchers a user can pick (not the removed policy)
+        summary[f"best_median_at_{b}"] = {
+            p: max((s for s in table[p] if s != POLICY), key=lambda s: med(p, s, b) or 0.0) for p in problems}
     summary["policy_gain_at_20_40_80"] = {
-        p: " / ".join(_fmt(_ratio(med(p, "ahto", b), med(p, "qnehvi", b))) for b in (20, 40, 80))
-        for p in problems if "ahto" in table[p] and "qnehvi" in table[p]}
+        p: " / ".join(_fmt(_ratio(med(p, POLICY, b), med(p, "qnehvi", b))) for b in (20, 40, 80))
+        for p in problems if POLICY in table[p] and "qnehvi" in table[p]}
+    summary["policy_wilcoxon_p_at_20_40_80"] = {
+        p: " / ".join(_fmt(_paired_p(used[p][POLICY], used[p]["qnehvi"], b)) for b in (20, 40, 80))
+        for p in problems if POLICY in table[p] and "qnehvi" in table[p]}
+    summary["ahto_rows"] = ahto
     import operator
 
     ops = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
@@ -579,6 +602,17 @@ def summarize(runs_path: Path = RUNS, out: Path = OUT, png: Path | None = PNG, t
     return {"summary": summary, "provenance": prov, **result}
 
 
+def _paired_p(a: list[dict], b: list[dict], budget: int) -> float | None:
+    """Two-sided Wilcoxon signed-rank p-value of the per-seed normalised HV at ``budget``,
+    runs paired by seed (scipy; zero differences dropped). None with fewer than 5 pairs."""
+    from scipy.stats import wilcoxon
+
+    bb = {r["seed"]: r["_curve"][budget - 1] for r in b if len(r["_curve"]) >= budget}
+    d = [r["_curve"][budget - 1] - bb[r["seed"]] for r in a if r["seed"] in bb and len(r["_curve"]) >= budget]
+    d = [x for x in d if x != 0]
+    return None if len(d) < 5 else float(wilcoxon(d).pvalue)
+
+
 def _fmt(v, nd=3):
     return "-" if v is None else f"{v:.{nd}f}"
 
@@ -586,12 +620,12 @@ def _fmt(v, nd=3):
 def _print_table(problems, table, t95, seeds, summary, met, counts, sources) -> None:
     for p in problems:
         print(f"\n{p}  (seeds per searcher: {seeds[p]})")
-        print(f"{'searcher':8s} " + " ".join(f"{'hv@' + str(b) + ' med [q25,q75]':24s}" for b in BUDGETS)
+        print(f"{'searcher':11s} " + " ".join(f"{'hv@' + str(b) + ' med [q25,q75]':24s}" for b in BUDGETS)
               + "  trials->95% med (reached)")
         for s, row in table[p].items():
             cells = " ".join(f"{_fmt(row[str(b)]['median'])} [{_fmt(row[str(b)]['q25'])},{_fmt(row[str(b)]['q75'])}]"
                              .ljust(24) for b in BUDGETS)
-            print(f"{s:8s} {cells}  {_fmt(t95[p][s]['median'], 1)} ({t95[p][s]['reached']:.2f})")
+            print(f"{s:11s} {cells}  {_fmt(t95[p][s]['median'], 1)} ({t95[p][s]['reached']:.2f})")
         for s, src in sources.get(p, {}).items():
             print(f"  {s} asks by source: " + ", ".join(f"{k} {v:.2f}" for k, v in src["source"].items()))
     if counts:
@@ -601,7 +635,7 @@ def _print_table(problems, table, t95, seeds, summary, met, counts, sources) -> 
     for k, v in summary.items():
         t = (f"  target {TARGETS[k]}: {'not measured' if v is None else 'met' if met[k] else 'missed'}"
              if k in TARGETS else "")
-        shown = ", ".join(f"{a} {b if isinstance(b, str) else f'{b:.3f}'}" for a, b in v.items()) if isinstance(v, dict) else _fmt(v)
+        shown = ", ".join(f"{a} {b if isinstance(b, str) else f'{b:.3f}'}" for a, b in v.items()) if isinstance(v, dict) else v if isinstance(v, str) else _fmt(v)
         print(f"{k:28s} {shown}{t}")
 
 
@@ -643,7 +677,7 @@ def main(argv=None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run searches, appending one line per (problem, searcher, seed)")
     r.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=PROBLEMS)
-    r.add_argument("--searchers", nargs="+", default=list(SEARCHERS), choices=SEARCHERS)
+    r.add_argument("--searchers", nargs="+", default=list(RUN_SEARCHERS), choices=SEARCHERS)
     r.add_argument("--seeds", default="0-19", help="e.g. 0-19 or 0,3,5-7")
     r.add_argument("--budget", type=int, default=HORIZON, help="trials per run (smoke runs: fewer)")
     r.add_argument("--out", default=str(RUNS))

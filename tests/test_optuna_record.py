@@ -301,7 +301,7 @@ def test_same_user_attributes_for_every_searcher(runs):
             for k in numbers:
                 assert t.user_attrs[k] == metrics[k]
             assert t.user_attrs["resumed"] == 0
-            if searcher == "ahto":  # what proposed it: the core's source (sobol, policy, ...)
+            if searcher == "ahto":  # what proposed it: the core's source (sobol, optimizer, ...)
                 assert isinstance(t.user_attrs["proposed_by"], str) and t.user_attrs["proposed_by"]
                 assert t.user_attrs["proposed_by"] != searcher
                 if t.number == 0:

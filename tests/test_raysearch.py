@@ -69,7 +69,7 @@ def test_tuner_with_plain_param_space(ray_session, tmp_path):
         _check(r.metrics["cfg"])
     core = search.core
     assert len(core.finished()) == 8 and not core.pending
-    assert {o.extra["source"] for o in core.observations[3:]} <= {"policy", "optimizer"}
+    assert {o.extra["source"] for o in core.observations[3:]} <= {"optimizer", "trust_region"}
 
     search.save(str(tmp_path / "s.pkl"))
     again = AHTOSearch(seed=0, **FAST)

@@ -46,15 +46,12 @@ def _space(dim=3, constraint=True):
 def test_restricted_searchers_never_repeat_nor_leave_the_table(bench, replay, name):
     from archsearch.search import make
 
-    kw = dict(FAST, **({"n_policy": 16} if name == "ahto" else {}))
-    core = make(name, replay.space, seed=0, cost_fn=replay.cost_fn, **kw)
+    core = make(name, replay.space, seed=0, cost_fn=replay.cost_fn, **FAST)
     r = bench.run_one(replay, name, 0, budget=10, core=core)
     assert r["restricted"] and r["offtable"] == 0 and r["repeats"] == 0
     assert len(set(r["rows"])) == 10 and r["n_table"] == 160
     assert "table" in r["sources"]  # the model phase ranked the table's rows
     assert all(o.config in replay.table for o in core.observations)
-    if name == "ahto":
-        assert "policy" in r["decided_by"]
 
 
 def test_a_table_can_be_exhausted_once_each(bench):
@@ -194,48 +191,69 @@ def test_trials_to_95_counts_never_reached_as_budget_plus_one(bench):
 
 def _fake_run(problem, searcher, seed, level, offtable=0, repeats=0):
     curve = [level * min(1.0, (i + 1) / 40) for i in range(80)]
-    return {"problem": problem, "searcher": searcher, "seed": seed, "budget": 80, "curve": curve,
-            "hv": [2.0 * v for v in curve], "max_hv": 2.0, "max_hv_method": "fake", "restricted": False,
-            "asks": 80, "offtable": offtable, "repeats": repeats, "rows": [0] * 80 if problem == "replay" else None,
-            "sources": ["sobol"] * 80, "decided_by": [None] * 80, "ask_seconds": [0.01] * 80,
-            "ask_cpu_seconds": [0.01] * 80, "torch_threads": 1, "seconds": 1.0, "commit": "abc"}
+    policy = searcher == "ahto_policy"  # recorded as "ahto" with the policy deciding, as at 5de6cd6
+    return {"problem": problem, "searcher": "ahto" if policy else searcher, "seed": seed, "budget": 80,
+            "curve": curve, "hv": [2.0 * v for v in curve], "max_hv": 2.0, "max_hv_method": "fake",
+            "restricted": False, "asks": 80, "offtable": offtable, "repeats": repeats,
+            "rows": [0] * 80 if problem == "replay" else None, "sources": ["sobol"] * 80,
+            "decided_by": [None] * 14 + ["policy"] * 66 if policy else [None] * 80,
+            "ask_seconds": [0.01] * 80, "ask_cpu_seconds": [0.01] * 80, "torch_threads": 1, "seconds": 1.0,
+            "commit": "abc"}
+
+
+LEVEL = {"ahto_policy": 0.9, "qnehvi": 1.0, "random": 0.5, "tpe": 0.6, "nsga2": 0.55}
+
+
+def _fake_file(bench, tmp_path, extra=()):
+    runs = [_fake_run(p, s, seed, LEVEL[s] * (1 - 0.01 * seed), offtable=80 * (s in bench.BASELINES),
+                      repeats=8 * (s == "random"))
+            for p in ("replay", "dtlz2", "c2dtlz2") for s in LEVEL for seed in (0, 1, 2)]
+    runs.append(_fake_run("replay", "ahto_policy", 3, 1.0))  # a seed only one searcher ran: not compared
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*runs, *extra]))
+    times = tmp_path / "times.json"
+    times.write_text(json.dumps({"100obs_1pending": {"wall_median": 0.5}, "500obs_64pending": {"wall_median": 3.0}}))
+    return bench.summarize(path, tmp_path / "s.json", tmp_path / "s.png", times, quiet=True)
 
 
 def test_summary_keys_on_a_fake_runs_file(bench, tmp_path):
-    level = {"ahto": 1.0, "qnehvi": 0.8, "random": 0.5, "tpe": 0.6, "nsga2": 0.55}
-    runs = [_fake_run(p, s, seed, level[s] * (1 - 0.01 * seed), offtable=80 * (s in bench.BASELINES),
-                      repeats=8 * (s == "random"))
-            for p in ("replay", "dtlz2", "c2dtlz2") for s in bench.SEARCHERS for seed in (0, 1, 2)]
-    runs.append(_fake_run("replay", "ahto", 3, 1.0))  # a seed only AHTO ran: not compared
-    path = tmp_path / "runs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
-    times = tmp_path / "times.json"
-    times.write_text(json.dumps({"100obs_1pending": {"wall_median": 0.5}, "500obs_64pending": {"wall_median": 3.0}}))
-    out = bench.summarize(path, tmp_path / "s.json", tmp_path / "s.png", times, quiet=True)
+    out = _fake_file(bench, tmp_path)
     assert json.loads((tmp_path / "s.json").read_text())["summary"] == out["summary"]
     assert (tmp_path / "s.png").stat().st_size > 0
     s = out["summary"]
-    assert list(s) == ["ahto_hv_ratio_replay_20", "ahto_hv_ratio_replay_40", "ahto_hv_ratio_dtlz2_20",
-                       "ahto_hv_ratio_c2dtlz2_40", "ahto_trials_to_95_over_tpe", "policy_gain_replay_20",
-                       "suggest_s_500obs_64pending", "suggest_s_100obs", "replay_offtable_rate",
-                       "replay_repeat_rate"]
-    # medians over seeds 0-2 (seed 3 is AHTO's alone); the best baseline is tpe (level 0.6)
+    assert list(s)[:10] == ["ahto_hv_ratio_replay_20", "ahto_hv_ratio_replay_40", "ahto_hv_ratio_dtlz2_20",
+                            "ahto_hv_ratio_c2dtlz2_40", "ahto_trials_to_95_over_tpe", "policy_gain_replay_20",
+                            "suggest_s_500obs_64pending", "suggest_s_100obs", "replay_offtable_rate",
+                            "replay_repeat_rate"]
+    # policy-era "ahto" rows are relabelled; without policy-free "ahto" rows the ahto_* keys read
+    # the qnehvi rows (the same searcher since the policy went)
+    assert s["ahto_rows"] == "qnehvi"
+    # medians over seeds 0-2 (seed 3 is ahto_policy's alone); the best baseline is tpe (level 0.6)
     assert s["ahto_hv_ratio_replay_20"] == pytest.approx(1.0 / 0.6)
     assert s["ahto_hv_ratio_c2dtlz2_40"] == pytest.approx(1.0 / 0.6)
-    assert s["policy_gain_replay_20"] == pytest.approx(1.0 / 0.8)
-    # AHTO's median seed (level 0.99) reaches 0.95 at trial 39; TPE never does: 81
+    assert s["policy_gain_replay_20"] == pytest.approx(0.9)  # the ablation: policy / qnehvi
+    assert s["policy_gain_at_20_40_80"]["replay"] == "0.900 / 0.900 / 0.900"
+    assert s["best_median_at_80"] == {"replay": "qnehvi", "dtlz2": "qnehvi", "c2dtlz2": "qnehvi"}
+    # the qnehvi median seed (level 0.99) reaches 0.95 at trial 39; TPE never does: 81
     t95 = out["details"]["trials_to_95"]["replay"]
-    assert t95["ahto"]["median"] == 39 and t95["ahto"]["reached"] == 1.0
+    assert t95["qnehvi"]["median"] == 39 and t95["qnehvi"]["reached"] == 1.0
     assert t95["tpe"]["median"] == 81 and t95["tpe"]["reached"] == 0.0
     assert t95["tpe"]["per_seed"] == {0: 81, 1: 81, 2: 81}
     assert s["ahto_trials_to_95_over_tpe"] == pytest.approx(39 / 81)
-    assert s["replay_offtable_rate"] == {"ahto": 0, "qnehvi": 0, "random": 1, "tpe": 1, "nsga2": 1}
+    assert s["replay_offtable_rate"] == {"ahto_policy": 0, "qnehvi": 0, "random": 1, "tpe": 1, "nsga2": 1}
     assert s["replay_repeat_rate"]["random"] == pytest.approx(0.1) and s["replay_repeat_rate"]["tpe"] == 0
     assert s["suggest_s_100obs"] == 0.5 and s["suggest_s_500obs_64pending"] == 3.0
-    assert set(out["targets"]) == set(out["targets_met"]) == {k for k in s if not k.startswith("replay_")}
+    assert set(out["targets"]) == set(out["targets_met"]) == set(bench.TARGETS) and set(bench.TARGETS) <= set(s)
     assert out["targets_met"]["suggest_s_100obs"] and not out["targets_met"]["suggest_s_500obs_64pending"]
-    assert out["targets_met"]["ahto_hv_ratio_replay_20"] and out["targets_met"]["policy_gain_replay_20"]
-    assert out["details"]["seeds"]["replay"] == {k: 3 for k in bench.SEARCHERS}
+    assert out["targets_met"]["ahto_hv_ratio_replay_20"] and not out["targets_met"]["policy_gain_replay_20"]
+    assert out["details"]["seeds"]["replay"] == {k: 3 for k in LEVEL}
     assert out["provenance"]["git_commit"] == ["abc"]
     # branin_currin not run yet: absent, and the keys that need it would be None (not an error)
     assert "branin_currin" not in out["details"]["hv_table"]
+
+
+def test_policy_free_ahto_rows_take_precedence(bench, tmp_path):
+    extra = [_fake_run(p, "ahto", seed, 0.3) for p in ("replay", "dtlz2", "c2dtlz2") for seed in (0, 1, 2)]
+    s = _fake_file(bench, tmp_path, extra)["summary"]
+    assert s["ahto_rows"] == "ahto" and s["ahto_hv_ratio_replay_20"] == pytest.approx(0.3 / (0.6 * 0.99))
+    assert s["policy_gain_replay_20"] == pytest.approx(0.9)

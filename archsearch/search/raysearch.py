@@ -98,7 +98,7 @@ class CoreSearch(Searcher):
         param_space: optional; else taken from the Tuner's ``param_space``.
         metric, mode: one objective (strings) or several (lists of equal length); may also come
             from ``TuneConfig`` (one objective only).
-        seed: seeds the Sobol design, the acquisition and the policy.
+        seed: seeds the Sobol design and the acquisition.
         points_to_evaluate: configs (flat ``a/b`` keys or nested) tried first, in order.
         n_init: Sobol-design trials before the GP is used (default 10).
         searcher_kwargs: passed to the core's constructor (e.g. ``num_restarts``).
@@ -217,7 +217,7 @@ class CoreSearch(Searcher):
 
 
 class AHTOSearch(CoreSearch):
-    """AHTO (GP + qLogNEHVI/qLogNEI + proposal policy) as a Ray Tune searcher; arguments as
+    """AHTO (GP + qLogNEHVI/qLogNEI; its policy was removed, see ``AHTOSearcher``) as a Ray Tune searcher; arguments as
     :class:`CoreSearch` without ``searcher``."""
 
     def __init__(self, **kwargs: Any):

@@ -29,7 +29,7 @@ space from the study. On every trial it
    the same point), FAIL ones are failures; trials added with ``study.add_trial``, a resumed
    study and other workers all inform it, because nothing is kept between calls;
 4. asks the core (a scrambled Sobol design for the first ``n_startup_trials``, then the GP and
-   qLogNEHVI, or qLogNEI for one objective; AHTO adds its policy: :mod:`archsearch.search.ahto`).
+   qLogNEHVI, or qLogNEI for one objective; AHTO is the same searcher since its policy was removed: :mod:`archsearch.search.ahto`).
 
 Pruned trials are ignored (their values are not the objective's). Sources: Optuna's sampler
 API (``optuna.samplers.BaseSampler``: relative vs independent sampling); qLogNEHVI/qLogNEI:
@@ -109,7 +109,7 @@ class CoreSearcherSampler(BaseSampler):
 
     Args:
         searcher: ``"ahto"`` or ``"qnehvi"`` (:func:`archsearch.search.make`).
-        seed: seeds the Sobol design, the acquisition's quasi-MC samples, the policy and the
+        seed: seeds the Sobol design, the acquisition's quasi-MC samples and the
             independent sampler (``None``: a random seed).
         n_startup_trials: Sobol-design trials before the GP is used (default 10, as Optuna's
             ``GPSampler``).
@@ -162,8 +162,8 @@ class CoreSearcherSampler(BaseSampler):
         _, config = core.ask(f"optuna-{trial.number}")
         extra = _jsonable(core.pending[f"optuna-{trial.number}"]["extra"])
         self.last_source = extra.get("source")
-        # what the core decided at ask time (source; AHTO: the policy's state and actions), so a
-        # rebuilt core can replay the policy's updates from the storage alone
+        # what the core decided at ask time (its source: sobol, optimizer, ...), kept
+        # with the trial in the storage
         study._storage.set_trial_system_attr(trial._trial_id, EXTRA_ATTR, extra)
         return {k: config[k] for k in search_space if k in config}
 
@@ -220,7 +220,7 @@ class CoreSearcherSampler(BaseSampler):
 
 
 class AHTOSampler(CoreSearcherSampler):
-    """AHTO (GP + qLogNEHVI/qLogNEI + learned proposal policy) as an Optuna sampler.
+    """AHTO (GP + qLogNEHVI/qLogNEI; its policy was removed, see ``AHTOSearcher``) as an Optuna sampler.
 
     Arguments as :class:`CoreSearcherSampler` (without ``searcher``).
     """
