@@ -92,6 +92,7 @@ def quality(cfg):
     return {"accuracy": 0.8 - 0.2 * (1.0 - float(cfg.get("flops_budget", 1.0)))}
 
 
+@pytest.mark.slow
 def test_qnehvi_sees_the_flops_of_each_budget(data):
     from archsearch.models.costs import known_costs_fn
     from archsearch.search import make
