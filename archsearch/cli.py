@@ -41,20 +41,13 @@ def search(
                                         "from a report): re-runs exactly that architecture."),
 ):
     """Run an architecture search and write its Pareto-front report."""
-    import json
-
-    from archsearch.space import load_space
+    from archsearch.space import load_space, parse_fixed
     from archsearch.tune.runner import run_search
 
     space = load_space(space_file)
     pinned = None
     if fixed is not None:
-        try:
-            pinned = json.loads(fixed)
-        except json.JSONDecodeError as e:
-            raise UserError(f"not valid JSON ({e.msg})", field="--fixed") from None
-        if not isinstance(pinned, dict):
-            raise UserError("expected a JSON object of param values", field="--fixed")
+        pinned = parse_fixed(fixed)
         space = space.pinned(pinned)
     res = run_search(space, searcher=searcher, trials=trials, address=address, name=name,
                      storage=storage, reports=reports, progress=progress,

@@ -415,6 +415,23 @@ class SearchSpace(_UnitCube, _Strict):
             params[key] = CategoricalParam(type="categorical", choices=[value], when=p.when)
         return self.model_copy(update={"params": params})
 
+def parse_fixed(text: str) -> dict[str, Any]:
+    """The ``--fixed`` option's JSON object of param values (for :meth:`SearchSpace.pinned`).
+
+    Raises:
+        UserError: ``text`` is not JSON, or not a JSON object.
+    """
+    import json
+
+    try:
+        pinned = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"not valid JSON ({e.msg})", field="--fixed") from None
+    if not isinstance(pinned, dict):
+        raise UserError("expected a JSON object of param values", field="--fixed")
+    return pinned
+
+
 class _Conditional:
     """``tune.sample_from`` callable: sample ``dom`` only when ``key``'s condition holds."""
 

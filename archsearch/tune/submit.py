@@ -282,18 +282,13 @@ def submit_search(space_file: Path, *, address: str | None, storage: str,
         UserError: missing or invalid space file, bad ``--fixed``/``--searcher``/``--storage``,
             unreachable address, project too large to ship, or the job API refused the job.
     """
-    from archsearch.space import load_space
+    from archsearch.space import load_space, parse_fixed
     from archsearch.tune.searchers import check_searcher
 
     check_searcher(searcher)
     space = load_space(space_file)  # UserError: missing file, bad YAML, bad field
     if fixed is not None:
-        try:
-            pinned = json.loads(fixed)
-        except json.JSONDecodeError as e:
-            raise UserError(f"not valid JSON ({e.msg})", field="--fixed") from None
-        if not isinstance(pinned, dict):
-            raise UserError("expected a JSON object of param values", field="--fixed")
+        pinned = parse_fixed(fixed)
         space.pinned(pinned)
         fixed = json.dumps(pinned, separators=(",", ":"))
     storage = check_storage(storage)
