@@ -328,19 +328,19 @@ def load_data(protocol: dict):
 
 
 def layer_exits(model, x, mask, depth: int | None = None):
-    """Logits of the shared head after every block ``1..depth``: list of ``B x C``."""
+    """Logits of each exit's head after every block ``1..depth``: list of ``B x C``."""
     pad = model.padding_mask(x, mask)
     h = model.embed(x)
     out = []
     for i in range(depth or model.config.n_layers):
         h = model.run_layers(h, pad, i, i + 1)
-        out.append(model.head_logits(h, pad))
+        out.append(model.head_logits(h, pad, depth=i + 1))
     return out
 
 
 def static_forward(model, x, mask, depth: int):
     pad = model.padding_mask(x, mask)
-    return model.head_logits(model.run_layers(model.embed(x), pad, 0, depth), pad)
+    return model.head_logits(model.run_layers(model.embed(x), pad, 0, depth), pad, depth=depth)
 
 
 def confidence_predict(model, x, mask, threshold: float):
@@ -357,7 +357,7 @@ def confidence_predict(model, x, mask, threshold: float):
     alive = torch.arange(B)
     for i in range(L):
         h = model.run_layers(h, pad, i, i + 1)
-        lg = model.head_logits(h, pad)
+        lg = model.head_logits(h, pad, depth=i + 1)
         leave = lg.softmax(-1).max(-1).values >= threshold if i < L - 1 else torch.ones(len(alive), dtype=torch.bool)
         if leave.any():
             logits[alive[leave]] = lg[leave]

@@ -126,6 +126,18 @@ class GatingStrategy:
         """Called once before an evaluation pass over ``split_name`` (the model is in eval
         mode); e.g. calibrate an exit threshold or price to a FLOPs budget on validation data."""
 
+    def calibration_batches(self, rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The first validation batches of :attr:`loop` holding at least ``rows`` rows (all of
+        them if fewer), as ``(x, mask)`` pairs (``B x T`` ids, ``B x T`` bool): the data a
+        strategy calibrates its exit threshold or price on before an evaluation."""
+        out, seen = [], 0
+        for x, mask, _ in self.loop.eval_batches("validation"):
+            out.append((x, mask))
+            seen += x.shape[0]
+            if seen >= rows:
+                break
+        return out
+
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
         """Inference: ``(logits, flops)`` with ``flops`` a float64 tensor ``(B,)`` of FLOPs
         executed per sample (multiply-add = 2)."""

@@ -186,6 +186,8 @@ class DepthPredictorGating(GatingStrategy):
         device = next(model.parameters()).device
         self.predictor.to(device)
         self.depths = torch.arange(self.n_fixed, self.n_layers + 1, device=device)  # (D,) blocks
+        if self.all_exits and bool(cfg.get("exit_heads", False)):  # trained exits only
+            model.add_exit_heads(self.depths.tolist())  # an own classifier per exit
         self.steps = 0  # training steps taken (for the warm-up)
         self._hist = torch.zeros(self.n_depths, dtype=torch.long)  # counts since reset_stats()
         self._expected_sum = 0.0
@@ -254,10 +256,10 @@ class DepthPredictorGating(GatingStrategy):
         exits)`` (scalars, nats; the second is 0 with a single allowed depth)."""
         pad_mask = self.model.padding_mask(x, mask)  # (B, T)
         h = self.model.run_layers(self.model.embed(x), pad_mask, 0, self.n_fixed)  # (B, T, d)
-        exits = [self.model.head_logits(h, pad_mask)]  # exit n_fixed: (B, C)
+        exits = [self.model.head_logits(h, pad_mask, depth=self.n_fixed)]  # exit n_fixed: (B, C)
         for i in range(self.n_fixed, self.n_layers):
             h = self.model.run_layers(h, pad_mask, i, i + 1)
-            exits.append(self.model.head_logits(h, pad_mask))
+            exits.append(self.model.head_logits(h, pad_mask, depth=i + 1))
         teacher = exits[-1]
         shallow = exits[:-1]
         if not shallow:
@@ -322,13 +324,7 @@ class DepthPredictorGating(GatingStrategy):
         self.reset_stats()
         if self.loop is None or self.flops_budget is None:
             return
-        rows, batches = 0, []
-        for x, m, _ in self.loop.eval_batches("validation"):
-            batches.append((x, m))
-            rows += x.shape[0]
-            if rows >= self.calibration_rows:
-                break
-        self.calibrate(batches)
+        self.calibrate(self.calibration_batches(self.calibration_rows))
 
     @torch.no_grad()
     def calibrate(self, batches, budget: float | None = None) -> tuple[float, float]:
@@ -412,7 +408,7 @@ class DepthPredictorGating(GatingStrategy):
             depth = self.n_fixed + int(groups[0])
             h = self.model.run_layers(h, pad_mask, self.n_fixed, depth)  # (B, T, d)
             f = costs.flops_per_sample(self.model.config, T, n_layers=depth) + extra
-            return self.model.head_logits(h, pad_mask), torch.full((B,), float(f), dtype=torch.float64)
+            return self.model.head_logits(h, pad_mask, depth=depth), torch.full((B,), float(f), dtype=torch.float64)
         logits = h.new_empty(B, self.model.config.n_classes)  # (B, C)
         flops = torch.empty(B, dtype=torch.float64)
         for k in groups:
@@ -420,7 +416,7 @@ class DepthPredictorGating(GatingStrategy):
             depth = self.n_fixed + int(k)
             pm = None if pad_mask is None else pad_mask[rows]  # (B_k, T)
             hk = self.model.run_layers(h[rows], pm, self.n_fixed, depth)  # (B_k, T, d)
-            logits[rows] = self.model.head_logits(hk, pm)  # (B_k, C)
+            logits[rows] = self.model.head_logits(hk, pm, depth=depth)  # (B_k, C)
             flops[rows.cpu()] = float(costs.flops_per_sample(self.model.config, T, n_layers=depth) + extra)
         return logits, flops
 

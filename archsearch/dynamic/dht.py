@@ -155,6 +155,8 @@ class DHTGating(GatingStrategy):
         lo = int(cfg.get("min_layers") or self.n_fixed)
         lo = min(max(lo, self.n_fixed), hi)
         self.depths = list(range(lo, hi + 1))  # LinUCB arms
+        if bool(cfg.get("exit_heads", False)):
+            model.add_exit_heads(self.depths)  # an own classifier per exit (classification)
         self.min_heads = int(cfg.get("min_heads") or 1)
         if not 1 <= self.min_heads <= H:
             raise ValueError(f"min_heads must be in [1, n_heads={H}], got {self.min_heads}")
@@ -326,18 +328,18 @@ class DHTGating(GatingStrategy):
         pg = pad if (idx is None or pad is None) else pad[idx]  # (b, T)
         hg = self.model.run_layers(hg, pg, min(self.n_fixed, g["depth"]), g["depth"],
                                    heads_per_layer=g["heads"])  # (b, T, d)
-        return self.model.head_logits(hg, pg)  # (b, C) or (b, T, V)
+        return self.model.head_logits(hg, pg, depth=g["depth"])  # (b, C) or (b, T, V)
 
     def _run_exits(self, h, pad, depth: int, heads: list) -> dict[int, torch.Tensor]:
         """Run blocks ``n_fixed..depth-1`` (``heads``: one entry per block) on ``h`` and read the
         shared output head at every allowed depth on the way: ``{depth: logits}``."""
         out = {}
         if self.n_fixed in self.depths and self.n_fixed <= depth:
-            out[self.n_fixed] = self.model.head_logits(h, pad)
+            out[self.n_fixed] = self.model.head_logits(h, pad, depth=self.n_fixed)
         for i in range(self.n_fixed, depth):
             h = self.model.run_layers(h, pad, i, i + 1, heads_per_layer=[heads[i - self.n_fixed]])
             if i + 1 in self.depths:
-                out[i + 1] = self.model.head_logits(h, pad)  # (b, C) or (b, T, V)
+                out[i + 1] = self.model.head_logits(h, pad, depth=i + 1)  # (b, C) or (b, T, V)
         return out
 
     def _trunk(self, x, mask, depth_cap: int | None = None):
@@ -476,13 +478,7 @@ class DHTGating(GatingStrategy):
         self._reset_eval_counters()
         if self.loop is None or self.flops_budget is None or self.updates == 0 or self.force_depth is not None:
             return
-        rows, batches = 0, []
-        for x, mask, _ in self.loop.eval_batches("validation"):
-            batches.append((x, mask))
-            rows += x.shape[0]
-            if rows >= self.calibration_rows:
-                break
-        self.calibrate(batches)
+        self.calibrate(self.calibration_batches(self.calibration_rows))
 
     @torch.no_grad()
     def calibrate(self, batches, budget: float | None = None) -> tuple[float, float]:

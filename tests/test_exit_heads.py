@@ -1,0 +1,65 @@
+"""Per-exit classifiers (``exit_heads: true``; PABEE / DeeBERT internal classifiers): each exit
+below the last reads its own head, the deepest keeps the model's head, and the strategies that
+train every exit (DHT, the depth predictor) create them so that the optimizer trains them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from archsearch.dynamic.depth_predictor import DepthPredictorGating
+from archsearch.dynamic.dht import DHTGating
+from archsearch.models.transformer import Transformer, TransformerConfig
+
+
+def _model(task="classification"):
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
+                            dropout=0.0, task=task)
+    x = torch.randint(1, 60, (6, 10))
+    return Transformer(cfg).eval(), x, torch.ones(6, 10, dtype=torch.bool)
+
+
+def test_each_exit_reads_its_own_head_and_the_deepest_keeps_the_model_head():
+    model, x, mask = _model()
+    full = model(x, mask)
+    shared = [model(x, mask, n_layers=k) for k in (1, 2, 3)]
+    model.add_exit_heads([1, 2, 3, 4])
+    assert sorted(model.exit_heads.keys()) == ["1", "2", "3"]
+    torch.testing.assert_close(model(x, mask), full)  # depth 4 = the model's own head
+    with torch.no_grad():
+        for k in ("1", "2", "3"):
+            model.exit_heads[k].weight.zero_()
+            model.exit_heads[k].bias.copy_(torch.tensor([1.0, -1.0]))
+    for k, before in zip((1, 2, 3), shared):
+        out = model(x, mask, n_layers=k)  # forward(n_layers=k) is head_logits(depth=k)
+        assert not torch.allclose(out, before)
+        torch.testing.assert_close(out, torch.tensor([[1.0, -1.0]]).expand(6, 2))
+    pad = model.padding_mask(x, mask)
+    h = model.run_layers(model.embed(x), pad, 0, 2)
+    torch.testing.assert_close(model.head_logits(h, pad, depth=2), model(x, mask, n_layers=2))
+    torch.testing.assert_close(model.head_logits(h, pad), shared[1])  # no depth: the model head
+
+
+def test_lm_keeps_its_shared_tied_head_and_bad_depths_raise():
+    model, _, _ = _model(task="lm")
+    model.add_exit_heads([1, 2])
+    assert model.exit_heads is None
+    clf, _, _ = _model()
+    with pytest.raises(ValueError, match="exit depth 5"):
+        clf.add_exit_heads([1, 5])
+
+
+@pytest.mark.parametrize("cls,cfg,depths", [
+    (DHTGating, {"n_fixed": 1}, ["1", "2", "3"]),
+    (DepthPredictorGating, {"min_layers": 2}, ["2", "3"]),
+])
+def test_strategies_create_exit_heads_only_when_asked(cls, cfg, depths):
+    model, _, _ = _model()
+    cls(model, dict(cfg), {})
+    assert model.exit_heads is None  # default: the shared head (as measured so far)
+    model, _, _ = _model()
+    cls(model, {**cfg, "exit_heads": True}, {})
+    assert sorted(model.exit_heads.keys()) == depths
+    names = {n for n, _ in model.named_parameters()}
+    assert {f"exit_heads.{d}.weight" for d in depths} <= names  # the optimizer's parameters
