@@ -169,10 +169,16 @@ def row_key(row: dict) -> tuple:
             json.dumps(row.get("protocol", {}), sort_keys=True))
 
 
-def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN) -> list[dict]:
-    """The rows of the benchmark, most important first (module docstring)."""
+def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN,
+              exit_heads: bool = False) -> list[dict]:
+    """The rows of the benchmark, most important first (module docstring). ``exit_heads``: the
+    dht / dp rows train a classifier per exit (their protocol says so, so they are rows of their
+    own); the static rows are the same either way."""
+    dyn = {**protocol, "exit_heads": True} if exit_heads else protocol
+
     def r(kind, seed, budget=None, depth=None):
-        return {"kind": kind, "budget": budget, "depth": depth, "seed": seed, "protocol": protocol}
+        return {"kind": kind, "budget": budget, "depth": depth, "seed": seed,
+                "protocol": protocol if kind == "static" else dyn}
 
     rows = [r("static", 0, depth=N_LAYERS)]
     rows += [r("static", 0, depth=k) for k in range(1, N_LAYERS)]
@@ -470,6 +476,8 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
     cfg = {"init_from": ckpt, "lr": p["lr"], "dropout": 0.1, "weight_decay": 0.01,
            "warmup_steps": max(1, steps // 10)}
     kind = spec["kind"]
+    if kind != "static" and p.get("exit_heads"):
+        cfg["exit_heads"] = True
     if kind == "static":
         cfg["gating"] = "static" if spec["depth"] == N_LAYERS else "dht"
     elif kind == "dht":
@@ -579,8 +587,12 @@ def plot(s: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None) -> dict:
-    rows = read_rows(data_path)
+def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None,
+              exit_heads: bool = False) -> dict:
+    """Tables, JSONs and plot from the rows: the static rows and the dht / dp rows of one
+    variant (``exit_heads``: a classifier per exit, else the shared head)."""
+    rows = [r for r in read_rows(data_path)
+            if r["kind"] == "static" or bool(r.get("protocol", {}).get("exit_heads")) == exit_heads]
     if not rows:  # never overwrite existing results with an empty summary
         raise SystemExit(f"no rows in {data_path}: nothing to summarize")
     s = summarize_rows(rows)
@@ -636,6 +648,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train-samples", type=int, default=None, help="training subset (default: whole split)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-rows", type=int, default=None, help="stop after this many new rows")
+    ap.add_argument("--exit-heads", action="store_true",
+                    help="dht / dp rows with a classifier per exit (exit_heads: true); static rows are shared")
     ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "
                     "refuses the default --data/--out")
     args = ap.parse_args(argv)
@@ -646,13 +660,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)
-        plan = plan_rows(protocol)
+        plan = plan_rows(protocol, exit_heads=args.exit_heads)
         if args.quick:  # full static, one cut, dht and dp at 0.5: every code path, < 2 minutes
             plan = [r for r in plan if r["seed"] == 0 and (r["depth"] in (1, N_LAYERS) or r["budget"] == MAIN_BUDGET)]
         print(f"{len(plan)} rows planned, {len(data.train)} training rows, "
               f"{math.ceil(len(data.train) / protocol['batch_size'])} steps per epoch", flush=True)
         run_pending(plan, args.data, lambda spec: run_row(spec, ckpt, data, args.threads), args.max_rows)
-    summarize(args.data, args.out)
+    summarize(args.data, args.out, exit_heads=args.exit_heads)
     print(f"done in {time.perf_counter() - t0:.0f}s")
 
 

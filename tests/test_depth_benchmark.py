@@ -133,6 +133,18 @@ def test_resumable_skip_and_row_order(dd, tmp_path):
     assert len(dd.run_pending(other[:1], path, run_one)) == 1
 
 
+def test_exit_heads_rows_share_the_static_rows_and_are_their_own_dynamic_rows(dd, tmp_path):
+    proto = {"epochs": 1, "train_samples": None}
+    path = tmp_path / "runs.jsonl"
+    dd.run_pending(dd.plan_rows(proto), path, lambda spec: {"accuracy": 0.5})
+    heads = dd.plan_rows(proto, exit_heads=True)
+    ran = dd.run_pending(heads, path, lambda spec: {"accuracy": 0.5})
+    assert {r["kind"] for r in ran} == {"dht", "dp"} and len(ran) == 10  # static rows reused
+    assert all(r["protocol"]["exit_heads"] is True for r in ran)
+    rows = dd.read_rows(path)
+    assert sum(r["kind"] == "static" for r in rows) == 8 and len(rows) == 28
+
+
 def test_minilm_budget_space_validates():
     from archsearch.space import load_space
 
