@@ -59,7 +59,7 @@ MODEL_KEYS = {
     "label_smoothing",
     "tying_every",
     "evolution_iterations", "evolution_mutations", "evolution_crossovers", "evolution_val_samples",
-    "dht_warmup_steps", "n_fixed", "flops_budget", "exit_heads",
+    "dht_warmup_steps", "n_fixed", "flops_budget", "exit_heads", "exit_loss",
 }
 
 Scalar = Union[int, float, str, bool]

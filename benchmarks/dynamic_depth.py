@@ -169,12 +169,24 @@ def row_key(row: dict) -> tuple:
             json.dumps(row.get("protocol", {}), sort_keys=True))
 
 
+def dynamic_protocol(protocol: dict, exit_heads: bool = False, exit_loss: str = "mean") -> dict:
+    """The protocol of the dht / dp rows of one variant: ``exit_heads`` (a classifier per exit)
+    and ``exit_loss`` (``sum``: the shallower exits' losses summed, not averaged) enter it only
+    when they differ from the defaults, so rows of every variant keep their own keys."""
+    dyn = dict(protocol)
+    if exit_heads:
+        dyn["exit_heads"] = True
+    if exit_loss != "mean":
+        dyn["exit_loss"] = exit_loss
+    return dyn
+
+
 def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN,
-              exit_heads: bool = False) -> list[dict]:
-    """The rows of the benchmark, most important first (module docstring). ``exit_heads``: the
-    dht / dp rows train a classifier per exit (their protocol says so, so they are rows of their
-    own); the static rows are the same either way."""
-    dyn = {**protocol, "exit_heads": True} if exit_heads else protocol
+              exit_heads: bool = False, exit_loss: str = "mean") -> list[dict]:
+    """The rows of the benchmark, most important first (module docstring). ``exit_heads`` /
+    ``exit_loss``: the variant of the dht / dp rows (:func:`dynamic_protocol`; their protocol says
+    so, so they are rows of their own); the static rows are the same for every variant."""
+    dyn = dynamic_protocol(protocol, exit_heads, exit_loss)
 
     def r(kind, seed, budget=None, depth=None):
         return {"kind": kind, "budget": budget, "depth": depth, "seed": seed,
@@ -478,6 +490,8 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
     kind = spec["kind"]
     if kind != "static" and p.get("exit_heads"):
         cfg["exit_heads"] = True
+    if kind != "static" and p.get("exit_loss"):
+        cfg["exit_loss"] = p["exit_loss"]
     if kind == "static":
         cfg["gating"] = "static" if spec["depth"] == N_LAYERS else "dht"
     elif kind == "dht":
@@ -588,11 +602,15 @@ def plot(s: dict, path: Path) -> None:
 
 
 def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None,
-              exit_heads: bool = False) -> dict:
+              exit_heads: bool = False, exit_loss: str = "mean") -> dict:
     """Tables, JSONs and plot from the rows: the static rows and the dht / dp rows of one
-    variant (``exit_heads``: a classifier per exit, else the shared head)."""
+    variant (``exit_heads``: a classifier per exit, else the shared head; ``exit_loss``: how
+    the shallower exits' losses combine)."""
+    def variant(p: dict) -> tuple:
+        return bool(p.get("exit_heads")), p.get("exit_loss", "mean")
+
     rows = [r for r in read_rows(data_path)
-            if r["kind"] == "static" or bool(r.get("protocol", {}).get("exit_heads")) == exit_heads]
+            if r["kind"] == "static" or variant(r.get("protocol", {})) == (exit_heads, exit_loss)]
     if not rows:  # never overwrite existing results with an empty summary
         raise SystemExit(f"no rows in {data_path}: nothing to summarize")
     s = summarize_rows(rows)
@@ -650,6 +668,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-rows", type=int, default=None, help="stop after this many new rows")
     ap.add_argument("--exit-heads", action="store_true",
                     help="dht / dp rows with a classifier per exit (exit_heads: true); static rows are shared")
+    ap.add_argument("--exit-loss", choices=["mean", "sum"], default="mean",
+                    help="dht / dp rows: the shallower exits' losses averaged (default) or summed")
     ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "
                     "refuses the default --data/--out")
     args = ap.parse_args(argv)
@@ -660,13 +680,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)
-        plan = plan_rows(protocol, exit_heads=args.exit_heads)
+        plan = plan_rows(protocol, exit_heads=args.exit_heads, exit_loss=args.exit_loss)
         if args.quick:  # full static, one cut, dht and dp at 0.5: every code path, < 2 minutes
             plan = [r for r in plan if r["seed"] == 0 and (r["depth"] in (1, N_LAYERS) or r["budget"] == MAIN_BUDGET)]
         print(f"{len(plan)} rows planned, {len(data.train)} training rows, "
               f"{math.ceil(len(data.train) / protocol['batch_size'])} steps per epoch", flush=True)
         run_pending(plan, args.data, lambda spec: run_row(spec, ckpt, data, args.threads), args.max_rows)
-    summarize(args.data, args.out, exit_heads=args.exit_heads)
+    summarize(args.data, args.out, exit_heads=args.exit_heads, exit_loss=args.exit_loss)
     print(f"done in {time.perf_counter() - t0:.0f}s")
 
 

@@ -63,3 +63,32 @@ def test_strategies_create_exit_heads_only_when_asked(cls, cfg, depths):
     assert sorted(model.exit_heads.keys()) == depths
     names = {n for n, _ in model.named_parameters()}
     assert {f"exit_heads.{d}.weight" for d in depths} <= names  # the optimizer's parameters
+
+
+def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_use_it():
+    import torch.nn.functional as F
+
+    from archsearch.dynamic.base import all_exit_loss, distill
+
+    torch.manual_seed(1)
+    exits = [torch.randn(5, 3) for _ in range(4)]
+    y = torch.randint(0, 3, (5,))
+    parts = [(F.cross_entropy(e, y) + distill(e, exits[-1])) / 2 for e in exits[:-1]]
+    deep, mean = all_exit_loss(exits, y, F.cross_entropy, "mean")
+    _, total = all_exit_loss(exits, y, F.cross_entropy, "sum")
+    torch.testing.assert_close(deep, F.cross_entropy(exits[-1], y))
+    torch.testing.assert_close(mean, sum(parts) / 3)
+    torch.testing.assert_close(total, sum(parts))
+    assert float(all_exit_loss(exits[-1:], y, F.cross_entropy, "sum")[1]) == 0.0
+    with pytest.raises(ValueError, match="exit_loss"):
+        all_exit_loss(exits, y, F.cross_entropy, "max")
+    # the strategies read the key: sum gives a larger loss than mean on the same batch
+    model, x, mask = _model()
+    yb = torch.randint(0, 2, (6,))
+    for cls, cfg in ((DHTGating, {"flops_budget": 0.5, "dht_warmup_steps": 5}),
+                     (DepthPredictorGating, {"flops_budget": 0.5, "depth_warmup_steps": 5})):
+        losses = {r: float(cls(model, {**cfg, "exit_loss": r}, {"seed": 0}).training_loss(x, mask, yb, F.cross_entropy))
+                  for r in ("mean", "sum")}
+        assert losses["sum"] > losses["mean"]
+        with pytest.raises(ValueError, match="exit_loss"):
+            cls(model, {**cfg, "exit_loss": "max"}, {"seed": 0})

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from archsearch.models import costs
@@ -44,6 +45,51 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 #: ``(x, mask, y)``: ``B x T`` ids, ``B x T`` bool or ``None`` (LM), ``B`` labels or ``B x T`` targets.
 Batch = tuple[torch.Tensor, "torch.Tensor | None", torch.Tensor]
+
+
+#: How :func:`all_exit_loss` combines the shallower exits (config key ``exit_loss``).
+EXIT_LOSSES = ("mean", "sum")
+
+
+def distill(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """In-place distillation loss ``KL(softmax(teacher) || softmax(student))`` (nats, mean over
+    samples, or over tokens for ``B x T x V``); the teacher is detached."""
+    s = student.reshape(-1, student.size(-1)).log_softmax(-1)
+    t = teacher.detach().reshape(-1, teacher.size(-1)).log_softmax(-1)
+    return F.kl_div(s, t, log_target=True, reduction="batchmean")
+
+
+def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
+                  reduction: str = "mean") -> tuple[torch.Tensor, torch.Tensor]:
+    """Training loss of a multi-exit model (issue 14): ``(CE of the deepest exit, shallow term)``
+    with the shallow term ``(CE_k + KD_k) / 2`` per shallower exit ``k``, ``KD_k`` =
+    :func:`distill` toward the detached deepest exit (in-place distillation with the sandwich
+    rule: Yu & Huang 2019, "Universally Slimmable Networks", §3.2-3.3; Kim & Cho 2021,
+    "Length-Adaptive Transformer", §2.2), averaged (``reduction="mean"``: the shallow exits
+    together weigh as much as half the deepest) or summed (``"sum"``: each shallow exit's CE
+    weighs half the deepest's, as in the equal-weight exit losses of DeeBERT / PABEE).
+
+    Args:
+        exits: logits of every exit, shallowest first, deepest last (each ``B x C`` or
+            ``B x T x V``).
+        y: ``B`` labels or ``B x T`` targets.
+
+    Returns:
+        two scalars (nats); the second is 0 with a single exit.
+
+    Raises:
+        ValueError: ``reduction`` not in :data:`EXIT_LOSSES` or no exits.
+    """
+    if reduction not in EXIT_LOSSES:
+        raise ValueError(f"exit_loss must be one of {EXIT_LOSSES}, got {reduction!r}")
+    if not exits:
+        raise ValueError("all_exit_loss needs at least one exit")
+    teacher = exits[-1]
+    deep = loss_fn(teacher, y)
+    if len(exits) == 1:
+        return deep, deep.new_zeros(())
+    shallow = sum((loss_fn(e, y) + distill(e, teacher)) / 2 for e in exits[:-1])
+    return deep, shallow / (len(exits) - 1) if reduction == "mean" else shallow
 
 
 @runtime_checkable

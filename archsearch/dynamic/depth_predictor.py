@@ -56,7 +56,8 @@ initial price under a budget), ``flops_budget`` (None = no budget), ``min_layers
 ``settings["fixed"]``): ``depth_warmup_steps`` (default 0: training steps with all ``p = 1`` and
 no penalty before the predictor takes over), ``predictor_hidden`` (MLP width, default 64),
 ``depth_all_exits`` (default True), ``depth_price_lr`` (0.05), ``exit_threshold`` (0.5),
-``depth_calibration_rows`` (2048).
+``depth_calibration_rows`` (2048), ``exit_loss`` (``mean`` or ``sum``: how the shallower
+exits' losses combine, :func:`~archsearch.dynamic.base.all_exit_loss`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from archsearch.dynamic.bandits import DualPrice, calibrate_monotone
-from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
+from archsearch.dynamic.base import EXIT_LOSSES, GatingStrategy, LossFn, TrialContext, all_exit_loss
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
 
@@ -140,7 +141,8 @@ class DepthPredictorGating(GatingStrategy):
     Raises:
         ValueError: an LM model, ``gamma < 0``, ``min_layers`` outside ``[1, n_layers]``,
             negative warm-up, ``predictor_hidden < 1``, ``flops_budget`` outside ``(0, 1]``,
-            ``exit_threshold`` outside ``(0, 1]``.
+            ``exit_threshold`` outside ``(0, 1]``, ``exit_loss`` not in
+            :data:`~archsearch.dynamic.base.EXIT_LOSSES`.
 
     Attributes:
         threshold: the exit threshold inference uses (0.5 = the median; set by
@@ -175,6 +177,9 @@ class DepthPredictorGating(GatingStrategy):
             raise ValueError(f"flops_budget must be in (0, 1], got {self.flops_budget}")
         self.price = DualPrice(self.flops_budget, lr=float(cfg.get("depth_price_lr") or 0.05), init=self.gamma)
         self.all_exits = bool(cfg.get("depth_all_exits", True))
+        self.exit_loss = str(cfg.get("exit_loss") or "mean")
+        if self.exit_loss not in EXIT_LOSSES:
+            raise ValueError(f"exit_loss must be one of {EXIT_LOSSES}, got {self.exit_loss!r}")
         thr = cfg.get("exit_threshold")
         self.threshold = 0.5 if thr is None else float(thr)
         if not 0 < self.threshold <= 1:
@@ -253,21 +258,15 @@ class DepthPredictorGating(GatingStrategy):
     def exit_losses(self, x, mask, y, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
         """All exits of the unscaled full model (one forward, the shared head read after every
         allowed depth): ``(CE of the deepest exit, mean_k (CE_k + KD_k) / 2 over the shallower
-        exits)`` (scalars, nats; the second is 0 with a single allowed depth)."""
+        exits)`` (scalars, nats; the second is 0 with a single allowed depth; summed instead of
+        averaged with ``exit_loss: sum``; :func:`~archsearch.dynamic.base.all_exit_loss`)."""
         pad_mask = self.model.padding_mask(x, mask)  # (B, T)
         h = self.model.run_layers(self.model.embed(x), pad_mask, 0, self.n_fixed)  # (B, T, d)
         exits = [self.model.head_logits(h, pad_mask, depth=self.n_fixed)]  # exit n_fixed: (B, C)
         for i in range(self.n_fixed, self.n_layers):
             h = self.model.run_layers(h, pad_mask, i, i + 1)
             exits.append(self.model.head_logits(h, pad_mask, depth=i + 1))
-        teacher = exits[-1]
-        shallow = exits[:-1]
-        if not shallow:
-            return loss_fn(teacher, y), teacher.new_zeros(())
-        s_logp = [e.log_softmax(-1) for e in shallow]
-        t_logp = teacher.detach().log_softmax(-1)
-        kd = [F.kl_div(lp, t_logp, log_target=True, reduction="batchmean") for lp in s_logp]
-        return loss_fn(teacher, y), sum((loss_fn(e, y) + k) / 2 for e, k in zip(shallow, kd)) / len(shallow)
+        return all_exit_loss(exits, y, loss_fn, self.exit_loss)
 
     def _flops_fractions(self, T: int) -> torch.Tensor:
         """``D`` FLOPs fractions of the allowed depths at length ``T`` (predictor included)."""

@@ -9,7 +9,9 @@ issue 14 (docs/design.md, DHT section). Per training batch:
    (seeded), L2-normalised, plus a constant 1 -> a 17-dim vector per sample.
 3. All exits are trained: the batch runs the deepest allowed path (all heads) and the shared
    output head reads every allowed depth ``min_layers..max_layers`` (one classifier per exit,
-   shared weights). Loss: ``CE(deepest) + mean_k (CE_k + KD_k) / 2`` over the shallower exits,
+   shared weights, or one per exit with ``exit_heads: true``). Loss
+   (:func:`~archsearch.dynamic.base.all_exit_loss`): ``CE(deepest) + mean_k (CE_k + KD_k) / 2``
+   over the shallower exits (``exit_loss: sum``: summed instead of averaged),
    ``KD_k = KL(softmax(deepest, detached) || softmax(exit k))`` -- in-place distillation with the
    sandwich rule (deepest + shallowest + every exit in between; Yu & Huang 2019, "Universally
    Slimmable Networks", §3.2-3.3; Kim & Cho 2021, "Length-Adaptive Transformer", §2.2). After
@@ -80,7 +82,7 @@ import torch
 import torch.nn.functional as F
 
 from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinUCB, calibrate_monotone
-from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
+from archsearch.dynamic.base import EXIT_LOSSES, GatingStrategy, LossFn, TrialContext, all_exit_loss, distill
 from archsearch.models import costs
 
 CONTEXT_DIM = 16
@@ -93,14 +95,6 @@ def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         return ce.view(y.shape).mean(dim=1)  # (B,)
     return F.cross_entropy(logits, y, reduction="none")  # (B,)
-
-
-def distill(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """In-place distillation loss ``KL(softmax(teacher) || softmax(student))`` (nats, mean over
-    samples, or over tokens for ``B x T x V``); the teacher is detached."""
-    s = student.reshape(-1, student.size(-1)).log_softmax(-1)
-    t = teacher.detach().reshape(-1, teacher.size(-1)).log_softmax(-1)
-    return F.kl_div(s, t, log_target=True, reduction="batchmean")
 
 
 class DHTGating(GatingStrategy):
@@ -138,7 +132,8 @@ class DHTGating(GatingStrategy):
     Raises:
         ValueError: ``n_fixed`` outside ``[0, n_layers]``, ``min_heads`` outside
             ``[1, n_heads]``, negative ``dht_lambda`` or ``dht_warmup_steps``,
-            ``flops_budget`` outside ``(0, 1]``, ``dht_epsilon`` outside ``[0, 1]``.
+            ``flops_budget`` outside ``(0, 1]``, ``dht_epsilon`` outside ``[0, 1]``, ``exit_loss``
+            not in :data:`~archsearch.dynamic.base.EXIT_LOSSES`.
     """
 
     def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any],
@@ -157,6 +152,9 @@ class DHTGating(GatingStrategy):
         self.depths = list(range(lo, hi + 1))  # LinUCB arms
         if bool(cfg.get("exit_heads", False)):
             model.add_exit_heads(self.depths)  # an own classifier per exit (classification)
+        self.exit_loss = str(cfg.get("exit_loss") or "mean")
+        if self.exit_loss not in EXIT_LOSSES:
+            raise ValueError(f"exit_loss must be one of {EXIT_LOSSES}, got {self.exit_loss!r}")
         self.min_heads = int(cfg.get("min_heads") or 1)
         if not 1 <= self.min_heads <= H:
             raise ValueError(f"min_heads must be in [1, n_heads={H}], got {self.min_heads}")
@@ -365,11 +363,8 @@ class DHTGating(GatingStrategy):
         deep = self.depths[-1]
         exits = self._run_exits(h, pad, deep, [None] * (deep - self.n_fixed))  # {depth: logits}
         teacher = exits[deep]
-        total = loss_fn(teacher, y)
-        shallow = [d for d in self.depths if d < deep]
-        if shallow:
-            total = total + sum((loss_fn(exits[d], y) + distill(exits[d], teacher)) / 2
-                                for d in shallow) / len(shallow)
+        deep_loss, shallow_loss = all_exit_loss([exits[d] for d in self.depths], y, loss_fn, self.exit_loss)
+        total = deep_loss + shallow_loss
         with torch.no_grad():
             full_ce = torch.stack([per_sample_ce(exits[d], y) for d in self.depths], 1)  # (B, K)
             correct = (teacher.argmax(-1) == y).float()
