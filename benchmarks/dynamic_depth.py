@@ -169,28 +169,36 @@ def row_key(row: dict) -> tuple:
             json.dumps(row.get("protocol", {}), sort_keys=True))
 
 
-def dynamic_protocol(protocol: dict, exit_heads: bool = False, exit_loss: str = "mean") -> dict:
-    """The protocol of the dht / dp rows of one variant: ``exit_heads`` (a classifier per exit)
-    and ``exit_loss`` (``sum``: the shallower exits' losses summed, not averaged) enter it only
-    when they differ from the defaults, so rows of every variant keep their own keys."""
-    dyn = dict(protocol)
+def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str = "mean",
+                      dht_exit_context: bool = False, dp_supervision: float = 0.0) -> dict[str, dict]:
+    """The protocols of the dht and dp rows of one variant, ``{"dht": ..., "dp": ...}``: the
+    options enter a protocol only when they differ from the defaults (so rows of every variant
+    keep their own keys), and only the protocol of the kind they change: ``exit_heads`` (a
+    classifier per exit) and ``exit_loss`` (``sum``: the shallower exits' losses summed, not
+    averaged) both kinds, ``dht_exit_context`` (the exit-1 confidence in the bandit's context)
+    dht, ``dp_supervision`` (weight of the predictor's per-sample depth label) dp."""
+    base = dict(protocol)
     if exit_heads:
-        dyn["exit_heads"] = True
+        base["exit_heads"] = True
     if exit_loss != "mean":
-        dyn["exit_loss"] = exit_loss
-    return dyn
+        base["exit_loss"] = exit_loss
+    dht, dp = dict(base), dict(base)
+    if dht_exit_context:
+        dht["dht_exit_context"] = True
+    if dp_supervision:
+        dp["depth_supervision"] = float(dp_supervision)
+    return {"dht": dht, "dp": dp}
 
 
-def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN,
-              exit_heads: bool = False, exit_loss: str = "mean") -> list[dict]:
-    """The rows of the benchmark, most important first (module docstring). ``exit_heads`` /
-    ``exit_loss``: the variant of the dht / dp rows (:func:`dynamic_protocol`; their protocol says
-    so, so they are rows of their own); the static rows are the same for every variant."""
-    dyn = dynamic_protocol(protocol, exit_heads, exit_loss)
+def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN, **variant) -> list[dict]:
+    """The rows of the benchmark, most important first (module docstring). ``variant``: the
+    options of :func:`dynamic_protocols` (the dht / dp rows' protocol says them, so they are
+    rows of their own); the static rows are the same for every variant."""
+    dyn = dynamic_protocols(protocol, **variant)
 
     def r(kind, seed, budget=None, depth=None):
         return {"kind": kind, "budget": budget, "depth": depth, "seed": seed,
-                "protocol": protocol if kind == "static" else dyn}
+                "protocol": protocol if kind == "static" else dyn[kind]}
 
     rows = [r("static", 0, depth=N_LAYERS)]
     rows += [r("static", 0, depth=k) for k in range(1, N_LAYERS)]
@@ -490,8 +498,9 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
     kind = spec["kind"]
     if kind != "static" and p.get("exit_heads"):
         cfg["exit_heads"] = True
-    if kind != "static" and p.get("exit_loss"):
-        cfg["exit_loss"] = p["exit_loss"]
+    for key in ("exit_loss", "dht_exit_context", "depth_supervision"):
+        if kind != "static" and p.get(key):
+            cfg[key] = p[key]
     if kind == "static":
         cfg["gating"] = "static" if spec["depth"] == N_LAYERS else "dht"
     elif kind == "dht":
@@ -601,16 +610,14 @@ def plot(s: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None,
-              exit_heads: bool = False, exit_loss: str = "mean") -> dict:
+def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None, **variant) -> dict:
     """Tables, JSONs and plot from the rows: the static rows and the dht / dp rows of one
-    variant (``exit_heads``: a classifier per exit, else the shared head; ``exit_loss``: how
-    the shallower exits' losses combine)."""
-    def variant(p: dict) -> tuple:
-        return bool(p.get("exit_heads")), p.get("exit_loss", "mean")
-
-    rows = [r for r in read_rows(data_path)
-            if r["kind"] == "static" or variant(r.get("protocol", {})) == (exit_heads, exit_loss)]
+    variant (``variant``: the options of :func:`dynamic_protocols`; a row belongs to it when its
+    protocol has the same values of those options)."""
+    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision")
+    want = {k: {o: p.get(o) for o in keys} for k, p in dynamic_protocols({}, **variant).items()}
+    rows = [r for r in read_rows(data_path) if r["kind"] == "static"
+            or {o: r.get("protocol", {}).get(o) for o in keys} == want[r["kind"]]]
     if not rows:  # never overwrite existing results with an empty summary
         raise SystemExit(f"no rows in {data_path}: nothing to summarize")
     s = summarize_rows(rows)
@@ -670,6 +677,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="dht / dp rows with a classifier per exit (exit_heads: true); static rows are shared")
     ap.add_argument("--exit-loss", choices=["mean", "sum"], default="mean",
                     help="dht / dp rows: the shallower exits' losses averaged (default) or summed")
+    ap.add_argument("--dht-exit-context", action="store_true",
+                    help="dht rows: the exit-1 confidence (max probability, entropy) in the bandit's context")
+    ap.add_argument("--dp-supervision", type=float, default=0.0,
+                    help="dp rows: weight of the predictor's per-sample depth label (default 0 = none)")
     ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "
                     "refuses the default --data/--out")
     args = ap.parse_args(argv)
@@ -677,16 +688,18 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--quick needs --data and --out outside benchmarks/ (e.g. /tmp)")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     t0 = time.perf_counter()
+    variant = dict(exit_heads=args.exit_heads, exit_loss=args.exit_loss, dht_exit_context=args.dht_exit_context,
+                   dp_supervision=args.dp_supervision)
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)
-        plan = plan_rows(protocol, exit_heads=args.exit_heads, exit_loss=args.exit_loss)
+        plan = plan_rows(protocol, **variant)
         if args.quick:  # full static, one cut, dht and dp at 0.5: every code path, < 2 minutes
             plan = [r for r in plan if r["seed"] == 0 and (r["depth"] in (1, N_LAYERS) or r["budget"] == MAIN_BUDGET)]
         print(f"{len(plan)} rows planned, {len(data.train)} training rows, "
               f"{math.ceil(len(data.train) / protocol['batch_size'])} steps per epoch", flush=True)
         run_pending(plan, args.data, lambda spec: run_row(spec, ckpt, data, args.threads), args.max_rows)
-    summarize(args.data, args.out, exit_heads=args.exit_heads, exit_loss=args.exit_loss)
+    summarize(args.data, args.out, **variant)
     print(f"done in {time.perf_counter() - t0:.0f}s")
 
 

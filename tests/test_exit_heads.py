@@ -4,6 +4,7 @@ train every exit (DHT, the depth predictor) create them so that the optimizer tr
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -87,8 +88,49 @@ def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_us
     yb = torch.randint(0, 2, (6,))
     for cls, cfg in ((DHTGating, {"flops_budget": 0.5, "dht_warmup_steps": 5}),
                      (DepthPredictorGating, {"flops_budget": 0.5, "depth_warmup_steps": 5})):
-        losses = {r: float(cls(model, {**cfg, "exit_loss": r}, {"seed": 0}).training_loss(x, mask, yb, F.cross_entropy))
+        losses = {r: float(cls(model, {**cfg, "exit_loss": r}, {"seed": 0}).training_loss(x, mask, yb, F.cross_entropy).detach())
                   for r in ("mean", "sum")}
         assert losses["sum"] > losses["mean"]
         with pytest.raises(ValueError, match="exit_loss"):
             cls(model, {**cfg, "exit_loss": "max"}, {"seed": 0})
+
+
+def test_depth_predictor_supervision_labels_the_shallowest_agreeing_exit_and_learns_it():
+    import torch.nn.functional as F
+
+    logits = [torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]),  # exit 1 predicts 0, 1, 0
+              torch.tensor([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0]]),  # exit 2 predicts 1, 1, 0
+              torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])]  # deepest predicts 1, 1, 1
+    assert DepthPredictorGating.agreement_targets(logits).tolist() == [1, 0, 2]
+    model, x, mask = _model()
+    model.train()
+    y = torch.randint(0, 2, (6,))
+    g = DepthPredictorGating(model, {"depth_supervision": 1.0, "gamma": 0.0}, {"seed": 0})
+    with torch.no_grad():
+        target = g.agreement_targets(g.exit_logits(x, mask))
+    opt = torch.optim.Adam(g.predictor.parameters(), lr=1e-2)  # the trunk stays fixed: targets too
+    for _ in range(60):
+        opt.zero_grad()
+        g.training_loss(x, mask, y, F.cross_entropy).backward()
+        opt.step()
+    with torch.no_grad():
+        _, _, depth_logits = g._front(x, mask)
+    assert depth_logits.argmax(-1).tolist() == target.tolist()
+    with pytest.raises(ValueError, match="depth_supervision"):
+        DepthPredictorGating(model, {"depth_supervision": 1.0, "depth_all_exits": False}, {"seed": 0})
+
+
+def test_dht_exit_context_adds_the_first_exits_confidence_to_the_bandit_context():
+    model, x, mask = _model()
+    plain = DHTGating(model, {"flops_budget": 0.5}, {"seed": 0})
+    ctx = DHTGating(model, {"flops_budget": 0.5, "dht_exit_context": True}, {"seed": 0})
+    h, pad = ctx._trunk(x, mask)
+    X0, X = plain._context(h, pad), ctx._context(h, pad)
+    assert X0.shape == (6, 17) and X.shape == (6, 19) and ctx.lin.dim == 19
+    np.testing.assert_allclose(X[:, :16], X0[:, :16])
+    np.testing.assert_allclose(X[:, -1], 1.0)  # the bias column stays last
+    with torch.no_grad():
+        p = model.head_logits(h, pad, depth=1).softmax(-1)  # (6, 2)
+    np.testing.assert_allclose(X[:, 16], p.max(-1).values.numpy(), rtol=1e-5)
+    ent = -(p * p.log()).sum(-1) / np.log(2)
+    np.testing.assert_allclose(X[:, 17], ent.numpy(), rtol=1e-4)

@@ -56,7 +56,10 @@ initial price under a budget), ``flops_budget`` (None = no budget), ``min_layers
 ``settings["fixed"]``): ``depth_warmup_steps`` (default 0: training steps with all ``p = 1`` and
 no penalty before the predictor takes over), ``predictor_hidden`` (MLP width, default 64),
 ``depth_all_exits`` (default True), ``depth_price_lr`` (0.05), ``exit_threshold`` (0.5),
-``depth_calibration_rows`` (2048), ``exit_loss`` (``mean`` or ``sum``: how the shallower
+``depth_calibration_rows`` (2048), ``depth_supervision`` (default 0: the weight of a per-sample
+label for the predictor, NLL of its depth distribution at the shallowest exit that agrees with
+the deepest, :meth:`DepthPredictorGating.agreement_targets`; needs ``depth_all_exits``),
+``exit_loss`` (``mean`` or ``sum``: how the shallower
 exits' losses combine, :func:`~archsearch.dynamic.base.all_exit_loss`).
 """
 
@@ -141,7 +144,8 @@ class DepthPredictorGating(GatingStrategy):
     Raises:
         ValueError: an LM model, ``gamma < 0``, ``min_layers`` outside ``[1, n_layers]``,
             negative warm-up, ``predictor_hidden < 1``, ``flops_budget`` outside ``(0, 1]``,
-            ``exit_threshold`` outside ``(0, 1]``, ``exit_loss`` not in
+            ``exit_threshold`` outside ``(0, 1]``, negative ``depth_supervision`` (or positive
+            without ``depth_all_exits``), ``exit_loss`` not in
             :data:`~archsearch.dynamic.base.EXIT_LOSSES`.
 
     Attributes:
@@ -178,6 +182,9 @@ class DepthPredictorGating(GatingStrategy):
         self.price = DualPrice(self.flops_budget, lr=float(cfg.get("depth_price_lr") or 0.05), init=self.gamma)
         self.all_exits = bool(cfg.get("depth_all_exits", True))
         self.exit_loss = str(cfg.get("exit_loss") or "mean")
+        self.supervision = float(cfg.get("depth_supervision") or 0.0)
+        if self.supervision < 0 or (self.supervision > 0 and not self.all_exits):
+            raise ValueError(f"depth_supervision must be >= 0 and needs depth_all_exits, got {self.supervision}")
         if self.exit_loss not in EXIT_LOSSES:
             raise ValueError(f"exit_loss must be one of {EXIT_LOSSES}, got {self.exit_loss!r}")
         thr = cfg.get("exit_threshold")
@@ -255,18 +262,33 @@ class DepthPredictorGating(GatingStrategy):
         """``B x D`` depth probabilities -> ``B`` expected number of blocks executed."""
         return probs @ self.depths.to(probs.dtype)  # (B,)
 
-    def exit_losses(self, x, mask, y, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
-        """All exits of the unscaled full model (one forward, the shared head read after every
-        allowed depth): ``(CE of the deepest exit, mean_k (CE_k + KD_k) / 2 over the shallower
-        exits)`` (scalars, nats; the second is 0 with a single allowed depth; summed instead of
-        averaged with ``exit_loss: sum``; :func:`~archsearch.dynamic.base.all_exit_loss`)."""
+    def exit_logits(self, x, mask) -> list[torch.Tensor]:
+        """The unscaled full model (one forward) read at every allowed depth (its exit head, or
+        the shared head): ``D`` tensors ``B x C``, shallowest first."""
         pad_mask = self.model.padding_mask(x, mask)  # (B, T)
         h = self.model.run_layers(self.model.embed(x), pad_mask, 0, self.n_fixed)  # (B, T, d)
         exits = [self.model.head_logits(h, pad_mask, depth=self.n_fixed)]  # exit n_fixed: (B, C)
         for i in range(self.n_fixed, self.n_layers):
             h = self.model.run_layers(h, pad_mask, i, i + 1)
             exits.append(self.model.head_logits(h, pad_mask, depth=i + 1))
-        return all_exit_loss(exits, y, loss_fn, self.exit_loss)
+        return exits
+
+    def exit_losses(self, x, mask, y, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
+        """All exits of the unscaled full model (:meth:`exit_logits`): ``(CE of the deepest exit,
+        mean_k (CE_k + KD_k) / 2 over the shallower exits)`` (scalars, nats; the second is 0 with
+        a single allowed depth; summed instead of averaged with ``exit_loss: sum``;
+        :func:`~archsearch.dynamic.base.all_exit_loss`)."""
+        return all_exit_loss(self.exit_logits(x, mask), y, loss_fn, self.exit_loss)
+
+    @staticmethod
+    def agreement_targets(exits: list[torch.Tensor]) -> torch.Tensor:
+        """Per-sample depth targets: the index (into the allowed depths) of the shallowest exit
+        whose prediction equals the deepest exit's (``D`` tensors ``B x C`` -> ``B`` long in
+        ``[0, D)``; the deepest always agrees with itself). The oracle exit of BERxiT / PABEE-style
+        analyses (the cheapest exit that changes nothing), used as a label for the predictor."""
+        preds = torch.stack([e.argmax(-1) for e in exits], 1)  # (B, D)
+        agree = preds == preds[:, -1:]  # (B, D), last column all True
+        return agree.float().argmax(1)  # first True per row -> (B,)
 
     def _flops_fractions(self, T: int) -> torch.Tensor:
         """``D`` FLOPs fractions of the allowed depths at length ``T`` (predictor included)."""
@@ -278,7 +300,9 @@ class DepthPredictorGating(GatingStrategy):
     def training_loss(self, x, mask, y, loss_fn: LossFn) -> torch.Tensor:
         """``loss_fn(logits, y) + gamma * mean(E[depth]) / n_layers`` (scalar), plus the all-exit
         term (:meth:`exit_losses`, both parts) when ``depth_all_exits``; during the warm-up
-        (``depth_warmup_steps``) all ``p = 1`` and there is no penalty. Records the batch's
+        (``depth_warmup_steps``) all ``p = 1`` and there is no penalty; after it, with
+        ``depth_supervision > 0``, ``+ depth_supervision * NLL(probs, agreement target)``
+        (:meth:`agreement_targets` of the detached exits). Records the batch's
         expected FLOPs fraction for the dual ascent in :meth:`after_step`."""
         if self.steps < self.warmup_steps:
             if self.all_exits:
@@ -295,8 +319,12 @@ class DepthPredictorGating(GatingStrategy):
                             "depth_penalty": float(penalty.detach()), "flops_fraction": frac}
         loss = loss_fn(logits, y) + self.gamma * penalty
         if self.all_exits:
-            deep, shallow = self.exit_losses(x, mask, y, loss_fn)
+            exits = self.exit_logits(x, mask)
+            deep, shallow = all_exit_loss(exits, y, loss_fn, self.exit_loss)
             loss = loss + deep + shallow
+            if self.supervision > 0:  # per-sample depth labels (deliverable 4, optional)
+                target = self.agreement_targets([e.detach() for e in exits])  # (B,)
+                loss = loss + self.supervision * F.nll_loss(probs.clamp_min(1e-12).log(), target)
         return loss
 
     def after_step(self, loss: float) -> None:

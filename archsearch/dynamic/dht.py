@@ -6,7 +6,10 @@ issue 14 (docs/design.md, DHT section). Per training batch:
 
 1. Every sample runs the embeddings and the first ``n_fixed`` blocks (all heads) as one batch.
 2. Context: the mean-pooled hidden state there, times a fixed random ``d x 16`` projection
-   (seeded), L2-normalised, plus a constant 1 -> a 17-dim vector per sample.
+   (seeded), L2-normalised, plus a constant 1 -> a 17-dim vector per sample. With
+   ``dht_exit_context: true`` two more features: the max softmax probability and the normalised
+   entropy of the exit at ``n_fixed`` (the signal of a confidence-threshold exit, DeeBERT, Xin
+   et al. 2020, §3; read from the exit head there, whose FLOPs, ``2 d C``, are not counted).
 3. All exits are trained: the batch runs the deepest allowed path (all heads) and the shared
    output head reads every allowed depth ``min_layers..max_layers`` (one classifier per exit,
    shared weights, or one per exit with ``exit_heads: true``). Loss
@@ -74,6 +77,7 @@ Shapes: ``x`` ``B x T`` ids, ``mask`` ``B x T`` bool, ``y`` ``B`` labels (or ``B
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -179,7 +183,9 @@ class DHTGating(GatingStrategy):
         seed = int(settings.get("seed", 0))
         gen = torch.Generator().manual_seed(seed + 7919)
         self.proj = torch.randn(conf.d_model, CONTEXT_DIM, generator=gen)  # (d, 16) fixed
-        self.lin = LinUCB(len(self.depths), CONTEXT_DIM + 1, alpha=alpha, decay=decay)
+        self.exit_context = bool(cfg.get("dht_exit_context", False))
+        self.context_dim = CONTEXT_DIM + 1 + (2 if self.exit_context else 0)
+        self.lin = LinUCB(len(self.depths), self.context_dim, alpha=alpha, decay=decay)
         rows = max(self.n_gated, 1)
         self.ucb = UCB1(H - self.min_heads + 1, n_rows=rows, c=ucb_c, decay=decay)
         self.ts = CombinatorialTS(H, n_rows=rows, seed=seed, decay=decay)
@@ -246,12 +252,24 @@ class DHTGating(GatingStrategy):
         return self._flops_cache[key]
 
     def _context(self, h: torch.Tensor, pad: torch.Tensor | None) -> np.ndarray:
-        """``B x T x d`` hidden states -> ``B x 17`` float64 contexts (projection + bias)."""
+        """``B x T x d`` hidden states after block ``n_fixed`` -> ``B x 17`` float64 contexts
+        (projection + bias), or ``B x 19`` with ``dht_exit_context``: plus the max softmax
+        probability and the entropy / log(C) of the exit at ``n_fixed`` (mean over tokens for an
+        LM), the confidence signal of DeeBERT-style early exit given to the bandit."""
         with torch.no_grad():
-            z = self.model.pool(h.detach(), pad).float().cpu() @ self.proj  # (B, 16)
+            hd = h.detach()
+            z = self.model.pool(hd, pad).float().cpu() @ self.proj  # (B, 16)
             z = F.normalize(z, dim=-1)  # (B, 16)
-        X = np.ones((z.shape[0], CONTEXT_DIM + 1))
-        X[:, :CONTEXT_DIM] = z.numpy()
+            X = np.ones((z.shape[0], self.context_dim))
+            X[:, :CONTEXT_DIM] = z.numpy()
+            if self.exit_context:
+                logp = self.model.head_logits(hd, pad, depth=self.n_fixed).float().log_softmax(-1)  # (B, C) / (B, T, V)
+                maxp = logp.max(-1).values.exp()  # (B,) or (B, T)
+                ent = -(logp.exp() * logp).sum(-1) / math.log(logp.shape[-1])  # (B,) or (B, T), in [0, 1]
+                if maxp.dim() == 2:
+                    maxp, ent = maxp.mean(1), ent.mean(1)
+                X[:, CONTEXT_DIM] = maxp.cpu().numpy()
+                X[:, CONTEXT_DIM + 1] = ent.cpu().numpy()
         return X
 
     def _heads_for(self, depth_arm: int, greedy: bool, T: int, price: float):
@@ -306,7 +324,7 @@ class DHTGating(GatingStrategy):
             return [self._full_group()]
         price = self._price(greedy) if price is None else price
         T = h.shape[1]
-        X = self._context(h, pad)  # (B, 17)
+        X = self._context(h, pad)  # (B, 17) or (B, 19)
         arms = self._select_depths(X, T, greedy, price)  # (B,)
         groups = []
         uniq = np.unique(arms)
