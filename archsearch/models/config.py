@@ -6,7 +6,8 @@ function and the pre-launch checks must agree on:
 * :data:`DEFAULTS` and :func:`trial_config`: the values a trial runs with (defaults, then the
   space's ``fixed`` values, then the searched values).
 * :func:`model_config`: the :class:`~archsearch.models.transformer.TransformerConfig` a trial
-  config builds (``init_from`` reads the checkpoint's architecture).
+  config builds (``init_from`` reads the checkpoint's architecture; ``n_layers`` with it keeps
+  the checkpoint's first blocks).
 * :func:`trim_padding` and :func:`eval_lengths`: the one rule that cuts a batch's trailing
   all-padding columns, and the lengths ``T'`` the validation batches run at, so FLOPs known
   before training equal the ``flops_per_sample`` a static trial reports.
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 #: Values for config keys a search space may leave out.
 DEFAULTS: dict[str, Any] = {
-    "n_layers": 2,
+    "n_layers": 2,  # from scratch only: with init_from, the checkpoint's depth (trial_config)
     "d_model": 64,
     "n_heads": 4,
     "d_ffn_mult": 4,
@@ -46,8 +47,17 @@ EVAL_BATCH_SIZE = 256
 def trial_config(cfg: Mapping[str, Any], fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The values a trial runs with: :data:`DEFAULTS`, overridden by ``fixed`` (the space's
     fixed values), overridden by the non-``None`` entries of ``cfg`` (the searched values; a
-    ``None`` is an inactive conditional parameter)."""
-    return {**DEFAULTS, **(fixed or {}), **{k: v for k, v in cfg.items() if v is not None}}
+    ``None`` is an inactive conditional parameter).
+
+    With ``init_from`` (a checkpoint) the default ``n_layers`` is left out: the model keeps
+    every layer of the checkpoint unless ``fixed`` or ``cfg`` gives ``n_layers`` (a static
+    cut, see :func:`model_config`), e.g. a ``when:`` condition active for this trial only.
+    """
+    searched = {k: v for k, v in cfg.items() if v is not None}
+    out = {**DEFAULTS, **(fixed or {}), **searched}
+    if out.get("init_from") and "n_layers" not in searched and (fixed or {}).get("n_layers") is None:
+        del out["n_layers"]  # the checkpoint's depth, not the from-scratch default
+    return out
 
 
 def model_config(cfg: Mapping[str, Any], data) -> "TransformerConfig":
@@ -56,7 +66,9 @@ def model_config(cfg: Mapping[str, Any], data) -> "TransformerConfig":
     Args:
         cfg: a complete trial config (see :func:`trial_config`): ``n_layers``, ``d_model``,
             ``n_heads``, ``d_ffn`` or ``d_ffn_mult`` (FFN width = mult x d_model), ``dropout``;
-            with ``init_from: PATH`` the architecture is the checkpoint's instead.
+            with ``init_from: PATH`` the architecture is the checkpoint's instead, cut to its
+            first ``n_layers`` blocks when ``cfg`` has ``n_layers`` (a static cut; without
+            it, all of them).
         data: anything with ``vocab_size``, ``max_len`` (tokens), ``pad_id``, ``task``
             (``"classification"`` / ``"lm"``) and ``n_classes`` (classification), e.g.
             :class:`archsearch.data.PreparedData`.
@@ -64,7 +76,8 @@ def model_config(cfg: Mapping[str, Any], data) -> "TransformerConfig":
     Raises:
         KeyError: a required key is missing from ``cfg``.
         ValueError: an invalid architecture (e.g. ``d_model % n_heads != 0``), or
-            ``init_from`` with language-modelling data or an unreadable checkpoint config.
+            ``init_from`` with language-modelling data, an unreadable checkpoint config or
+            ``n_layers`` outside ``1 ..`` the checkpoint's layer count.
         FileNotFoundError: ``init_from`` names no checkpoint directory.
     """
     from archsearch.models.transformer import TransformerConfig
@@ -76,7 +89,7 @@ def model_config(cfg: Mapping[str, Any], data) -> "TransformerConfig":
             raise ValueError(f"init_from supports classification only, the data is {data.task!r}")
         return bert_transformer_config(str(cfg["init_from"]), max_len=int(data.max_len),
                                        n_classes=int(data.n_classes), dropout=float(cfg["dropout"]),
-                                       pad_id=int(data.pad_id))
+                                       pad_id=int(data.pad_id), n_layers=cfg.get("n_layers"))
     d_model = int(cfg["d_model"])
     d_ffn = int(cfg["d_ffn"]) if cfg.get("d_ffn") else int(round(float(cfg["d_ffn_mult"]) * d_model))
     kwargs: dict[str, Any] = dict(

@@ -60,6 +60,14 @@ The pooler is not used (our classifier mean-pools, as sentence-transformers does
 classification head is freshly initialised (normal, std 0.02). Only single-segment input
 (token type 0) is supported.
 
+Static cuts: ``n_layers: k`` next to ``init_from`` (fixed, or searched, e.g. only for
+``gating: static`` trials) keeps the embeddings and the checkpoint's first ``k`` encoder blocks
+(top-layer dropping, Sajjad et al. 2020, "On the Effect of Dropping Layers of Pre-trained
+Transformer Models"), with the fresh head on top: the baseline every dynamic depth has to
+beat. ``k`` must be in ``1 ..`` the checkpoint's layer count; the config's ``n_layers`` is
+``k``, so the FLOPs and parameter counts of :mod:`archsearch.models.costs` are the cut
+model's. Without ``n_layers`` every layer is kept.
+
 Before a search launches, :func:`check_init_from` runs :func:`check_checkpoint` on every
 ``init_from`` the space can produce (config, weight file complete, every mapped weight present;
 no tensor is loaded), and the runner then resolves a pretrained ``dataset.tokenizer``, so a
@@ -248,8 +256,9 @@ def checkpoint_dir(value: str | Path, *, file: str | None = None, field: str = "
     return Path(value).expanduser() if p is None else p
 
 
-def _weight_names(spec: EncoderSpec) -> dict[str, str]:
-    """Our parameter name -> the checkpoint's (without the family prefix such as ``bert.``)."""
+def _weight_names(spec: EncoderSpec, n_layers: int | None = None) -> dict[str, str]:
+    """Our parameter name -> the checkpoint's (without the family prefix such as ``bert.``),
+    for the embeddings and the first ``n_layers`` blocks (``None``: all ``spec.n_layers``)."""
     names = {
         "tok_emb.weight": "embeddings.word_embeddings.weight",
         "pos_emb.weight": "embeddings.position_embeddings.weight",
@@ -270,7 +279,7 @@ def _weight_names(spec: EncoderSpec) -> dict[str, str]:
                  ("attn.v", "attention.self.value"), ("attn.o", "attention.output.dense"),
                  ("ln1", "attention.output.LayerNorm"), ("ffn.fc1", "intermediate.dense"),
                  ("ffn.fc2", "output.dense"), ("ln2", "output.LayerNorm"))
-    for i in range(spec.n_layers):
+    for i in range(spec.n_layers if n_layers is None else n_layers):
         src = src_fmt.format(i)
         for ours, theirs in pairs:
             for w in ("weight", "bias"):
@@ -319,11 +328,14 @@ def _weight_names_in_file(f: Path, prefix: str = "bert.") -> set[str]:
 
 
 def check_checkpoint(path: str | Path, *, file: str | None = None, field: str = "init_from",
-                     max_len: int | None = None) -> None:
+                     max_len: int | None = None) -> EncoderSpec:
     """Check that ``path`` (a directory or Hub model id) is a checkpoint
     :func:`transformer_from_pretrained` can load, without loading its tensors: the directory,
     ``config.json`` (a supported encoder, long enough for ``max_len`` tokens when given), the
-    weight file complete and holding every weight the mapping needs.
+    weight file complete and holding every weight the mapping needs (every layer's).
+
+    Returns:
+        the checkpoint's :class:`EncoderSpec` (e.g. its ``n_layers``, for cut depths).
 
     Raises:
         UserError: ``file`` / ``field`` as given (e.g. the space file and ``fixed.init_from``),
@@ -348,6 +360,7 @@ def check_checkpoint(path: str | Path, *, file: str | None = None, field: str = 
         fail(f"{weights}: {len(missing)} {spec.model_type} weight(s) missing, e.g. {missing[0]!r}")
     if max_len is not None and max_len > spec.max_tokens:
         fail(f"{p} takes at most {spec.max_tokens} tokens, dataset.max_len is {max_len}")
+    return spec
 
 
 def check_init_from(space) -> None:
@@ -356,14 +369,17 @@ def check_init_from(space) -> None:
     checkpoint the task must be classification and ``dataset.tokenizer`` a checkpoint
     directory or Hub id (its own tokenizer), as :func:`transformer_for_data` requires (the
     tokenizer itself is checked by :func:`archsearch.data.tokenizer.check_tokenizer_arg`, which
-    the runner calls next: models sits below data).
+    the runner calls next: models sits below data). Every ``n_layers`` the space can pair
+    with a checkpoint (``fixed.n_layers``, or the range / choices of ``params.n_layers``; when
+    its ``when:`` names ``init_from``, only with those checkpoints) must be a static cut of
+    it: ``1 ..`` its layer count.
 
     Args:
         space: an :class:`archsearch.space.SearchSpace` (not imported: models sits below space).
 
     Raises:
         UserError: naming the space file and ``fixed.init_from``, ``params.init_from``,
-            ``task`` or ``dataset.tokenizer``.
+            ``task``, ``dataset.tokenizer``, ``fixed.n_layers`` or ``params.n_layers``.
     """
     values: list[tuple[str, Any]] = []
     if "init_from" in space.fixed:
@@ -376,11 +392,13 @@ def check_init_from(space) -> None:
                             field="params.init_from")
         values += [("params.init_from", c) for c in choices]
     values = [(f, v) for f, v in values if v]
+    depths: dict[str, int] = {}  # checkpoint -> its layer count
     for fld, value in values:
         if not isinstance(value, str):
             raise UserError(f"expected a checkpoint directory or Hub model id, got {value!r}",
                             file=space.source, field=fld)
-        check_checkpoint(value, file=space.source, field=fld, max_len=space.dataset.max_len)
+        depths[value] = check_checkpoint(value, file=space.source, field=fld,
+                                         max_len=space.dataset.max_len).n_layers
     if not values:
         return
     if space.task != "classification":
@@ -390,6 +408,38 @@ def check_init_from(space) -> None:
         raise UserError(f"init_from needs the checkpoint's own tokenizer: set dataset.tokenizer to "
                         f"the checkpoint directory ({values[0][1]})", file=space.source,
                         field="dataset.tokenizer")
+    _check_cut_depths(space, depths)
+
+
+def _check_cut_depths(space, depths: dict[str, int]) -> None:
+    """Refuse an ``n_layers`` of ``space`` outside ``1 ..`` the layer count of a checkpoint it
+    can be paired with (``depths``: checkpoint -> layers; see :func:`check_init_from`).
+
+    Raises:
+        UserError: naming the space file and ``fixed.n_layers`` or ``params.n_layers``.
+    """
+    if "n_layers" in space.fixed:
+        fld, values, only = "fixed.n_layers", [space.fixed["n_layers"]], None
+    elif "n_layers" in space.params:
+        param = space.params["n_layers"]
+        choices = getattr(param, "choices", None)
+        values = list(choices) if choices is not None else [param.low, param.high]
+        fld, only = "params.n_layers", (param.when or {}).get("init_from")
+    else:
+        return
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not numbers:
+        return  # not a number: the model config refuses it
+    lo, hi = min(numbers), max(numbers)
+    if only is not None:
+        only = only if isinstance(only, list) else [only]
+    for ckpt, layers in depths.items():
+        if only is not None and ckpt not in only:
+            continue
+        if lo < 1 or hi > layers:
+            span = f"{lo}" if lo == hi else f"{lo} .. {hi}"
+            raise UserError(f"n_layers {span} with init_from {ckpt}: a static cut keeps 1 .. "
+                            f"{layers} of its {layers} layers", file=space.source, field=fld)
 
 
 def _read_weights(p: Path, prefix: str = "bert.") -> dict[str, torch.Tensor]:
@@ -411,6 +461,7 @@ def pretrained_transformer_config(
     n_classes: int = 2,
     dropout: float | None = None,
     pad_id: int | None = None,
+    n_layers: int | None = None,
 ) -> TransformerConfig:
     """Our :class:`TransformerConfig` for the checkpoint at ``path``.
 
@@ -422,9 +473,12 @@ def pretrained_transformer_config(
         dropout: dropout probability; default the checkpoint's (``hidden_dropout_prob`` /
             DistilBERT ``dropout``).
         pad_id: padding id; default the checkpoint's ``pad_token_id``.
+        n_layers: keep only the checkpoint's first ``n_layers`` encoder blocks (a static cut,
+            ``1 ..`` its layer count); default all of them.
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_encoder_config`; ``max_len`` too long.
+        FileNotFoundError, ValueError: as :func:`read_encoder_config`; ``max_len`` too long;
+            ``n_layers`` outside ``1 ..`` the checkpoint's layer count.
         UserError: a Hub id that cannot be had (:func:`checkpoint_dir`).
     """
     spec = read_encoder_config(checkpoint_dir(path))
@@ -434,7 +488,7 @@ def pretrained_transformer_config(
     return TransformerConfig(
         vocab_size=spec.vocab_size,
         max_len=int(max_len),
-        n_layers=spec.n_layers,
+        n_layers=_cut_depth(n_layers, spec, path),
         d_model=spec.d_model,
         n_heads=spec.n_heads,
         d_ffn=spec.d_ffn,
@@ -450,6 +504,27 @@ def pretrained_transformer_config(
     )
 
 
+def _cut_depth(n_layers: Any, spec: EncoderSpec, path: str | Path) -> int:
+    """The blocks a model of checkpoint ``spec`` keeps: ``n_layers`` (``None``: all).
+
+    Raises:
+        ValueError: ``n_layers`` not an integer in ``1 .. spec.n_layers``.
+    """
+    if n_layers is None:
+        return spec.n_layers
+    try:
+        k = int(n_layers)
+        whole = not isinstance(n_layers, bool) and k == n_layers
+    except (TypeError, ValueError):
+        whole = False
+    if not whole:
+        raise ValueError(f"n_layers must be an integer, got {n_layers!r}")
+    if not 1 <= k <= spec.n_layers:
+        raise ValueError(f"n_layers {k} outside 1 .. {spec.n_layers}: the checkpoint {path} has "
+                         f"{spec.n_layers} layers (a static cut keeps its first n_layers)")
+    return k
+
+
 #: The name the BERT-only loader had (``archsearch.models.config`` uses it).
 bert_transformer_config = pretrained_transformer_config
 
@@ -461,25 +536,28 @@ def transformer_from_pretrained(
     n_classes: int = 2,
     dropout: float | None = None,
     pad_id: int | None = None,
+    n_layers: int | None = None,
 ) -> Transformer:
     """A classification :class:`Transformer` carrying the weights of the encoder checkpoint
     at ``path`` (a directory or Hub model id; arguments as
-    :func:`pretrained_transformer_config`).
+    :func:`pretrained_transformer_config`): the embeddings and the first ``n_layers`` blocks
+    (default all; a static cut drops the top ones), with a fresh head.
 
     Raises:
         FileNotFoundError: no checkpoint directory / weight file.
-        ValueError: unsupported config, ``max_len`` too long, or a weight missing / of the
-            wrong shape (message names it).
+        ValueError: unsupported config, ``max_len`` too long, ``n_layers`` outside ``1 ..``
+            the checkpoint's layer count, or a weight missing / of the wrong shape (message
+            names it).
         UserError: a Hub id that cannot be had.
     """
     p = checkpoint_dir(path)
     config = pretrained_transformer_config(p, max_len=max_len, n_classes=n_classes, dropout=dropout,
-                                           pad_id=pad_id)
+                                           pad_id=pad_id, n_layers=n_layers)
     spec = read_encoder_config(p)
     sd = _read_weights(p, spec.family.prefix)
     model = Transformer(config)
     new = {}
-    for ours, theirs in _weight_names(spec).items():
+    for ours, theirs in _weight_names(spec, config.n_layers).items():
         found = _find_weight(theirs, sd)
         if found is None:
             raise ValueError(f"{p}: weight {theirs!r} missing from the checkpoint")
@@ -495,10 +573,12 @@ def transformer_from_pretrained(
     return model
 
 
-def transformer_for_data(path: str | Path, data, *, dropout: float | None = None) -> Transformer:
+def transformer_for_data(path: str | Path, data, *, dropout: float | None = None,
+                         n_layers: int | None = None) -> Transformer:
     """The pretrained classifier for a run's :class:`archsearch.data.PreparedData` (the
     ``init_from`` path of the trainable): ``max_len``, ``n_classes`` and ``pad_id`` come
-    from ``data``, which must be tokenized with the checkpoint's own tokenizer.
+    from ``data``, which must be tokenized with the checkpoint's own tokenizer; ``n_layers``
+    keeps the checkpoint's first blocks (a static cut; default all).
 
     Raises:
         ValueError: ``data`` is not a classification dataset, was tokenized by a trained
@@ -518,4 +598,4 @@ def transformer_for_data(path: str | Path, data, *, dropout: float | None = None
                          f"({vocab}): tokenize with the checkpoint's tokenizer "
                          f"(dataset.tokenizer: {path})")
     return transformer_from_pretrained(p, max_len=int(data.max_len), n_classes=int(data.n_classes),
-                                       dropout=dropout, pad_id=int(data.pad_id))
+                                       dropout=dropout, pad_id=int(data.pad_id), n_layers=n_layers)

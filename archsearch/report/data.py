@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from archsearch import pareto
 from archsearch.report.records import (
+    STATIC_GATING,
     TrialRow,
     classify,
     make_subtrials,
@@ -97,6 +99,14 @@ class ReportData:
         for s in self.subtrials:
             by_parent.setdefault(s.parent, []).append(s)
         return by_parent.get(trial_id, [])
+
+    @cached_property
+    def mixes_gating(self) -> bool:
+        """Whether the successful trials include both static ones (``gating: static`` or no
+        gating in the config) and trials of another gating (``dht``, ``depth_predictor``...):
+        then the figures draw the static trials' own front and say each point's gating."""
+        static = {t.gating == STATIC_GATING for t in self.trials if not t.failed}
+        return static == {True, False}
 
     def dynamic_trials(self) -> list[TrialRow]:
         """Trials that have sub-trials (an anytime curve with at least one usable point)."""

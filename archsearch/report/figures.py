@@ -19,6 +19,8 @@ from archsearch.report.style import (
     GREY,
     MAX_NAMED_CURVES,
     MAX_NAMED_LEARNING_CURVES,
+    STATIC_FRONT,
+    STATIC_FRONT_NAME,
     Figure,
     anytime_curves,
     axis_key,
@@ -35,6 +37,7 @@ from archsearch.report.style import (
     panel_points,
     point_groups,
     scene_axes,
+    static_front,
     symbol_of,
 )
 from archsearch.report.values import metric_label, to_float
@@ -115,6 +118,22 @@ def _anytime_traces(data: ReportData, xcol: int | None, ycol: int, panel: dict,
              "legendgroup": "anytime", "showlegend": showlegend}]
 
 
+def _static_front_trace(data: ReportData, i: int, j: int | None, panel: dict,
+                        showlegend: bool) -> dict[str, Any] | None:
+    """The static trials' own front (:func:`~archsearch.report.style.static_front`) as a
+    dashed step line named :data:`~archsearch.report.style.STATIC_FRONT_NAME`, without hover
+    (its points carry theirs); ``None`` when there is none to draw."""
+    front = static_front(data, i, j)
+    if front is None:
+        return None
+    _, xs, ys, shape = front
+    return {"type": "scatter", "x": nums(xs), "y": nums(ys), "mode": "lines",
+            "name": esc(STATIC_FRONT_NAME), "hoverinfo": "skip",
+            "line": {"color": STATIC_FRONT, "shape": shape, "width": 2, "dash": "dash"},
+            "xaxis": panel["xref"], "yaxis": panel["yref"], "showlegend": showlegend,
+            "legendgroup": "static-front"}
+
+
 def scatter_note(data: ReportData) -> str:
     """How to read the scatter (raw text, for the page; not escaped)."""
     m = len(data.objectives)
@@ -127,6 +146,10 @@ def scatter_note(data: ReportData) -> str:
             note.append("every drawn point meets the constraints")
         else:
             note.append("red cross = violates a constraint")
+    if m >= 2 and static_front(data, 0, 1) is not None:
+        note.append("dashed orange line = the front of the static trials alone (gating: "
+                    "static, e.g. static layer cuts): the baseline the other gatings' points "
+                    "are read against; hover a point for its gating")
     if data.subtrials:
         note.append("diamonds on lines = anytime-curve points of dynamic trials (sub-trials "
                     "ID#k, eligible for the front)")
@@ -141,8 +164,10 @@ def scatter_note(data: ReportData) -> str:
 
 def scatter_figure(data: ReportData) -> Figure:
     """Interactive Pareto scatter: one panel per objective pair (trial number vs objective
-    for a single objective), anytime curves as lines. Hover shows id, status, metrics and
-    config."""
+    for a single objective), anytime curves as lines and, in a run mixing static and other
+    gatings, the static trials' own front as a dashed line beneath the points
+    (:func:`~archsearch.report.style.static_front`). Hover shows id, status (and gating, in
+    such a run), metrics and config."""
     m = len(data.objectives)
     hovers = [hover_text(data, r) for r in data.rows]
     groups = point_groups(data)
@@ -155,6 +180,9 @@ def scatter_figure(data: ReportData) -> Figure:
     ref = data.reference_point
     for k, ((i, j), panel) in enumerate(zip(pair_list, grid)):
         first = k == 0
+        static = _static_front_trace(data, i, j, panel, first)
+        if static is not None:  # first: drawn beneath the curves and points
+            traces.append(static)
         traces += _anytime_traces(data, j, i, panel, first)
         for name, rows, color, size, symbol in groups:
             if not rows:

@@ -22,11 +22,14 @@ from archsearch.report.style import (
     GREY,
     INFEASIBLE,
     MAX_NAMED_CURVES,
+    STATIC_FRONT,
+    STATIC_FRONT_NAME,
     anytime_curves,
     front_step,
     hypervolume_units,
     pairs,
     palette,
+    static_front,
     use_log,
 )
 from archsearch.report.values import metric_label, mpl_text
@@ -141,6 +144,11 @@ def _png_pair(ax, data: ReportData, *, y_obj: int, x_obj: int, draw_front_line: 
         segs = [np.column_stack(xy(subs)) for _, subs in curves]
         ax.add_collection(LineCollection(segs, colors=ANYTIME, linewidths=0.8, alpha=0.5,
                                          zorder=1, label=f"anytime curves ({len(curves)})"))
+    static = static_front(data, y_obj, x_obj)
+    if static is not None:  # beneath the points, as in the interactive scatter
+        _, sx, sy, _ = static
+        ax.step(sx, sy, where=front_step(ox.mode)[0], color=STATIC_FRONT, lw=1.5, ls="--",
+                zorder=1.5, label=STATIC_FRONT_NAME)
     _png_scatter(ax, *xy(groups["feasible"]), groups["feasible"], GREY, 22,
                  f"feasible ({len(groups['feasible'])})", alpha=0.7, zorder=2)
     if groups["infeasible"]:

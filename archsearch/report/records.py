@@ -54,6 +54,12 @@ MODEL_METRICS = ("params_total", "params_trainable")
 #: Final-metrics key of a dynamic trial's operating points (see the module docstring).
 ANYTIME_KEY = "anytime_curve"
 
+#: Config key of a trial's inner-loop gating, and its value (and default) for a model that
+#: runs every layer and head (``archsearch.models.config.DEFAULTS``; the report does not import
+#: the models package).
+GATING_KEY = "gating"
+STATIC_GATING = "static"
+
 #: Final-metrics key of the layer-tying map learned by a tying controller (``s[i] = j``:
 #: layer ``i`` uses layer ``j``'s weights; Hay & Wolf 2024). Shown with the config.
 TYING_KEY = "tying_map"
@@ -101,6 +107,13 @@ class TrialRow:
     def tying_map(self) -> Any:
         """The final tying map (``metrics["tying_map"]``), or ``None``."""
         return self.metrics.get(TYING_KEY)
+
+    @property
+    def gating(self) -> str:
+        """The config's ``gating`` (a sub-trial's is its trial's), :data:`STATIC_GATING` when
+        the config has none (the trainable's default)."""
+        g = self.config.get(GATING_KEY)
+        return STATIC_GATING if g is None else str(g)
 
 
 def parse_objectives(objectives: Sequence[Mapping[str, Any]]) -> list[Objective]:

@@ -16,6 +16,10 @@ Marker legend shared by the PNGs and the plotly figures:
 * hollow marker: early-stopped by ASHA (``STOPPED``; fewer epochs);
 * diamond: a sub-trial ``ID#k``, one operating point of a dynamic trial's anytime curve;
   the points of one trial are joined by a line (its anytime curve);
+* dashed orange step line, beneath the points: the static trials' own Pareto front
+  (``static front (gating: static)``), drawn only when a run mixes static trials with trials
+  of another gating (:attr:`ReportData.mixes_gating`): the static-cut curve the dynamic
+  gatings are read against; the hover text then names every point's gating;
 * black plus: the reference point of the hypervolume.
 
 Failed trials have no metrics and are not drawn (the legend states how many there are).
@@ -39,14 +43,18 @@ from typing import Any
 import numpy as np
 from markupsafe import Markup
 
+from archsearch import pareto
 from archsearch.report.data import ReportData
-from archsearch.report.records import TrialRow
+from archsearch.report.records import STATIC_GATING, TrialRow
 from archsearch.report.values import LOG_SCALE_METRICS, esc, fmt, metric_label, to_float
 
 GREY = "#9e9e9e"
 FRONT = "#1f5fbf"
 INFEASIBLE = "#d62728"
 ANYTIME = "#17a589"
+STATIC_FRONT = "#e67e22"
+#: Legend name of the static trials' own front (:func:`static_front`).
+STATIC_FRONT_NAME = "static front (gating: static)"
 MAX_HOVER_VALUE_CHARS = 200
 #: At most this many dynamic trials get their own coloured anytime-curve trace; beyond it
 #: all curves share one trace (keeps 1,000-trial pages light).
@@ -140,7 +148,9 @@ def _cut(value: Any) -> str:
 def hover_text(data: ReportData, row: TrialRow) -> str:
     """Escaped plotly hover text of one row: id, status, objectives, other scalar metrics,
     config, a sub-trial's point settings and the final tying map. A sub-trial off the front
-    refers to its trial's config instead of repeating it.
+    refers to its trial's config instead of repeating it. In a run that mixes static and
+    dynamic gatings (:attr:`ReportData.mixes_gating`) the second line names the row's gating
+    (``static`` also when the config has none).
 
     Long values are cut to ``MAX_HOVER_VALUE_CHARS`` characters *before* escaping, so an
     entity is never cut in half.
@@ -154,6 +164,8 @@ def hover_text(data: ReportData, row: TrialRow) -> str:
     lines = [_BOLD_STATUS.format(_cut(row.trial_id), status)]
     if row.is_subtrial:
         lines.append(_POINT_OF.format(row.point, _cut(row.parent)))
+    if data.mixes_gating:
+        lines.append(_BOLD_VALUE.format("gating", _cut(row.gating)))
     objective_names = [o.metric for o in data.objectives]
     for name in objective_names:
         lines.append(_BOLD_VALUE.format(name, _cut(row.metrics.get(name))))
@@ -268,6 +280,35 @@ def panel_points(data: ReportData, rows: list[TrialRow], i: int, j: int | None, 
         return rows, xs, ys, None
     order = np.argsort(xs, kind="stable")
     return [rows[o] for o in order], xs[order], ys[order], front_step(data.objectives[j].mode)[1]
+
+
+def static_front(data: ReportData, i: int, j: int | None
+                 ) -> tuple[list[TrialRow], np.ndarray, np.ndarray, str] | None:
+    """The static trials' own Pareto front in the panel of objective ``i`` (y) against
+    objective ``j`` (x), or ``None`` when the run does not mix gatings
+    (:attr:`ReportData.mixes_gating`), ``j`` is ``None`` (one objective) or no static row is
+    feasible.
+
+    The rows are the feasible rows (trials and sub-trials, as the run's own front) whose
+    gating is static; the front is non-dominated in objectives ``i`` and ``j`` only
+    (:func:`archsearch.pareto.non_dominated_mask`): with two objectives the static trials'
+    front, with more its 2-D projection (a curve in that panel).
+
+    Returns:
+        ``(rows, x, y, line_shape)`` as :func:`panel_points` with ``front_line``: the front's
+        rows by increasing x, ``x`` / ``y`` ``len(rows)`` arrays in the objectives' units, the
+        plotly shape of its attainment line.
+    """
+    if j is None or not data.mixes_gating:
+        return None
+    rows = [r for r in data.rows if r.feasible and r.gating == STATIC_GATING]
+    if not rows:
+        return None
+    idx = [r.index for r in rows]
+    modes = data.modes
+    mask = pareto.non_dominated_mask(data.Y[np.ix_(idx, [i, j])], [modes[i], modes[j]])
+    front = [r for r, keep in zip(rows, mask) if keep]
+    return panel_points(data, front, i, j, front_line=True)
 
 
 def pair_axes(layout: dict[str, Any], panel: dict[str, Any], objectives, i: int, j: int | None,

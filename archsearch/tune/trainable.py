@@ -74,8 +74,10 @@ class TrialLoop:
         if self.cfg.get("init_from"):  # a pretrained encoder (directory or Hub id): its weights too
             from archsearch.models.pretrained import transformer_for_data
 
+            # n_layers (if the trial has it): the checkpoint's first blocks, as self.mcfg says
             self.model = transformer_for_data(str(self.cfg["init_from"]), data,
-                                              dropout=float(self.cfg["dropout"])).to(self.device)
+                                              dropout=float(self.cfg["dropout"]),
+                                              n_layers=self.cfg.get("n_layers")).to(self.device)
         else:
             self.model = Transformer(self.mcfg).to(self.device)
         self.batch_size = int(self.cfg.get("batch_size") or settings.get("batch_size", 64))
