@@ -166,3 +166,21 @@ def test_minilm_budget_space_validates():
     if not path.exists():
         pytest.skip("the checkpoint is not at the space's venv-relative path (another Python version?)")
     assert path.resolve() == Path(minilm.get_model_path()).resolve()
+
+
+def test_minilm_search_minutes_to_beat_tfidf():
+    """benchmarks/minilm_search.py (deliverable 6): the first end time strictly above the
+    baseline, in minutes; unknown values skipped; None when nothing beats it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("bench_minilm_search", ROOT / "benchmarks" / "minilm_search.py")
+    ms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ms)
+    recs = [(600.0, 0.80), (300.0, 0.79), (None, 0.95), (450.0, None), (540.0, 0.81), (120.0, 0.70)]
+    assert ms.minutes_to_beat(recs, 0.79) == pytest.approx(9.0)  # 300 s ties the baseline: not a beat
+    assert ms.minutes_to_beat(recs, 0.9) is None and ms.minutes_to_beat([], 0.5) is None
+    rows = [{"failed": False, "val_accuracy": a, "end_s": e, "gating": g}
+            for e, a, g in ((700.0, 0.82, "static"), (960.0, 0.85, "dht"))] + \
+           [{"failed": True, "val_accuracy": None, "end_s": 100.0, "gating": "dht"}]
+    s = ms.summarize(rows, 0.79, 1000.0)
+    assert (s["trials_completed"], s["trials_failed"], s["best_val_accuracy_gating"]) == (2, 1, "dht")
+    assert s["beats_tfidf"] and s["minutes_to_beat_tfidf"] == pytest.approx(11.67) and s["within_15_min"]
