@@ -170,13 +170,15 @@ def row_key(row: dict) -> tuple:
 
 
 def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str = "mean",
-                      dht_exit_context: bool = False, dp_supervision: float = 0.0) -> dict[str, dict]:
+                      dht_exit_context: bool = False, dp_supervision: float = 0.0,
+                      dp_predictor_lr: float | None = None) -> dict[str, dict]:
     """The protocols of the dht and dp rows of one variant, ``{"dht": ..., "dp": ...}``: the
     options enter a protocol only when they differ from the defaults (so rows of every variant
     keep their own keys), and only the protocol of the kind they change: ``exit_heads`` (a
     classifier per exit) and ``exit_loss`` (``sum``: the shallower exits' losses summed, not
     averaged) both kinds, ``dht_exit_context`` (the exit-1 confidence in the bandit's context)
-    dht, ``dp_supervision`` (weight of the predictor's per-sample depth label) dp."""
+    dht, ``dp_supervision`` (weight of the predictor's per-sample depth label) and
+    ``dp_predictor_lr`` (the predictor's own learning rate) dp."""
     base = dict(protocol)
     if exit_heads:
         base["exit_heads"] = True
@@ -187,6 +189,8 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
         dht["dht_exit_context"] = True
     if dp_supervision:
         dp["depth_supervision"] = float(dp_supervision)
+    if dp_predictor_lr:
+        dp["predictor_lr"] = float(dp_predictor_lr)
     return {"dht": dht, "dp": dp}
 
 
@@ -498,7 +502,7 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
     kind = spec["kind"]
     if kind != "static" and p.get("exit_heads"):
         cfg["exit_heads"] = True
-    for key in ("exit_loss", "dht_exit_context", "depth_supervision"):
+    for key in ("exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr"):
         if kind != "static" and p.get(key):
             cfg[key] = p[key]
     if kind == "static":
@@ -614,7 +618,7 @@ def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None, **var
     """Tables, JSONs and plot from the rows: the static rows and the dht / dp rows of one
     variant (``variant``: the options of :func:`dynamic_protocols`; a row belongs to it when its
     protocol has the same values of those options)."""
-    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision")
+    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr")
     want = {k: {o: p.get(o) for o in keys} for k, p in dynamic_protocols({}, **variant).items()}
     rows = [r for r in read_rows(data_path) if r["kind"] == "static"
             or {o: r.get("protocol", {}).get(o) for o in keys} == want[r["kind"]]]
@@ -681,6 +685,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="dht rows: the exit-1 confidence (max probability, entropy) in the bandit's context")
     ap.add_argument("--dp-supervision", type=float, default=0.0,
                     help="dp rows: weight of the predictor's per-sample depth label (default 0 = none)")
+    ap.add_argument("--dp-predictor-lr", type=float, default=None,
+                    help="dp rows: the depth predictor's own learning rate (default: the fine-tuning lr)")
     ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "
                     "refuses the default --data/--out")
     args = ap.parse_args(argv)
@@ -689,7 +695,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     t0 = time.perf_counter()
     variant = dict(exit_heads=args.exit_heads, exit_loss=args.exit_loss, dht_exit_context=args.dht_exit_context,
-                   dp_supervision=args.dp_supervision)
+                   dp_supervision=args.dp_supervision, dp_predictor_lr=args.dp_predictor_lr)
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)

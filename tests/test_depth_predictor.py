@@ -268,6 +268,12 @@ def test_real_training_through_trial_loop_reports_histogram(cache_dir, tmp_path)
     assert torch.equal(again.gating.predictor.fc2.weight, loop.gating.predictor.fc2.weight)
     assert again.gating.steps == loop.gating.steps == loop.step
     assert again.evaluate()["depth_histogram"] == hist
+    # predictor_lr: the predictor gets a param group of its own at that lr, the model keeps lr
+    fast = TrialLoop({"predictor_lr": 3e-3, "lr": 1e-4}, data, settings)
+    groups = fast.opt.param_groups
+    assert [g["initial_lr"] for g in groups] == [1e-4, 3e-3]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in fast.gating.predictor.parameters()}
+    assert len(groups[0]["params"]) == len(list(fast.model.parameters()))
 
 
 # ---------------------------------------------------------------- issue 14

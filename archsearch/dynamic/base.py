@@ -156,9 +156,13 @@ class GatingStrategy:
                  loop: TrialContext | None = None):
         self.model, self.cfg, self.settings, self.loop = model, cfg, settings, loop
 
+    #: Learning rate of :meth:`extra_modules` (``None`` = the trial's ``lr``): a module trained
+    #: from scratch beside a fine-tuned checkpoint needs more than the fine-tuning lr.
+    extra_lr: float | None = None
+
     def extra_modules(self) -> list[nn.Module]:
         """Trainable modules the strategy owns (e.g. a depth predictor); the optimizer gets
-        their parameters too."""
+        their parameters too (at :attr:`extra_lr`)."""
         return []
 
     def training_loss(self, x, mask, y, loss_fn: LossFn) -> torch.Tensor:

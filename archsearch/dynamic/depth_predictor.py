@@ -56,7 +56,9 @@ initial price under a budget), ``flops_budget`` (None = no budget), ``min_layers
 ``settings["fixed"]``): ``depth_warmup_steps`` (default 0: training steps with all ``p = 1`` and
 no penalty before the predictor takes over), ``predictor_hidden`` (MLP width, default 64),
 ``depth_all_exits`` (default True), ``depth_price_lr`` (0.05), ``exit_threshold`` (0.5),
-``depth_calibration_rows`` (2048), ``depth_supervision`` (default 0: the weight of a per-sample
+``depth_calibration_rows`` (2048), ``predictor_lr`` (default: the trial's ``lr``; the
+predictor is trained from scratch, and at a fine-tuning lr of 5e-5 its MLP barely leaves its
+initialisation in one epoch, so every sample gets the same depth distribution), ``depth_supervision`` (default 0: the weight of a per-sample
 label for the predictor, NLL of its depth distribution at the shallowest exit that agrees with
 the deepest, :meth:`DepthPredictorGating.agreement_targets`; needs ``depth_all_exits``),
 ``exit_loss`` (``mean`` or ``sum``: how the shallower
@@ -143,7 +145,7 @@ class DepthPredictorGating(GatingStrategy):
 
     Raises:
         ValueError: an LM model, ``gamma < 0``, ``min_layers`` outside ``[1, n_layers]``,
-            negative warm-up, ``predictor_hidden < 1``, ``flops_budget`` outside ``(0, 1]``,
+            negative warm-up, ``predictor_hidden < 1``, ``predictor_lr <= 0``, ``flops_budget`` outside ``(0, 1]``,
             ``exit_threshold`` outside ``(0, 1]``, negative ``depth_supervision`` (or positive
             without ``depth_all_exits``), ``exit_loss`` not in
             :data:`~archsearch.dynamic.base.EXIT_LOSSES`.
@@ -172,6 +174,10 @@ class DepthPredictorGating(GatingStrategy):
         self.warmup_steps = int(cfg.get("depth_warmup_steps") or 0)
         if self.warmup_steps < 0:
             raise ValueError(f"depth_warmup_steps must be >= 0, got {self.warmup_steps}")
+        plr = cfg.get("predictor_lr")
+        self.extra_lr = None if plr is None else float(plr)  # the trainable's param group for the predictor
+        if self.extra_lr is not None and not self.extra_lr > 0:
+            raise ValueError(f"predictor_lr must be > 0, got {self.extra_lr}")
         hidden = int(cfg.get("predictor_hidden") or 64)
         if hidden < 1:
             raise ValueError(f"predictor_hidden must be >= 1, got {hidden}")

@@ -104,11 +104,19 @@ class TrialLoop:
 
     def rebuild_optimizer(self) -> None:
         """A fresh AdamW over :meth:`trainable_parameters` with the LR schedule at the current
-        step (used at start and when a tying controller changes the parameter set but does not
+        step; the gating strategy's ``extra_modules`` get their own param group at its
+        ``extra_lr`` when it sets one (same schedule) (used at start and when a tying controller changes the parameter set but does not
         carry the optimizer state over itself)."""
         import torch
 
-        self.opt = torch.optim.AdamW(self.trainable_parameters(), lr=float(self.cfg["lr"]),
+        params = self.trainable_parameters()
+        extra_lr = getattr(self.gating, "extra_lr", None)  # e.g. a fresh depth predictor's own lr
+        if extra_lr is not None:
+            extra = {id(p) for m in self.gating.extra_modules() for p in m.parameters()}
+            params = [g for g in ({"params": [p for p in params if id(p) not in extra]},
+                                  {"params": [p for p in params if id(p) in extra], "lr": float(extra_lr)})
+                      if g["params"]]
+        self.opt = torch.optim.AdamW(params, lr=float(self.cfg["lr"]),
                                      weight_decay=float(self.cfg["weight_decay"]))
         total = self.steps_per_epoch() * int(self.settings["epochs"])
         lam = _lr_lambda(int(self.cfg["warmup_steps"]), total)
