@@ -374,3 +374,15 @@ def test_bad_flops_budget_raises(tiny):
         DHTGating(tiny[0], {"flops_budget": 1.5}, {})
     with pytest.raises(ValueError, match="budget"):
         DHTGating(tiny[0], {}, {}).calibrate([])
+
+
+def test_dht_reward_prob_is_the_true_class_probability_and_bad_values_raise():
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=50, max_len=8, n_layers=3, d_model=16, n_heads=2,
+                                          d_ffn=32, dropout=0.0, task="classification"))
+    ce = np.array([0.1, 0.7, 2.5])
+    prob = DHTGating(model, {"dht_reward": "prob"}, {"seed": 0})
+    np.testing.assert_allclose(prob._quality(ce, 0.5), np.exp(-ce))
+    np.testing.assert_allclose(DHTGating(model, {}, {"seed": 0})._quality(ce, 0.5), -ce / 0.5)
+    with pytest.raises(ValueError, match="dht_reward"):
+        DHTGating(model, {"dht_reward": "acc"}, {"seed": 0})

@@ -33,7 +33,8 @@ issue 14 (docs/design.md, DHT section). Per training batch:
    heads_per_layer=...)`` slices Q/K/V/O: unselected heads and blocks are not computed).
 5. Rewards are per sample. Running to ``L*`` yields every exit ``<= L*`` on the way, so sample
    ``i`` updates every depth arm ``a <= L*_i`` (full information up to ``L*``) with the quality
-   ``q_ia = -CE_i(exit a) / running mean of the deepest exit's CE``; its reward is
+   ``q_ia = -CE_i(exit a) / running mean of the deepest exit's CE`` (``dht_reward: prob``:
+   ``q_ia = exp(-CE_i(exit a))``, the probability exit ``a`` gives the true class); its reward is
    ``q_ia - lambda * c_a`` and the price part, known exactly, is applied at selection (so a
    changing ``lambda`` never leaves stale rewards in the bandit). During the warm-up the deepest
    path gives every exit of every sample, so the depth bandit learns from step 1.
@@ -137,7 +138,7 @@ class DHTGating(GatingStrategy):
         ValueError: ``n_fixed`` outside ``[0, n_layers]``, ``min_heads`` outside
             ``[1, n_heads]``, negative ``dht_lambda`` or ``dht_warmup_steps``,
             ``flops_budget`` outside ``(0, 1]``, ``dht_epsilon`` outside ``[0, 1]``, ``exit_loss``
-            not in :data:`~archsearch.dynamic.base.EXIT_LOSSES`.
+            not in :data:`~archsearch.dynamic.base.EXIT_LOSSES`, ``dht_reward`` not ``ce`` / ``prob``.
     """
 
     def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any],
@@ -171,6 +172,9 @@ class DHTGating(GatingStrategy):
         self.flops_budget = None if budget is None else float(budget)
         if self.flops_budget is not None and not 0 < self.flops_budget <= 1:
             raise ValueError(f"flops_budget must be in (0, 1], got {self.flops_budget}")
+        self.reward = str(cfg.get("dht_reward") or "ce")
+        if self.reward not in ("ce", "prob"):
+            raise ValueError(f"dht_reward must be 'ce' or 'prob', got {self.reward!r}")
         self.epsilon = float(cfg.get("dht_epsilon", 0.05))
         if not 0 <= self.epsilon <= 1:
             raise ValueError(f"dht_epsilon must be in [0, 1], got {self.epsilon}")
@@ -439,12 +443,12 @@ class DHTGating(GatingStrategy):
         self.loss_mean = deep_mean if self.loss_mean is None else self.ema * self.loss_mean + (1 - self.ema) * deep_mean
         B, K = full_ce.shape
         if p["arms"] is None:  # warm-up: every exit of every sample
-            rows, arms, q = np.repeat(np.arange(B), K), np.tile(np.arange(K), B), -full_ce.reshape(-1) / norm
+            rows, arms, q = np.repeat(np.arange(B), K), np.tile(np.arange(K), B), self._quality(full_ce.reshape(-1), norm)
             fraction = p["fraction"]
         else:
             ce = p["ce"]  # (B, K), NaN beyond each sample's exit
             rows, arms = np.nonzero(~np.isnan(ce))
-            q = -ce[rows, arms] / norm
+            q = self._quality(ce[rows, arms], norm)
             self._update_heads(p, ce, full_ce, norm)
             full = self._full_flops(T)
             fraction = sum(self._flops(T, g["depth"], g["counts"]) * g["n"] for g in p["groups"]) / (full * B)
@@ -457,6 +461,13 @@ class DHTGating(GatingStrategy):
         self._greedy_cache.clear()
         self._update_warmup_tracker(p["acc"])
         self.bandit_seconds += time.perf_counter() - t0
+
+    def _quality(self, ce: np.ndarray, norm: float) -> np.ndarray:
+        """Per-sample quality of an exit from its cross-entropy ``ce`` (nats): ``-ce / norm``
+        (``dht_reward: ce``) or ``exp(-ce)``, the probability the exit gives the true class
+        (``dht_reward: prob``; a geometric mean over tokens for an LM): bounded in [0, 1] and
+        aligned with accuracy, where the CE of a confidently wrong sample dominates the mean."""
+        return np.exp(-ce) if self.reward == "prob" else -ce / norm
 
     def _update_heads(self, p, ce, full_ce, norm) -> None:
         """Head-count (UCB1) and head-subset (TS) updates: per group, the loss increase of its
