@@ -121,7 +121,7 @@ TARGETS = {
 }
 DHT_KEYS = ["dht_acc_drop_pts_at_0.5", "dht_gain_over_static_pts_at_0.5", "dht_flops_ratio_at_0.5",
             "dht_wall_over_flops_b32", "dht_depth_entropy_bits", "dht_gain_over_confidence_exit_pts_at_0.5",
-            "bandit_overhead_pct", "dht_acc_drop_pts_at_0.33"]
+            "bandit_overhead_pct", "dht_acc_drop_pts_at_0.33", "confidence_exit_gain_over_static_pts_at_0.5"]
 DP_KEYS = ["dp_speedup_within_0.5pt", "dp_gain_over_static_pts", "dp_depth_entropy_bits"]
 
 
@@ -257,6 +257,11 @@ def _mean(xs):
     return statistics.mean(xs) if xs else None
 
 
+def _std(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.stdev(xs) if len(xs) > 1 else None
+
+
 def summarize_rows(rows: list[dict]) -> dict[str, Any]:
     """Every summary number from the rows: ``{"dht": {...}, "dp": {...}, "table": [...],
     "static_curve": [...], "depth_histograms": {...}}``; a key whose rows are missing is None."""
@@ -290,6 +295,7 @@ def summarize_rows(rows: list[dict]) -> dict[str, Any]:
             conf = [r["confidence"] for r in rs if r.get("confidence")]
             table.append({
                 "row": f"{kind}@{b}", "seeds": len(rs), "accuracy": _mean([r["accuracy"] for r in rs]),
+                "accuracy_std": _std([r["accuracy"] for r in rs]),
                 "acc_drop_pts": drop(rs), "flops_ratio": _mean([r["flops_ratio"] for r in rs]),
                 "gain_over_static_pts": _mean([gain(r) for r in rs]),
                 "wall_ratio_b32": _mean([r.get("wall_ratio_b32") for r in rs]),
@@ -297,7 +303,9 @@ def summarize_rows(rows: list[dict]) -> dict[str, Any]:
                 "full_depth_accuracy": _mean([r.get("exit_acc", {}).get(str(N_LAYERS)) for r in rs]),
                 "depth_entropy_bits": _mean([entropy_bits(r["depth_hist"]) for r in rs]),
                 "confidence_accuracy": _mean([c["accuracy"] for c in conf]),
+                "confidence_accuracy_std": _std([c["accuracy"] for c in conf]),
                 "confidence_flops_ratio": _mean([c["flops_ratio"] for c in conf]),
+                "confidence_gain_over_static_pts": _mean([gain(c) for c in conf]),
                 "confidence_wall_ratio_b32": _mean([c.get("wall_ratio_b32") for c in conf]),
                 "confidence_wall_ratio_b1": _mean([c.get("wall_ratio_b1") for c in conf]),
             })
@@ -318,6 +326,8 @@ def summarize_rows(rows: list[dict]) -> dict[str, Any]:
         "bandit_overhead_pct": max([r["bandit_overhead_pct"] for r in rows if r["kind"] == "dht"
                                     and r.get("bandit_overhead_pct") is not None], default=None),
         "dht_acc_drop_pts_at_0.33": drop(sel("dht", 0.33)),
+        # the simplest dynamic baseline on the same multi-exit models (no target)
+        "confidence_exit_gain_over_static_pts_at_0.5": _mean([gain(r["confidence"]) for r in d5 if r.get("confidence")]),
     }
     ok = [1 / t["wall_ratio_b32"] for t in table if t["row"].startswith("dp@") and t["acc_drop_pts"] is not None
           and t["acc_drop_pts"] <= 0.5 and t["wall_ratio_b32"]]

@@ -89,7 +89,7 @@ def test_summarize_fake_rows_gives_every_key_and_targets(dd, tmp_path):
     assert d["dp_gain_over_static_pts"] == pytest.approx(2.5)
     assert d["dp_depth_entropy_bits"] == 0.0
     assert set(s) == set(dd.DHT_KEYS) and set(d) == set(dd.DP_KEYS)
-    assert set(dht["targets"]) == set(dd.DHT_KEYS) - {"dht_acc_drop_pts_at_0.33"}
+    assert set(dht["targets"]) == set(dd.DHT_KEYS) - {"dht_acc_drop_pts_at_0.33", "confidence_exit_gain_over_static_pts_at_0.5"}
     assert set(dp["targets"]) == set(dd.DP_KEYS)
     assert dht["targets_met"] == {
         "dht_acc_drop_pts_at_0.5": True, "dht_gain_over_static_pts_at_0.5": True,
