@@ -51,6 +51,18 @@ Batch = tuple[torch.Tensor, "torch.Tensor | None", torch.Tensor]
 EXIT_LOSSES = ("mean", "sum")
 
 
+def exit_loss_setting(cfg: dict[str, Any]) -> str:
+    """The trial config's ``exit_loss`` (default ``"mean"``), for :func:`all_exit_loss`.
+
+    Raises:
+        ValueError: a value not in :data:`EXIT_LOSSES`.
+    """
+    value = str(cfg.get("exit_loss") or "mean")
+    if value not in EXIT_LOSSES:
+        raise ValueError(f"exit_loss must be one of {EXIT_LOSSES}, got {value!r}")
+    return value
+
+
 def distill(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     """In-place distillation loss ``KL(softmax(teacher) || softmax(student))`` (nats, mean over
     samples, or over tokens for ``B x T x V``); the teacher is detached."""

@@ -58,11 +58,12 @@ no penalty before the predictor takes over), ``predictor_hidden`` (MLP width, de
 ``depth_all_exits`` (default True), ``depth_price_lr`` (0.05), ``exit_threshold`` (0.5),
 ``depth_calibration_rows`` (2048), ``predictor_lr`` (default: the trial's ``lr``; the
 predictor is trained from scratch, and at a fine-tuning lr of 5e-5 its MLP barely leaves its
-initialisation in one epoch, so every sample gets the same depth distribution), ``depth_supervision`` (default 0: the weight of a per-sample
-label for the predictor, NLL of its depth distribution at the shallowest exit that agrees with
-the deepest, :meth:`DepthPredictorGating.agreement_targets`; needs ``depth_all_exits``),
-``exit_loss`` (``mean`` or ``sum``: how the shallower
-exits' losses combine, :func:`~archsearch.dynamic.base.all_exit_loss`).
+initialisation in one epoch, so every sample gets the same depth distribution),
+``depth_supervision`` (default 0: the weight of a per-sample label for the predictor, NLL of
+its depth distribution at the shallowest exit that agrees with the deepest,
+:meth:`DepthPredictorGating.agreement_targets`; needs ``depth_all_exits``), ``exit_loss``
+(``mean`` or ``sum``: how the shallower exits' losses combine,
+:func:`~archsearch.dynamic.base.all_exit_loss`).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from archsearch.dynamic.bandits import DualPrice, calibrate_monotone
-from archsearch.dynamic.base import EXIT_LOSSES, GatingStrategy, LossFn, TrialContext, all_exit_loss
+from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, all_exit_loss, exit_loss_setting
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
 
@@ -145,7 +146,8 @@ class DepthPredictorGating(GatingStrategy):
 
     Raises:
         ValueError: an LM model, ``gamma < 0``, ``min_layers`` outside ``[1, n_layers]``,
-            negative warm-up, ``predictor_hidden < 1``, ``predictor_lr <= 0``, ``flops_budget`` outside ``(0, 1]``,
+            negative warm-up, ``predictor_hidden < 1``, ``predictor_lr <= 0``, ``flops_budget``
+            outside ``(0, 1]``,
             ``exit_threshold`` outside ``(0, 1]``, negative ``depth_supervision`` (or positive
             without ``depth_all_exits``), ``exit_loss`` not in
             :data:`~archsearch.dynamic.base.EXIT_LOSSES`.
@@ -187,12 +189,10 @@ class DepthPredictorGating(GatingStrategy):
             raise ValueError(f"flops_budget must be in (0, 1], got {self.flops_budget}")
         self.price = DualPrice(self.flops_budget, lr=float(cfg.get("depth_price_lr") or 0.05), init=self.gamma)
         self.all_exits = bool(cfg.get("depth_all_exits", True))
-        self.exit_loss = str(cfg.get("exit_loss") or "mean")
+        self.exit_loss = exit_loss_setting(cfg)
         self.supervision = float(cfg.get("depth_supervision") or 0.0)
         if self.supervision < 0 or (self.supervision > 0 and not self.all_exits):
             raise ValueError(f"depth_supervision must be >= 0 and needs depth_all_exits, got {self.supervision}")
-        if self.exit_loss not in EXIT_LOSSES:
-            raise ValueError(f"exit_loss must be one of {EXIT_LOSSES}, got {self.exit_loss!r}")
         thr = cfg.get("exit_threshold")
         self.threshold = 0.5 if thr is None else float(thr)
         if not 0 < self.threshold <= 1:

@@ -87,7 +87,7 @@ import torch
 import torch.nn.functional as F
 
 from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinUCB, calibrate_monotone
-from archsearch.dynamic.base import EXIT_LOSSES, GatingStrategy, LossFn, TrialContext, all_exit_loss, distill
+from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, all_exit_loss, distill, exit_loss_setting
 from archsearch.models import costs
 
 CONTEXT_DIM = 16
@@ -157,9 +157,7 @@ class DHTGating(GatingStrategy):
         self.depths = list(range(lo, hi + 1))  # LinUCB arms
         if bool(cfg.get("exit_heads", False)):
             model.add_exit_heads(self.depths)  # an own classifier per exit (classification)
-        self.exit_loss = str(cfg.get("exit_loss") or "mean")
-        if self.exit_loss not in EXIT_LOSSES:
-            raise ValueError(f"exit_loss must be one of {EXIT_LOSSES}, got {self.exit_loss!r}")
+        self.exit_loss = exit_loss_setting(cfg)
         self.min_heads = int(cfg.get("min_heads") or 1)
         if not 1 <= self.min_heads <= H:
             raise ValueError(f"min_heads must be in [1, n_heads={H}], got {self.min_heads}")
