@@ -60,7 +60,7 @@ MODEL_KEYS = {
     "tying_every",
     "evolution_iterations", "evolution_mutations", "evolution_crossovers", "evolution_val_samples",
     "dht_warmup_steps", "n_fixed", "flops_budget", "exit_heads", "exit_loss",
-    "dht_exit_context", "depth_supervision", "predictor_lr", "dht_reward",
+    "dht_exit_context", "depth_supervision", "predictor_lr", "dht_reward", "dht_routing",
 }
 
 Scalar = Union[int, float, str, bool]

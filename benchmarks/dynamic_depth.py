@@ -172,7 +172,7 @@ def row_key(row: dict) -> tuple:
 def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str = "mean",
                       dht_exit_context: bool = False, dp_supervision: float = 0.0,
                       dp_predictor_lr: float | None = None, dht_min_heads: int | None = None,
-                      dht_reward: str = "ce") -> dict[str, dict]:
+                      dht_reward: str = "ce", dht_routing: str = "once") -> dict[str, dict]:
     """The protocols of the dht and dp rows of one variant, ``{"dht": ..., "dp": ...}``: the
     options enter a protocol only when they differ from the defaults (so rows of every variant
     keep their own keys), and only the protocol of the kind they change: ``exit_heads`` (a
@@ -181,7 +181,8 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
     dht, ``dp_supervision`` (weight of the predictor's per-sample depth label) and
     ``dp_predictor_lr`` (the predictor's own learning rate) dp, ``dht_min_heads`` (12 = no
     head gating, depth only) and ``dht_reward`` (``prob``: the bandit's quality is the exit's
-    probability of the true class, not its normalised CE) dht."""
+    probability of the true class, not its normalised CE) and ``dht_routing`` (``cascade``: a
+    stop / continue decision at every exit instead of one depth after block 1) dht."""
     base = dict(protocol)
     if exit_heads:
         base["exit_heads"] = True
@@ -194,6 +195,8 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
         dht["min_heads"] = int(dht_min_heads)
     if dht_reward != "ce":
         dht["dht_reward"] = dht_reward
+    if dht_routing != "once":
+        dht["dht_routing"] = dht_routing
     if dp_supervision:
         dp["depth_supervision"] = float(dp_supervision)
     if dp_predictor_lr:
@@ -519,7 +522,7 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
     kind = spec["kind"]
     if kind != "static" and p.get("exit_heads"):
         cfg["exit_heads"] = True
-    for key in ("exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward"):
+    for key in ("exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing"):
         if kind != "static" and p.get(key):
             cfg[key] = p[key]
     if kind == "static":
@@ -635,7 +638,7 @@ def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None, **var
     """Tables, JSONs and plot from the rows: the static rows and the dht / dp rows of one
     variant (``variant``: the options of :func:`dynamic_protocols`; a row belongs to it when its
     protocol has the same values of those options)."""
-    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward")
+    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing")
     want = {k: {o: p.get(o) for o in keys} for k, p in dynamic_protocols({}, **variant).items()}
     rows = [r for r in read_rows(data_path) if r["kind"] == "static"
             or {o: r.get("protocol", {}).get(o) for o in keys} == want[r["kind"]]]
@@ -706,6 +709,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="dht rows: fewest heads per gated block (12 = every head: depth gating only)")
     ap.add_argument("--dht-reward", choices=["ce", "prob"], default="ce",
                     help="dht rows: the bandit's per-sample quality (normalised CE, or the true class's probability)")
+    ap.add_argument("--dht-routing", choices=["once", "cascade"], default="once",
+                    help="dht rows: one depth per sample after block 1 (default), or a stop / continue "
+                         "decision at every exit (dht_routing: cascade)")
     ap.add_argument("--dp-predictor-lr", type=float, default=None,
                     help="dp rows: the depth predictor's own learning rate (default: the fine-tuning lr)")
     ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "
@@ -717,7 +723,8 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     variant = dict(exit_heads=args.exit_heads, exit_loss=args.exit_loss, dht_exit_context=args.dht_exit_context,
                    dp_supervision=args.dp_supervision, dp_predictor_lr=args.dp_predictor_lr,
-                   dht_min_heads=args.dht_min_heads, dht_reward=args.dht_reward)
+                   dht_min_heads=args.dht_min_heads, dht_reward=args.dht_reward,
+                   dht_routing=args.dht_routing)
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)

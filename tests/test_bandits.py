@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinUCB, calibrate_monotone
+from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinearStopping, LinUCB, calibrate_monotone
 
 
 def linear_problem(seed=0, K=4, d=6):
@@ -212,3 +212,46 @@ def test_offsets_make_selection_cost_aware():
     # a row never played keeps its last arm (all heads) whatever the offset: no evidence yet
     assert UCB1(3).select(greedy=True, offset=np.array([0.0, -1.0, -2.0])).tolist() == [2]
     assert UCB1(3).select(offset=np.array([0.0, -1.0, -2.0])).tolist() == [0]  # exploring: cheapest first
+
+
+def stopping_problem(n, seed, informative=True):
+    """3 exits, contexts ``[f, 1]``: for ``f = 1`` every exit is right (quality 0.9); for
+    ``f = 0`` only the last is (0.2, 0.5, 0.9). ``informative=False``: ``f`` is noise."""
+    rng = np.random.default_rng(seed)
+    f = rng.integers(0, 2, n).astype(float)
+    Xs = np.repeat(np.stack([f, np.ones(n)], 1)[:, None, :], 3, axis=1)  # (n, 3, 2)
+    easy = f if informative else rng.integers(0, 2, n).astype(float)
+    q = np.where(easy[:, None] == 1, 0.9, np.array([0.2, 0.5, 0.9])[None, :])  # (n, 3)
+    return Xs, q, f
+
+
+def test_linear_stopping_stops_early_exactly_where_deeper_exits_add_nothing():
+    costs = np.array([1 / 3, 2 / 3, 1.0])
+    pol = LinearStopping(3, 2)
+    for step in range(50):
+        Xs, q, _ = stopping_problem(64, step)
+        pol.update(Xs, q, costs, price=0.1)
+    Xs, q, f = stopping_problem(400, 999)
+    exits = pol.route(Xs, costs, price=0.1)
+    assert (exits[f == 1] == 0).all() and (exits[f == 0] == 2).all()
+    # the continuation targets are the realised ones: from exit 0 a hard sample ends at exit 2
+    m = pol.models[0].scores(np.array([[0.0, 1.0]]), greedy=True)[0]  # stop q, continuation q / cost
+    np.testing.assert_allclose(m, [0.2, 0.9, 1.0], atol=0.01)
+    # a higher price stops hard samples earlier (fewer FLOPs), never later
+    assert (pol.route(Xs, costs, price=5.0) <= exits).all() and pol.route(Xs, costs, price=5.0).mean() < exits.mean()
+    # when the context carries no information, every sample gets the same exit
+    blind = LinearStopping(3, 2)
+    for step in range(50):
+        Xs_b, q_b, _ = stopping_problem(64, step, informative=False)
+        blind.update(Xs_b, q_b, costs, price=0.1)
+    assert len(set(blind.route(Xs, costs, price=0.1).tolist())) == 1
+    # state round trip, and a fresh policy computes more (continues to the last exit)
+    buf = io.BytesIO()
+    torch.save(pol.state_dict(), buf)
+    buf.seek(0)
+    fresh = LinearStopping(3, 2)
+    assert (fresh.route(Xs, costs, price=0.1) == 2).all()
+    fresh.load_state_dict(torch.load(buf, weights_only=True))
+    assert (fresh.route(Xs, costs, price=0.1) == exits).all()
+    with pytest.raises(ValueError, match="n_exits"):
+        LinearStopping(0, 2)

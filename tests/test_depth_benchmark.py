@@ -143,6 +143,11 @@ def test_exit_heads_rows_share_the_static_rows_and_are_their_own_dynamic_rows(dd
     assert all(r["protocol"]["exit_heads"] is True for r in ran)
     rows = dd.read_rows(path)
     assert sum(r["kind"] == "static" for r in rows) == 8 and len(rows) == 28
+    # a dht-only option plans new dht rows and reuses the static and dp rows of its variant
+    casc = dd.run_pending(dd.plan_rows(proto, exit_heads=True, dht_routing="cascade"), path,
+                          lambda spec: {"accuracy": 0.5})
+    assert {r["kind"] for r in casc} == {"dht"} and len(casc) == 5
+    assert all(r["protocol"]["dht_routing"] == "cascade" for r in casc)
 
 
 def test_minilm_budget_space_validates():

@@ -386,3 +386,61 @@ def test_dht_reward_prob_is_the_true_class_probability_and_bad_values_raise():
     np.testing.assert_allclose(DHTGating(model, {}, {"seed": 0})._quality(ce, 0.5), -ce / 0.5)
     with pytest.raises(ValueError, match="dht_reward"):
         DHTGating(model, {"dht_reward": "acc"}, {"seed": 0})
+
+
+def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(tiny):
+    """``dht_routing: cascade``: the exit-by-exit inference gives each sample the logits of the
+    static model at its exit, counts that depth's FLOPs, agrees with plan() and with the
+    batched route() on the same contexts, and survives a weights_only checkpoint."""
+    model, x, mask = tiny
+    model.train()
+    dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 0, "dht_warmup_max_steps": 2,
+                            "flops_budget": 0.5, "dht_routing": "cascade", "min_heads": 4}, {"seed": 0})
+    assert dht.context_dim == 19 and dht.stopping is not None
+    y = torch.randint(0, 2, (8,))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(4):
+        loss = dht.training_loss(x, mask, y, torch.nn.functional.cross_entropy)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        dht.after_step(loss.item())
+    assert dht.stopping.updates == 4
+    rng = np.random.default_rng(1)
+    for m in dht.stopping.models:  # a policy that splits the batch across exits
+        m.b = 5.0 * rng.normal(size=m.b.shape)
+        m._refresh()
+    model.eval()
+    dht.eval_price = 0.3
+    logits, flops = dht.predict(x, mask)
+    groups = dht.plan(x, mask)
+    assert len(groups) >= 2 and sorted(i for _, idx, _ in groups for i in idx) == list(range(8))
+    for d, idx, heads in groups:
+        assert heads == [None] * (d - 1)  # min_heads = n_heads: no head gating
+        torch.testing.assert_close(logits[idx], model(x[idx], mask[idx], n_layers=d), rtol=0, atol=1e-5)
+        assert flops[idx].tolist() == [float(costs.flops_per_sample(model.config, 12, n_layers=d))] * len(idx)
+    # the calibration's batched route on all-heads contexts = the exit-by-exit run
+    with torch.no_grad():
+        h, pad = dht._trunk(x, mask)
+        exits, hid = dht._run_exits(h, pad, 4, [None] * 3, hidden=True)
+        arms = dht._select_depths(dht._exit_contexts(exits, hid, pad), 12, True, 0.3)
+    assert {i: dht.depths[a] for i, a in enumerate(arms)} == {i: d for d, idx, _ in groups for i in idx}
+    buf = io.BytesIO()
+    torch.save(dht.state_dict(), buf)
+    buf.seek(0)
+    fresh = DHTGating(model, dht.cfg, {"seed": 5})
+    fresh.load_state_dict(torch.load(buf, weights_only=True))
+    fresh.eval_price = 0.3
+    assert fresh.plan(x, mask) == groups
+    with pytest.raises(ValueError, match="dht_routing"):
+        DHTGating(model, {"dht_routing": "twice"}, {})
+
+
+def test_cascade_budget_calibration_on_validation_lands_within_005(small_data):
+    static = costs.known_costs_fn(small_data)({"gating": "static", "n_layers": 3, "d_model": 32,
+                                               "n_heads": 4})["flops_per_sample"]
+    loop, m = train_dht(small_data, lam=0.5, flops_budget=0.6, dht_routing="cascade", dht_reward="prob")
+    assert loop.gating.takeover_step is not None and loop.gating.stopping.updates > 0
+    frac = m["flops_per_sample"] / static
+    assert abs(frac - 0.6) <= 0.05, (frac, m["dht_depth_hist"])
+    assert m["dht_calibrated_flops_fraction"] == pytest.approx(frac, abs=0.02)

@@ -10,6 +10,10 @@
   playing the top-k of the sampled means: Chapelle & Li 2011, "An Empirical Evaluation of
   Thompson Sampling" (NeurIPS), Alg. 2; Wang & Chen 2018, "Thompson Sampling for Combinatorial
   Semi-bandits" (ICML), CTS with the top-k oracle. Several rows, as UCB1.
+* :class:`LinearStopping` -- per-exit stop/continue decisions of a cascade of exits, learnt by
+  least-squares regression with backward induction (Longstaff & Schwartz 2001, "Valuing American
+  Options by Simulation: A Simple Least-Squares Approach", Review of Financial Studies 14(1),
+  §1-2), priced through ``offset``-style costs as below.
 * :class:`DualPrice` -- the Lagrange multiplier of an average-cost constraint, updated by
   projected dual (sub)gradient ascent (Boyd & Vandenberghe, "Convex Optimization", 2004, §5.5 /
   Boyd's subgradient-methods notes, §6); bandits with a budget then play
@@ -201,6 +205,92 @@ class LinUCB:
         self.b = state["b"].numpy().copy()
         self.alpha, self.decay = float(state["alpha"]), float(state["decay"])
         self._refresh()
+
+
+class LinearStopping:
+    """When to stop in a cascade of ``K`` exits: per exit ``k < K - 1`` three ridge models over
+    the context ``x_k`` seen there (:class:`LinUCB`'s disjoint models, used for their means):
+
+    * ``s_k(x)`` ~ ``E[q_k | x]``, the quality of stopping at exit ``k``;
+    * ``v_k(x)`` ~ ``E[q_tau | x]`` and ``w_k(x)`` ~ ``E[c_tau | x]``: the quality and the cost
+      of the exit ``tau > k`` the current policy stops at if it continues.
+
+    Decision at exit ``k`` under a price: stop iff ``s_k(x) - price * c_k > v_k(x) - price *
+    w_k(x)`` (ties continue: when unsure, compute more); the last exit always stops. No regression
+    target contains the price (the continuation cost is regressed on its own), so one model
+    serves every price: a calibration can move the price without stale targets (the policy
+    that generated the continuation targets played the training price).
+
+    Learning (:meth:`update`) is backward induction on a batch whose every exit was observed
+    (full information: the all-exits training runs the deepest path for every sample): from
+    the last exit down, the continuation targets of exit ``k`` are the quality and cost the
+    greedy policy *realises* from ``k + 1`` on (not its estimates), and ``tau`` then moves to
+    ``k`` for the samples the refreshed model stops there. This is least-squares Monte Carlo
+    for optimal stopping (Longstaff & Schwartz 2001, §1-2); the stop signal is the exit's own
+    confidence among other features, as a learnt early-exit policy (BERxiT, Xin et al. 2021,
+    EACL, §3.2) would read it.
+
+    Args:
+        n_exits: ``K`` (>= 1).
+        dim: context dimension ``d`` (include a constant feature for an intercept).
+        decay: forgetting factor in (0, 1] per :meth:`update` (the exits keep training).
+
+    Raises:
+        ValueError: ``n_exits < 1`` or a bad ``dim`` / ``decay``.
+    """
+
+    def __init__(self, n_exits: int, dim: int, *, decay: float = 1.0):
+        if n_exits < 1:
+            raise ValueError(f"n_exits must be >= 1, got {n_exits}")
+        self.n_exits, self.dim = int(n_exits), int(dim)
+        self.models = [LinUCB(3, dim, alpha=0.0, decay=decay) for _ in range(self.n_exits - 1)]
+        self.updates = 0
+
+    def stop(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
+        """``B`` bools: stop at exit ``k`` for contexts ``X`` (``B x d``); ``costs``: the ``K``
+        exits' costs (e.g. FLOPs fractions), ``price`` per unit of cost."""
+        X = np.asarray(X, dtype=float)
+        if k >= self.n_exits - 1:
+            return np.ones(len(X), dtype=bool)
+        m = self.models[k].scores(X, greedy=True)  # (B, 3): stop quality, continuation quality / cost
+        return m[:, 0] - price * float(costs[k]) > m[:, 1] - price * m[:, 2]
+
+    def route(self, Xs: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
+        """``B`` exit indices: the first exit whose :meth:`stop` says stop, for per-exit
+        contexts ``Xs`` (``B x K x d``) -- what running the cascade exit by exit would give."""
+        Xs = np.asarray(Xs, dtype=float)
+        out = np.full(len(Xs), self.n_exits - 1)
+        open_ = np.ones(len(Xs), dtype=bool)
+        for k in range(self.n_exits - 1):
+            s = open_ & self.stop(k, Xs[:, k], costs, price)
+            out[s] = k
+            open_ &= ~s
+        return out
+
+    def update(self, Xs: np.ndarray, q: np.ndarray, costs: np.ndarray, price: float) -> None:
+        """One backward-induction pass on a batch: contexts ``Xs`` (``B x K x d``), qualities
+        ``q`` (``B x K``, every exit of every sample), the exits' ``costs`` (``K``) and the price
+        the policy plays at."""
+        Xs, q = np.asarray(Xs, dtype=float), np.asarray(q, dtype=float)
+        B, K = q.shape
+        vq = q[:, -1].copy()  # realised quality of the exit each sample stops at, from k + 1 on
+        vc = np.full(B, float(costs[-1]))
+        arms = np.repeat(np.arange(3), B)
+        for k in range(K - 2, -1, -1):
+            X = Xs[:, k]
+            self.models[k].update(np.concatenate([X, X, X]), arms, np.concatenate([q[:, k], vq, vc]))
+            s = self.stop(k, X, costs, price)
+            vq = np.where(s, q[:, k], vq)
+            vc = np.where(s, float(costs[k]), vc)
+        self.updates += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"models": [m.state_dict() for m in self.models], "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for m, st in zip(self.models, state["models"]):
+            m.load_state_dict(st)
+        self.updates = int(state["updates"])
 
 
 class DualPrice:

@@ -56,7 +56,20 @@ issue 14 (docs/design.md, DHT section). Per training batch:
    max(dht_warmup_steps, 10)`` steps, and at least ``dht_warmup_steps`` steps have run. Fallback
    cap: ``dht_warmup_max_steps`` (default ``10 * dht_warmup_steps``).
 
-Inference: greedy choices (LinUCB mean, best UCB1 mean, highest posterior means; no exploration)
+Routing exit by exit (``dht_routing: cascade``; default ``once`` = steps 2 and 4 above): at every
+exit ``k`` a stop / continue decision from the context *there* (the projection of the pooled
+hidden state at exit ``k``, exit ``k``'s max probability and normalised entropy, a 1: 19 dims),
+:class:`~archsearch.dynamic.bandits.LinearStopping` at the price: stop iff ``s_k(x) - lambda *
+c_k > v_k(x) - lambda * w_k(x)``, with ``s_k`` the predicted quality of stopping and ``v_k`` /
+``w_k`` the predicted quality / FLOPs fraction of the exit reached by continuing. It is learnt by
+backward induction (least-squares Monte Carlo, Longstaff & Schwartz 2001) from every exit of
+every sample of the all-exits pass (step 3; full information); the exploration floor still
+sends ``epsilon`` of the routed training samples to a random depth. Head counts keep their own
+bandits (step 4), read per gated block. Inference then runs exit by exit (:meth:`_run_cascade`):
+the samples still running read their exit, the ones that stop leave the batch and the rest run
+the next block as one batch.
+
+Inference: greedy choices (LinUCB mean,Inference: greedy choices (LinUCB mean, best UCB1 mean, highest posterior means; no exploration)
 at the *calibrated* price, with the same grouping. :meth:`DHTGating.before_evaluate` (the
 trainable calls it before every evaluation) calibrates the price by bisection on up to
 ``dht_calibration_rows`` (2048) validation samples so that the greedy policy's FLOPs fraction
@@ -66,7 +79,8 @@ inference runs the deepest allowed depth with all heads.
 
 Config keys (trial config, docs/design.md MODEL_KEYS): ``flops_budget`` (None = no budget),
 ``dht_lambda`` (initial / fixed price, default 0.5), ``n_fixed`` (1), ``min_layers``
-(``n_fixed``), ``max_layers`` (``n_layers``), ``min_heads`` (1), ``dht_warmup_steps`` (100).
+(``n_fixed``), ``max_layers`` (``n_layers``), ``min_heads`` (1), ``dht_warmup_steps`` (100),
+``dht_reward`` (``ce``), ``dht_exit_context`` (false), ``dht_routing`` (``once``).
 Programmatic (``settings["fixed"]``): ``dht_price_lr`` (0.05), ``dht_epsilon`` (0.05),
 ``dht_warmup_max_steps``, ``dht_calibration_rows`` (2048). Depth limits are clamped into
 ``[n_fixed, n_layers]`` (a searched ``max_layers`` may exceed a searched ``n_layers``), and
@@ -86,7 +100,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinUCB, calibrate_monotone
+from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinearStopping, LinUCB, calibrate_monotone
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, all_exit_loss, distill, exit_loss_setting
 from archsearch.models import costs
 
@@ -138,7 +152,8 @@ class DHTGating(GatingStrategy):
         ValueError: ``n_fixed`` outside ``[0, n_layers]``, ``min_heads`` outside
             ``[1, n_heads]``, negative ``dht_lambda`` or ``dht_warmup_steps``,
             ``flops_budget`` outside ``(0, 1]``, ``dht_epsilon`` outside ``[0, 1]``, ``exit_loss``
-            not in :data:`~archsearch.dynamic.base.EXIT_LOSSES`, ``dht_reward`` not ``ce`` / ``prob``.
+            not in :data:`~archsearch.dynamic.base.EXIT_LOSSES`, ``dht_reward`` not ``ce`` / ``prob``,
+            ``dht_routing`` not ``once`` / ``cascade``.
     """
 
     def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any],
@@ -170,6 +185,9 @@ class DHTGating(GatingStrategy):
         self.flops_budget = None if budget is None else float(budget)
         if self.flops_budget is not None and not 0 < self.flops_budget <= 1:
             raise ValueError(f"flops_budget must be in (0, 1], got {self.flops_budget}")
+        self.routing = str(cfg.get("dht_routing") or "once")
+        if self.routing not in ("once", "cascade"):
+            raise ValueError(f"dht_routing must be 'once' or 'cascade', got {self.routing!r}")
         self.reward = str(cfg.get("dht_reward") or "ce")
         if self.reward not in ("ce", "prob"):
             raise ValueError(f"dht_reward must be 'ce' or 'prob', got {self.reward!r}")
@@ -185,9 +203,12 @@ class DHTGating(GatingStrategy):
         seed = int(settings.get("seed", 0))
         gen = torch.Generator().manual_seed(seed + 7919)
         self.proj = torch.randn(conf.d_model, CONTEXT_DIM, generator=gen)  # (d, 16) fixed
-        self.exit_context = bool(cfg.get("dht_exit_context", False))
+        self.exit_context = bool(cfg.get("dht_exit_context", False)) or self.routing == "cascade"
         self.context_dim = CONTEXT_DIM + 1 + (2 if self.exit_context else 0)
         self.lin = LinUCB(len(self.depths), self.context_dim, alpha=alpha, decay=decay)
+        #: ``dht_routing: cascade``: the per-exit stop / continue policy (``None`` = route once)
+        self.stopping = (LinearStopping(len(self.depths), self.context_dim, decay=decay)
+                         if self.routing == "cascade" else None)
         rows = max(self.n_gated, 1)
         self.ucb = UCB1(H - self.min_heads + 1, n_rows=rows, c=ucb_c, decay=decay)
         self.ts = CombinatorialTS(H, n_rows=rows, seed=seed, decay=decay)
@@ -253,11 +274,14 @@ class DHTGating(GatingStrategy):
                 for k in range(self.min_heads, conf.n_heads + 1)])
         return self._flops_cache[key]
 
-    def _context(self, h: torch.Tensor, pad: torch.Tensor | None) -> np.ndarray:
+    def _context(self, h: torch.Tensor, pad: torch.Tensor | None,
+                 exit_logits: torch.Tensor | None = None) -> np.ndarray:
         """``B x T x d`` hidden states after block ``n_fixed`` -> ``B x 17`` float64 contexts
         (projection + bias), or ``B x 19`` with ``dht_exit_context``: plus the max softmax
         probability and the entropy / log(C) of the exit at ``n_fixed`` (mean over tokens for an
-        LM), the confidence signal of DeeBERT-style early exit given to the bandit."""
+        LM), the confidence signal of DeeBERT-style early exit given to the bandit. With
+        ``exit_logits`` (``B x C`` or ``B x T x V``), ``h`` may be any exit's hidden states and
+        the confidence features are those logits' (the cascade's context at that exit)."""
         with torch.no_grad():
             hd = h.detach()
             z = self.model.pool(hd, pad).float().cpu() @ self.proj  # (B, 16)
@@ -265,7 +289,8 @@ class DHTGating(GatingStrategy):
             X = np.ones((z.shape[0], self.context_dim))
             X[:, :CONTEXT_DIM] = z.numpy()
             if self.exit_context:
-                logp = self.model.head_logits(hd, pad, depth=self.n_fixed).float().log_softmax(-1)  # (B, C) / (B, T, V)
+                lg = self.model.head_logits(hd, pad, depth=self.n_fixed) if exit_logits is None else exit_logits
+                logp = lg.detach().float().log_softmax(-1)  # (B, C) / (B, T, V)
                 maxp = logp.max(-1).values.exp()  # (B,) or (B, T)
                 ent = -(logp.exp() * logp).sum(-1) / math.log(logp.shape[-1])  # (B,) or (B, T), in [0, 1]
                 if maxp.dim() == 2:
@@ -296,9 +321,13 @@ class DHTGating(GatingStrategy):
         return out
 
     def _select_depths(self, X: np.ndarray, T: int, greedy: bool, price: float) -> np.ndarray:
-        """``B`` depth-arm indices: ``argmax (q + bonus - price * c)``, plus the exploration floor
-        when not greedy."""
-        arms = self.lin.select(X, greedy=greedy, offset=-price * self._depth_costs(T))  # (B,)
+        """``B`` depth-arm indices: ``argmax (q + bonus - price * c)`` for contexts ``X`` (``B x
+        dim``), or with ``dht_routing: cascade`` the first exit the stopping policy stops at for
+        per-exit contexts ``X`` (``B x K x dim``); plus the exploration floor when not greedy."""
+        if self.stopping is not None:
+            arms = self.stopping.route(X, self._depth_costs(T), price)  # (B,)
+        else:
+            arms = self.lin.select(X, greedy=greedy, offset=-price * self._depth_costs(T))  # (B,)
         if not greedy and self.epsilon > 0:
             explore = self.rng.random(len(arms)) < self.epsilon
             arms = np.where(explore, self.rng.integers(0, len(self.depths), len(arms)), arms)
@@ -314,9 +343,10 @@ class DHTGating(GatingStrategy):
             return self.eval_price
         return self.price.price
 
-    def _plan(self, h, pad, greedy: bool, price: float | None = None) -> list[dict[str, Any]]:
+    def _plan(self, h, pad, greedy: bool, price: float | None = None, X: np.ndarray | None = None) -> list[dict[str, Any]]:
         """Groups of one batch: each a dict with ``arm``, ``depth``, ``idx`` (LongTensor or
-        ``None`` = the whole batch), ``heads``, ``counts``, ``ucb_arms``, ``masks``."""
+        ``None`` = the whole batch), ``heads``, ``counts``, ``ucb_arms``, ``masks``. ``X``: the
+        contexts when already computed (the cascade's per-exit contexts, ``B x K x dim``)."""
         if self.force_depth is not None:
             heads = self.force_heads or [None] * (self.force_depth - min(self.n_fixed, self.force_depth))
             H = self.model.config.n_heads
@@ -326,7 +356,7 @@ class DHTGating(GatingStrategy):
             return [self._full_group()]
         price = self._price(greedy) if price is None else price
         T = h.shape[1]
-        X = self._context(h, pad)  # (B, 17) or (B, 19)
+        X = self._context(h, pad) if X is None else X  # (B, 17) or (B, 19); cascade (B, K, 19)
         arms = self._select_depths(X, T, greedy, price)  # (B,)
         groups = []
         uniq = np.unique(arms)
@@ -348,17 +378,22 @@ class DHTGating(GatingStrategy):
                                    heads_per_layer=g["heads"])  # (b, T, d)
         return self.model.head_logits(hg, pg, depth=g["depth"])  # (b, C) or (b, T, V)
 
-    def _run_exits(self, h, pad, depth: int, heads: list) -> dict[int, torch.Tensor]:
+    def _run_exits(self, h, pad, depth: int, heads: list, hidden: bool = False):
         """Run blocks ``n_fixed..depth-1`` (``heads``: one entry per block) on ``h`` and read the
-        shared output head at every allowed depth on the way: ``{depth: logits}``."""
-        out = {}
+        shared output head at every allowed depth on the way: ``{depth: logits}``; with
+        ``hidden``, also ``{depth: b x T x d hidden states}`` there."""
+        out, hid = {}, {}
         if self.n_fixed in self.depths and self.n_fixed <= depth:
-            out[self.n_fixed] = self.model.head_logits(h, pad, depth=self.n_fixed)
+            out[self.n_fixed], hid[self.n_fixed] = self.model.head_logits(h, pad, depth=self.n_fixed), h
         for i in range(self.n_fixed, depth):
             h = self.model.run_layers(h, pad, i, i + 1, heads_per_layer=[heads[i - self.n_fixed]])
             if i + 1 in self.depths:
-                out[i + 1] = self.model.head_logits(h, pad, depth=i + 1)  # (b, C) or (b, T, V)
-        return out
+                out[i + 1], hid[i + 1] = self.model.head_logits(h, pad, depth=i + 1), h  # (b, C) or (b, T, V)
+        return (out, hid) if hidden else out
+
+    def _exit_contexts(self, exits: dict, hid: dict, pad) -> np.ndarray:
+        """``B x K x 19`` contexts of every exit (the cascade's inputs) from :meth:`_run_exits`."""
+        return np.stack([self._context(hid[d], pad, exits[d]) for d in self.depths], 1)
 
     def _trunk(self, x, mask, depth_cap: int | None = None):
         m = self.model
@@ -381,7 +416,7 @@ class DHTGating(GatingStrategy):
         h, pad = self._trunk(x, mask)
         B, T = x.shape[0], x.shape[1]
         deep = self.depths[-1]
-        exits = self._run_exits(h, pad, deep, [None] * (deep - self.n_fixed))  # {depth: logits}
+        exits, hid = self._run_exits(h, pad, deep, [None] * (deep - self.n_fixed), hidden=True)  # {depth: logits}
         teacher = exits[deep]
         deep_loss, shallow_loss = all_exit_loss([exits[d] for d in self.depths], y, loss_fn, self.exit_loss)
         total = deep_loss + shallow_loss
@@ -390,14 +425,15 @@ class DHTGating(GatingStrategy):
             correct = (teacher.argmax(-1) == y).float()
             acc = float(correct.mean())
         t0 = time.perf_counter()
+        # contexts: after block n_fixed (route once), or at every exit of the deepest path (cascade)
+        X = self._context(h, pad) if self.stopping is None else self._exit_contexts(exits, hid, pad)
         if self.warming_up:  # the price follows the paths the bandit would choose (not run)
-            X = self._context(h, pad)
             arms = self._select_depths(X, T, False, self.price.price)
             self._pending = dict(X=X, arms=None, groups=[], full_ce=full_ce.cpu().numpy(), T=T, acc=acc,
                                  fraction=float(self._depth_costs(T)[arms].mean()))
             self.bandit_seconds += time.perf_counter() - t0
             return total
-        groups = self._plan(h, pad, greedy=False)
+        groups = self._plan(h, pad, greedy=False, X=X)
         self.bandit_seconds += time.perf_counter() - t0
         ce = np.full((B, len(self.depths)), np.nan)  # per-sample CE at each exit reached
         routed = 0.0
@@ -451,7 +487,10 @@ class DHTGating(GatingStrategy):
             full = self._full_flops(T)
             fraction = sum(self._flops(T, g["depth"], g["counts"]) * g["n"] for g in p["groups"]) / (full * B)
             np.add.at(self._train_counts, p["arms"], 1)
-        self.lin.update(p["X"][rows], arms, q)
+        if self.stopping is not None:  # every exit of every sample (the deepest path ran)
+            self.stopping.update(p["X"], self._quality(full_ce, norm), self._depth_costs(T), self.price.price)
+        else:
+            self.lin.update(p["X"][rows], arms, q)
         self.price.update(fraction)
         self.train_fraction = fraction if self.train_fraction is None else \
             self.ema * self.train_fraction + (1 - self.ema) * fraction
@@ -531,14 +570,19 @@ class DHTGating(GatingStrategy):
             for b in batches:
                 x, mask = b[0].to(dev), None if b[1] is None else b[1].to(dev)
                 h, pad = self._trunk(x, mask)
-                ctx.append((self._context(h, pad), x.shape[1]))
+                if self.stopping is None:
+                    ctx.append((self._context(h, pad), x.shape[1]))
+                else:  # every exit's context on the all-heads path (pruned heads shift them a little)
+                    deep = self.depths[-1]
+                    exits, hid = self._run_exits(h, pad, deep, [None] * (deep - self.n_fixed), hidden=True)
+                    ctx.append((self._exit_contexts(exits, hid, pad), x.shape[1]))
         finally:
             self.model.train(was)
 
         def fraction(price: float) -> float:
             used = full = 0.0
             for X, T in ctx:
-                arms = self.lin.select(X, greedy=True, offset=-price * self._depth_costs(T))
+                arms = self._select_depths(X, T, True, price)
                 cnt = np.bincount(arms, minlength=len(self.depths))
                 for a in np.flatnonzero(cnt):
                     counts = self._heads_for(int(a), True, T, price)[1]
@@ -561,6 +605,18 @@ class DHTGating(GatingStrategy):
         fixed blocks, its gated blocks with its heads, the output head)."""
         with torch.no_grad():
             h, pad = self._trunk(x, mask, self.force_depth)
+            if self._cascading():
+                out, arms, _ = self._run_cascade(h, pad)
+                T = x.shape[1]
+                flops = torch.empty(x.shape[0], dtype=torch.float64)
+                for a in np.unique(arms):
+                    counts = self._heads_for(int(a), True, T, self._price(True))[1]
+                    n = int((arms == a).sum())
+                    flops[torch.from_numpy(np.flatnonzero(arms == a))] = float(self._flops(T, self.depths[a], counts))
+                    self._eval_counts[a] += n
+                    self._eval_heads[0] += n * sum(counts)
+                    self._eval_heads[1] += n * len(counts)
+                return out, flops
             groups = self._plan(h, pad, greedy=True)
             B, T = x.shape
             out = None
@@ -587,6 +643,49 @@ class DHTGating(GatingStrategy):
                 self._eval_heads[1] += n * len(g["counts"])
         return out, flops
 
+    def _cascading(self) -> bool:
+        """Greedy inference runs the cascade: ``dht_routing: cascade``, trained, not forced."""
+        return self.stopping is not None and self.force_depth is None and self.updates > 0
+
+    def _run_cascade(self, h, pad):
+        """Greedy exit-by-exit inference (``dht_routing: cascade``) from the hidden states after
+        block ``n_fixed`` (``B x T x d``): at each exit the samples still running read their
+        exit, and the stopping policy at the inference price decides who stops; the others run
+        the next block (with the greedy heads of that block), as one batch.
+
+        Returns:
+            ``(logits, arms, heads)``: ``B x C`` (or ``B x T x V``) logits of each sample's exit,
+            ``B`` depth-arm indices (int array), and the heads of every gated block
+            (``heads_per_layer`` of the deepest allowed path).
+        """
+        price = self._price(True)
+        B, T = h.shape[0], h.shape[1]
+        K = len(self.depths)
+        heads = self._heads_for(K - 1, True, T, price)[0]
+        costs_ = self._depth_costs(T)
+        lo = self.depths[0]
+        if lo > self.n_fixed:
+            h = self.model.run_layers(h, pad, self.n_fixed, lo, heads_per_layer=heads[:lo - self.n_fixed])
+        active = torch.arange(B)
+        arms = np.full(B, K - 1)
+        out = None
+        for k, d in enumerate(self.depths):
+            lg = self.model.head_logits(h, pad, depth=d)  # (b, C) or (b, T, V)
+            if out is None:
+                out = lg.new_empty((B,) + tuple(lg.shape[1:]))
+            stop = self.stopping.stop(k, self._context(h, pad, lg), costs_, price)  # (b,)
+            st = torch.from_numpy(np.flatnonzero(stop))
+            out[active[st]] = lg[st]
+            arms[active[st].numpy()] = k
+            if stop.all():
+                break
+            keep = torch.from_numpy(np.flatnonzero(~stop))
+            if len(st):
+                active, h = active[keep], h[keep]
+                pad = None if pad is None else pad[keep]
+            h = self.model.run_layers(h, pad, d, d + 1, heads_per_layer=[heads[d - self.n_fixed]])
+        return out, arms, heads
+
     def plan(self, x, mask) -> list[tuple[int, list[int], list]]:
         """The greedy inference choices for a batch, as :meth:`predict` would run them.
 
@@ -600,6 +699,10 @@ class DHTGating(GatingStrategy):
         """
         with torch.no_grad():
             h, pad = self._trunk(x, mask, self.force_depth)
+            if self._cascading():
+                _, arms, heads = self._run_cascade(h, pad)
+                return [(self.depths[a], np.flatnonzero(arms == a).tolist(),
+                         list(heads[:self.depths[a] - self.n_fixed])) for a in np.unique(arms)]
             groups = self._plan(h, pad, greedy=True)
         B = x.shape[0]
         return [(g["depth"], list(range(B)) if g["idx"] is None else g["idx"].tolist(), list(g["heads"]))
@@ -660,7 +763,8 @@ class DHTGating(GatingStrategy):
                 "takeover_step": -1 if self.takeover_step is None else self.takeover_step,
                 "acc": [-1.0 if self.acc_ema is None else self.acc_ema, float(self.acc_best), self.acc_best_step],
                 "train_fraction": -1.0 if self.train_fraction is None else self.train_fraction,
-                "rng": json.dumps(self.rng.bit_generator.state)}
+                "rng": json.dumps(self.rng.bit_generator.state),
+                **({"stopping": self.stopping.state_dict()} if self.stopping is not None else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (checkpoints written before issue 14 load too: the price
@@ -690,4 +794,6 @@ class DHTGating(GatingStrategy):
             self.rng.bit_generator.state = json.loads(state["rng"])
         elif self.updates:
             self.takeover_step = self.steps
+        if self.stopping is not None and "stopping" in state:
+            self.stopping.load_state_dict(state["stopping"])
         self._greedy_cache.clear()
