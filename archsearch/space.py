@@ -63,6 +63,14 @@ MODEL_KEYS = {
     "dht_exit_context", "depth_supervision", "predictor_lr", "dht_reward", "dht_routing",
 }
 
+#: the allowed values of the trial-config keys that take one of a few words: checked before
+#: launch (a bad value otherwise fails every trial); the strategies read them from here.
+KEY_CHOICES: dict[str, tuple[str, ...]] = {
+    "exit_loss": ("mean", "sum"),
+    "dht_reward": ("ce", "prob"),
+    "dht_routing": ("once", "cascade"),
+}
+
 Scalar = Union[int, float, str, bool]
 
 
@@ -370,6 +378,16 @@ class SearchSpace(_UnitCube, _Strict):
                     f"params.{key}" if key in self.params else f"fixed.{key}",
                     f"unknown parameter {key!r}; known: {', '.join(sorted(MODEL_KEYS))}",
                 )
+        for key, allowed in KEY_CHOICES.items():
+            vals = [(f"fixed.{key}", self.fixed[key])] if key in self.fixed else []
+            p = self.params.get(key)
+            if p is not None and not isinstance(p, CategoricalParam):
+                raise _FieldError(f"params.{key}", f"must be categorical with choices from {list(allowed)}")
+            if p is not None:
+                vals += [(f"params.{key}.choices", v) for v in p.choices]
+            for field, v in vals:
+                if v not in allowed:
+                    raise _FieldError(field, f"{v!r} is not one of {list(allowed)}")
         both = names & set(self.fixed)
         if both:
             raise _FieldError(f"fixed.{sorted(both)[0]}", "is both searched (params) and fixed")

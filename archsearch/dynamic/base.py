@@ -40,6 +40,7 @@ from torch import nn
 
 from archsearch.models import costs
 from archsearch.models.config import EVAL_BATCH_SIZE
+from archsearch.space import KEY_CHOICES
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -48,7 +49,7 @@ Batch = tuple[torch.Tensor, "torch.Tensor | None", torch.Tensor]
 
 
 #: How :func:`all_exit_loss` combines the shallower exits (config key ``exit_loss``).
-EXIT_LOSSES = ("mean", "sum")
+EXIT_LOSSES = KEY_CHOICES["exit_loss"]  # ("mean", "sum")
 
 
 def exit_loss_setting(cfg: dict[str, Any]) -> str:

@@ -103,6 +103,7 @@ import torch.nn.functional as F
 from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinearStopping, LinUCB, calibrate_monotone
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, all_exit_loss, distill, exit_loss_setting
 from archsearch.models import costs
+from archsearch.space import KEY_CHOICES
 
 CONTEXT_DIM = 16
 
@@ -186,10 +187,10 @@ class DHTGating(GatingStrategy):
         if self.flops_budget is not None and not 0 < self.flops_budget <= 1:
             raise ValueError(f"flops_budget must be in (0, 1], got {self.flops_budget}")
         self.routing = str(cfg.get("dht_routing") or "once")
-        if self.routing not in ("once", "cascade"):
+        if self.routing not in KEY_CHOICES["dht_routing"]:
             raise ValueError(f"dht_routing must be 'once' or 'cascade', got {self.routing!r}")
         self.reward = str(cfg.get("dht_reward") or "ce")
-        if self.reward not in ("ce", "prob"):
+        if self.reward not in KEY_CHOICES["dht_reward"]:
             raise ValueError(f"dht_reward must be 'ce' or 'prob', got {self.reward!r}")
         self.epsilon = float(cfg.get("dht_epsilon", 0.05))
         if not 0 <= self.epsilon <= 1:
