@@ -388,6 +388,9 @@ class SearchSpace(_UnitCube, _Strict):
             for field, v in vals:
                 if v not in allowed:
                     raise _FieldError(field, f"{v!r} is not one of {list(allowed)}")
+                if key == "dht_routing" and v == "cascade" and self.task == "lm":
+                    raise _FieldError(field, "cascade is for classification (task: lm reads a "
+                                             "vocabulary-sized exit head at every exit)")
         both = names & set(self.fixed)
         if both:
             raise _FieldError(f"fixed.{sorted(both)[0]}", "is both searched (params) and fixed")

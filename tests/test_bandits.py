@@ -235,7 +235,7 @@ def test_linear_stopping_stops_early_exactly_where_deeper_exits_add_nothing():
     exits = pol.route(Xs, costs, price=0.1)
     assert (exits[f == 1] == 0).all() and (exits[f == 0] == 2).all()
     # the continuation targets are the realised ones: from exit 0 a hard sample ends at exit 2
-    m = pol.models[0].scores(np.array([[0.0, 1.0]]), greedy=True)[0]  # stop q, continuation q / cost
+    m = np.array([0.0, 1.0]) @ pol.theta[0].T  # stop quality, continuation quality / cost
     np.testing.assert_allclose(m, [0.2, 0.9, 1.0], atol=0.01)
     # a higher price stops hard samples earlier (fewer FLOPs), never later
     assert (pol.route(Xs, costs, price=5.0) <= exits).all() and pol.route(Xs, costs, price=5.0).mean() < exits.mean()
@@ -255,3 +255,20 @@ def test_linear_stopping_stops_early_exactly_where_deeper_exits_add_nothing():
     assert (fresh.route(Xs, costs, price=0.1) == exits).all()
     with pytest.raises(ValueError, match="n_exits"):
         LinearStopping(0, 2)
+    with pytest.raises(ValueError, match="stopping state"):
+        LinearStopping(4, 2).load_state_dict(pol.state_dict())
+
+
+def test_linear_stopping_refit_at_a_price_plays_that_prices_optimum():
+    """The continuation targets come from the policy of the price fitted at: exits of quality
+    0, 0.5, 0.6 at costs 1/3, 2/3, 1 are worth -0.03, 0.43, 0.5 at price 0.1 (go to the last
+    exit) and -0.33, -0.17, -0.4 at price 1 (stop at the middle one)."""
+    costs = np.array([1 / 3, 2 / 3, 1.0])
+    pol = LinearStopping(3, 1, window=256)
+    Xs, q = np.ones((128, 3, 1)), np.tile([0.0, 0.5, 0.6], (128, 1))
+    for _ in range(4):
+        pol.update(Xs, q, costs, price=0.1)
+    assert len(pol.q) == 256 and pol.price == 0.1  # the window keeps the last 256 samples
+    assert (pol.route(Xs, costs, 0.1) == 2).all()
+    pol.fit(1.0)
+    assert (pol.route(Xs, costs, 1.0) == 1).all()

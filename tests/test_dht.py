@@ -407,9 +407,7 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
         dht.after_step(loss.item())
     assert dht.stopping.updates == 4
     rng = np.random.default_rng(1)
-    for m in dht.stopping.models:  # a policy that splits the batch across exits
-        m.b = 5.0 * rng.normal(size=m.b.shape)
-        m._refresh()
+    dht.stopping.theta = 5.0 * rng.normal(size=dht.stopping.theta.shape)  # splits the batch across exits
     model.eval()
     dht.eval_price = 0.3
     logits, flops = dht.predict(x, mask)

@@ -147,6 +147,7 @@ def test_ray_param_space_samples_conditions(tmp_path):
         (BASE + "constraints: {params_trainable: {max: 1, min: 5}}\n", "constraints.params_trainable"),
         (BASE + "fixed: {dht_routing: twice}\n", "fixed.dht_routing"),
         (BASE + "fixed: {exit_loss: max}\n", "fixed.exit_loss"),
+        (BASE + "task: lm\nfixed: {dht_routing: cascade}\n", "fixed.dht_routing"),
         (BASE + "  dht_reward: {type: categorical, choices: [prob, acc]}\n", "params.dht_reward.choices"),
         (BASE + "  exit_loss: {type: float, low: 0, high: 1}\n", "params.exit_loss"),
         ("- just\n- a list\n", None),

@@ -208,52 +208,68 @@ class LinUCB:
 
 
 class LinearStopping:
-    """When to stop in a cascade of ``K`` exits: per exit ``k < K - 1`` three ridge models over
-    the context ``x_k`` seen there (:class:`LinUCB`'s disjoint models, used for their means):
+    """When to stop in a cascade of ``K`` exits: per exit ``k < K - 1`` a ridge regression over
+    the context ``x_k`` seen there with three targets:
 
     * ``s_k(x)`` ~ ``E[q_k | x]``, the quality of stopping at exit ``k``;
     * ``v_k(x)`` ~ ``E[q_tau | x]`` and ``w_k(x)`` ~ ``E[c_tau | x]``: the quality and the cost
-      of the exit ``tau > k`` the current policy stops at if it continues.
+      of the exit ``tau > k`` the policy stops at if it continues.
 
     Decision at exit ``k`` under a price: stop iff ``s_k(x) - price * c_k > v_k(x) - price *
-    w_k(x)`` (ties continue: when unsure, compute more); the last exit always stops. No regression
-    target contains the price (the continuation cost is regressed on its own), so one model
-    serves every price: a calibration can move the price without stale targets (the policy
-    that generated the continuation targets played the training price).
+    w_k(x)`` (ties continue: when unsure, compute more; ``w_k`` is clipped into
+    ``[c_{k+1}, c_{K-1}]`` so that a higher price never stops fewer samples); the last exit
+    always stops, and before the first fit no other exit does.
 
-    Learning (:meth:`update`) is backward induction on a batch whose every exit was observed
-    (full information: the all-exits training runs the deepest path for every sample): from
-    the last exit down, the continuation targets of exit ``k`` are the quality and cost the
-    greedy policy *realises* from ``k + 1`` on (not its estimates), and ``tau`` then moves to
-    ``k`` for the samples the refreshed model stops there. This is least-squares Monte Carlo
-    for optimal stopping (Longstaff & Schwartz 2001, §1-2); the stop signal is the exit's own
-    confidence among other features, as a learnt early-exit policy (BERxiT, Xin et al. 2021,
-    EACL, §3.2) would read it.
+    The models are fitted (:meth:`fit`) by backward induction over a sliding window of the
+    last ``window`` samples whose every exit was observed (full information: the all-exits
+    training runs the deepest path for every sample): from the last exit down, the
+    continuation targets of exit ``k`` are the quality and cost the policy *realises* from
+    ``k + 1`` on (not its estimates), and ``tau`` then moves to ``k`` for the samples the
+    refitted model stops there. This is least-squares Monte Carlo for optimal stopping
+    (Longstaff & Schwartz 2001, "Valuing American Options by Simulation: A Simple
+    Least-Squares Approach", Review of Financial Studies 14(1), §1-2). The policy depends on
+    the price, so every fit is *at* a price: training refits at the training price after each
+    batch (:meth:`update`), and a budget calibration refits at every price it tries, so the
+    continuation targets always come from the policy that will be played. The stop signal is
+    the exit's own confidence among other features, as a learnt early-exit policy (BERxiT,
+    Xin et al. 2021, EACL, §3.2) would read it.
 
     Args:
         n_exits: ``K`` (>= 1).
-        dim: context dimension ``d`` (include a constant feature for an intercept).
-        decay: forgetting factor in (0, 1] per :meth:`update` (the exits keep training).
+        dim: context dimension ``d`` (>= 1; include a constant feature for an intercept).
+        window: samples kept for fitting (>= 1); older ones are dropped (the exits keep
+            training, so old qualities go stale).
+        ridge: L2 penalty (> 0) of every regression.
 
     Raises:
-        ValueError: ``n_exits < 1`` or a bad ``dim`` / ``decay``.
+        ValueError: ``n_exits < 1``, ``dim < 1``, ``window < 1`` or ``ridge <= 0``.
     """
 
-    def __init__(self, n_exits: int, dim: int, *, decay: float = 1.0):
-        if n_exits < 1:
-            raise ValueError(f"n_exits must be >= 1, got {n_exits}")
-        self.n_exits, self.dim = int(n_exits), int(dim)
-        self.models = [LinUCB(3, dim, alpha=0.0, decay=decay) for _ in range(self.n_exits - 1)]
+    def __init__(self, n_exits: int, dim: int, *, window: int = 2048, ridge: float = 1.0):
+        if n_exits < 1 or dim < 1 or window < 1 or not ridge > 0:
+            raise ValueError(f"need n_exits >= 1, dim >= 1, window >= 1, ridge > 0; "
+                             f"got {n_exits}, {dim}, {window}, {ridge}")
+        self.n_exits, self.dim, self.window, self.ridge = int(n_exits), int(dim), int(window), float(ridge)
+        self.theta = np.zeros((max(self.n_exits - 1, 0), 3, self.dim))  # (K-1, 3, d): s, v, w
+        self.Xs = np.zeros((0, self.n_exits, self.dim))  # (N, K, d) window contexts
+        self.q = np.zeros((0, self.n_exits))  # (N, K) qualities
+        self.c = np.zeros((0, self.n_exits))  # (N, K) costs (they depend on each batch's length)
+        self.price: float | None = None  # the price of the last fit
         self.updates = 0
 
     def stop(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` bools: stop at exit ``k`` for contexts ``X`` (``B x d``); ``costs``: the ``K``
-        exits' costs (e.g. FLOPs fractions), ``price`` per unit of cost."""
+        exits' costs (e.g. FLOPs fractions; or ``B x K``), ``price`` per unit of cost."""
         X = np.asarray(X, dtype=float)
         if k >= self.n_exits - 1:
             return np.ones(len(X), dtype=bool)
-        m = self.models[k].scores(X, greedy=True)  # (B, 3): stop quality, continuation quality / cost
-        return m[:, 0] - price * float(costs[k]) > m[:, 1] - price * m[:, 2]
+        if self.price is None:  # never fitted: no evidence, compute everything
+            return np.zeros(len(X), dtype=bool)
+        costs = np.asarray(costs, dtype=float)
+        ck = costs[..., k]
+        m = X @ self.theta[k].T  # (B, 3): stop quality, continuation quality / cost
+        w = np.clip(m[:, 2], costs[..., k + 1], costs[..., -1])
+        return m[:, 0] - price * ck > m[:, 1] - price * w
 
     def route(self, Xs: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` exit indices: the first exit whose :meth:`stop` says stop, for per-exit
@@ -267,30 +283,50 @@ class LinearStopping:
             open_ &= ~s
         return out
 
-    def update(self, Xs: np.ndarray, q: np.ndarray, costs: np.ndarray, price: float) -> None:
-        """One backward-induction pass on a batch: contexts ``Xs`` (``B x K x d``), qualities
-        ``q`` (``B x K``, every exit of every sample), the exits' ``costs`` (``K``) and the price
-        the policy plays at."""
-        Xs, q = np.asarray(Xs, dtype=float), np.asarray(q, dtype=float)
-        B, K = q.shape
-        vq = q[:, -1].copy()  # realised quality of the exit each sample stops at, from k + 1 on
-        vc = np.full(B, float(costs[-1]))
-        arms = np.repeat(np.arange(3), B)
-        for k in range(K - 2, -1, -1):
-            X = Xs[:, k]
-            self.models[k].update(np.concatenate([X, X, X]), arms, np.concatenate([q[:, k], vq, vc]))
-            s = self.stop(k, X, costs, price)
+    def fit(self, price: float) -> None:
+        """Backward induction over the window at ``price`` (see the class docstring)."""
+        Xs, q, c = self.Xs, self.q, self.c
+        if not len(q):
+            return
+        self.price = float(price)
+        vq, vc = q[:, -1].copy(), c[:, -1].copy()  # realised quality / cost from k + 1 on
+        eye = self.ridge * np.eye(self.dim)
+        for k in range(self.n_exits - 2, -1, -1):
+            X = Xs[:, k]  # (N, d)
+            Y = np.stack([q[:, k], vq, vc], 1)  # (N, 3)
+            self.theta[k] = np.linalg.solve(X.T @ X + eye, X.T @ Y).T  # (3, d)
+            s = self.stop(k, X, c, price)
             vq = np.where(s, q[:, k], vq)
-            vc = np.where(s, float(costs[k]), vc)
+            vc = np.where(s, c[:, k], vc)
+
+    def update(self, Xs: np.ndarray, q: np.ndarray, costs: np.ndarray, price: float) -> None:
+        """Add a batch to the window and refit at ``price``: contexts ``Xs`` (``B x K x d``),
+        qualities ``q`` (``B x K``, every exit of every sample), the exits' ``costs`` (``K``,
+        or ``B x K``)."""
+        Xs, q = np.asarray(Xs, dtype=float), np.asarray(q, dtype=float)
+        c = np.broadcast_to(np.asarray(costs, dtype=float), q.shape)
+        self.Xs = np.concatenate([self.Xs, Xs])[-self.window:]
+        self.q = np.concatenate([self.q, q])[-self.window:]
+        self.c = np.concatenate([self.c, c])[-self.window:]
+        self.fit(price)
         self.updates += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {"models": [m.state_dict() for m in self.models], "updates": self.updates}
+        return {"theta": _t(self.theta), "Xs": _t(self.Xs.astype(np.float32)), "q": _t(self.q),
+                "c": _t(self.c), "price": -1.0 if self.price is None else self.price,
+                "updates": self.updates, "window": self.window, "ridge": self.ridge}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for m, st in zip(self.models, state["models"]):
-            m.load_state_dict(st)
-        self.updates = int(state["updates"])
+        """Raises ``ValueError`` when the state has another number of exits or context size."""
+        theta = state["theta"].numpy()
+        if theta.shape != self.theta.shape:
+            raise ValueError(f"stopping state for {theta.shape} models, this policy has {self.theta.shape}")
+        self.theta = theta.copy()
+        self.Xs = state["Xs"].numpy().astype(np.float64)
+        self.q, self.c = state["q"].numpy().copy(), state["c"].numpy().copy()
+        p = float(state["price"])
+        self.price = None if p < 0 else p
+        self.updates, self.window, self.ridge = int(state["updates"]), int(state["window"]), float(state["ridge"])
 
 
 class DualPrice:

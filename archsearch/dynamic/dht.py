@@ -61,15 +61,16 @@ exit ``k`` a stop / continue decision from the context *there* (the projection o
 hidden state at exit ``k``, exit ``k``'s max probability and normalised entropy, a 1: 19 dims),
 :class:`~archsearch.dynamic.bandits.LinearStopping` at the price: stop iff ``s_k(x) - lambda *
 c_k > v_k(x) - lambda * w_k(x)``, with ``s_k`` the predicted quality of stopping and ``v_k`` /
-``w_k`` the predicted quality / FLOPs fraction of the exit reached by continuing. It is learnt by
-backward induction (least-squares Monte Carlo, Longstaff & Schwartz 2001) from every exit of
-every sample of the all-exits pass (step 3; full information); the exploration floor still
+``w_k`` the predicted quality / FLOPs fraction of the exit reached by continuing. It is fitted by
+backward induction (least-squares Monte Carlo, Longstaff & Schwartz 2001) on every exit of the
+last 2048 samples of the all-exits pass (step 3; full information, all heads), at the training
+price after each batch and at each tried price during calibration; the exploration floor still
 sends ``epsilon`` of the routed training samples to a random depth. Head counts keep their own
 bandits (step 4), read per gated block. Inference then runs exit by exit (:meth:`_run_cascade`):
 the samples still running read their exit, the ones that stop leave the batch and the rest run
 the next block as one batch.
 
-Inference: greedy choices (LinUCB mean,Inference: greedy choices (LinUCB mean, best UCB1 mean, highest posterior means; no exploration)
+Inference: greedy choices (LinUCB mean, best UCB1 mean, highest posterior means; no exploration)
 at the *calibrated* price, with the same grouping. :meth:`DHTGating.before_evaluate` (the
 trainable calls it before every evaluation) calibrates the price by bisection on up to
 ``dht_calibration_rows`` (2048) validation samples so that the greedy policy's FLOPs fraction
@@ -154,7 +155,7 @@ class DHTGating(GatingStrategy):
             ``[1, n_heads]``, negative ``dht_lambda`` or ``dht_warmup_steps``,
             ``flops_budget`` outside ``(0, 1]``, ``dht_epsilon`` outside ``[0, 1]``, ``exit_loss``
             not in :data:`~archsearch.dynamic.base.EXIT_LOSSES`, ``dht_reward`` not ``ce`` / ``prob``,
-            ``dht_routing`` not ``once`` / ``cascade``.
+            ``dht_routing`` not ``once`` / ``cascade`` (or ``cascade`` for ``task: lm``).
     """
 
     def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any],
@@ -189,6 +190,9 @@ class DHTGating(GatingStrategy):
         self.routing = str(cfg.get("dht_routing") or "once")
         if self.routing not in KEY_CHOICES["dht_routing"]:
             raise ValueError(f"dht_routing must be 'once' or 'cascade', got {self.routing!r}")
+        if self.routing == "cascade" and conf.task == "lm":  # an LM's exit head costs more than a block
+            raise ValueError("dht_routing: cascade is for classification (task: lm reads a vocabulary-sized "
+                             "exit head at every exit)")
         self.reward = str(cfg.get("dht_reward") or "ce")
         if self.reward not in KEY_CHOICES["dht_reward"]:
             raise ValueError(f"dht_reward must be 'ce' or 'prob', got {self.reward!r}")
@@ -208,7 +212,7 @@ class DHTGating(GatingStrategy):
         self.context_dim = CONTEXT_DIM + 1 + (2 if self.exit_context else 0)
         self.lin = LinUCB(len(self.depths), self.context_dim, alpha=alpha, decay=decay)
         #: ``dht_routing: cascade``: the per-exit stop / continue policy (``None`` = route once)
-        self.stopping = (LinearStopping(len(self.depths), self.context_dim, decay=decay)
+        self.stopping = (LinearStopping(len(self.depths), self.context_dim)
                          if self.routing == "cascade" else None)
         rows = max(self.n_gated, 1)
         self.ucb = UCB1(H - self.min_heads + 1, n_rows=rows, c=ucb_c, decay=decay)
@@ -547,7 +551,10 @@ class DHTGating(GatingStrategy):
         """Set :attr:`eval_price` so that greedy inference on ``batches`` runs ``budget`` of the
         full model's FLOPs (sum of executed FLOPs / sum of full-model FLOPs), by bisection on
         the price (the fraction is non-increasing in it; a step function, so the result is the
-        closest reachable point).
+        closest reachable point). With ``dht_routing: cascade`` every tried price refits the
+        stopping policy at that price (:meth:`LinearStopping.fit`), which stays fitted at the
+        calibrated one; the exits' contexts are read on the greedy heads' path (re-read once
+        if the calibrated price picks other heads).
 
         Args:
             batches: iterable of ``(x, mask)`` or ``(x, mask, y)``: ``B x T`` ids, ``B x T`` bool
@@ -563,24 +570,34 @@ class DHTGating(GatingStrategy):
         budget = self.flops_budget if budget is None else float(budget)
         if budget is None:
             raise ValueError("calibrate needs a budget (flops_budget is not set)")
-        was = self.model.training
-        self.model.eval()
-        try:
-            ctx = []  # (X, T) per batch
-            dev = next(self.model.parameters()).device
-            for b in batches:
-                x, mask = b[0].to(dev), None if b[1] is None else b[1].to(dev)
-                h, pad = self._trunk(x, mask)
-                if self.stopping is None:
-                    ctx.append((self._context(h, pad), x.shape[1]))
-                else:  # every exit's context on the all-heads path (pruned heads shift them a little)
-                    deep = self.depths[-1]
-                    exits, hid = self._run_exits(h, pad, deep, [None] * (deep - self.n_fixed), hidden=True)
-                    ctx.append((self._exit_contexts(exits, hid, pad), x.shape[1]))
-        finally:
-            self.model.train(was)
+        dev = next(self.model.parameters()).device
+        batches = [(b[0].to(dev), None if b[1] is None else b[1].to(dev)) for b in batches]
+        K, deep = len(self.depths), self.depths[-1]
+
+        def greedy_heads(price: float) -> dict:
+            return {x.shape[1]: self._heads_for(K - 1, True, x.shape[1], price)[0] for x, _ in batches}
+
+        def contexts(heads: dict) -> list:
+            """(X, T) per batch: the context after block n_fixed (route once), or every exit's
+            context on the path of the greedy heads (cascade)."""
+            was = self.model.training
+            self.model.eval()
+            try:
+                out = []
+                for x, mask in batches:
+                    h, pad = self._trunk(x, mask)
+                    if self.stopping is None:
+                        out.append((self._context(h, pad), x.shape[1]))
+                    else:
+                        exits, hid = self._run_exits(h, pad, deep, heads[x.shape[1]], hidden=True)
+                        out.append((self._exit_contexts(exits, hid, pad), x.shape[1]))
+                return out
+            finally:
+                self.model.train(was)
 
         def fraction(price: float) -> float:
+            if self.stopping is not None:
+                self.stopping.fit(price)  # the stopping policy of that price
             used = full = 0.0
             for X, T in ctx:
                 arms = self._select_depths(X, T, True, price)
@@ -591,10 +608,21 @@ class DHTGating(GatingStrategy):
                 full += len(X) * self._full_flops(T)
             return used / max(full, 1.0)
 
-        hi = 1.0
-        while fraction(hi) > budget and hi < 1e6:
-            hi *= 4
-        price, frac = calibrate_monotone(fraction, budget, 0.0, hi, iters=40)
+        # cascade: the contexts depend on the heads, which depend on the price: the first round
+        # reads them on the heads of the training price, a second one (only if the calibrated
+        # price picks other heads) on the heads of the price found
+        heads = greedy_heads(self.price.price) if self.stopping is not None else {}
+        for _ in range(2):
+            ctx = contexts(heads)
+            hi = 1.0
+            while fraction(hi) > budget and hi < 1e6:
+                hi *= 4
+            price, frac = calibrate_monotone(fraction, budget, 0.0, hi, iters=40)
+            if self.stopping is None or greedy_heads(price) == heads:
+                break
+            heads = greedy_heads(price)
+        if self.stopping is not None:
+            self.stopping.fit(price)
         self._greedy_cache.clear()
         self.eval_price, self.calibrated_fraction = float(price), float(frac)
         return self.eval_price, self.calibrated_fraction
