@@ -57,7 +57,7 @@ MODEL_KEYS = {
     "batch_size", "warmup_steps", "gating", "dht_lambda", "min_layers", "max_layers",
     "min_heads", "gamma", "tying", "tying_k", "length_drop_p", "layer_drop_p", "init_from",
     "label_smoothing",
-    "tying_every",
+    "tying_every", "tying_max_distinct",
     "evolution_iterations", "evolution_mutations", "evolution_crossovers", "evolution_val_samples",
     "dht_warmup_steps", "n_fixed", "flops_budget", "exit_heads", "exit_loss",
     "dht_exit_context", "depth_supervision", "predictor_lr", "dht_reward", "dht_routing",

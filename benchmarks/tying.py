@@ -17,11 +17,17 @@ Protocol (issue 16, deliverable 4):
   (consecutive groups of k blocks share, Takase & Kiyono 2021); ``rl`` (the agent: a round every
   8 batches decides every block, epsilon 1 -> 0.05 over the first 40% of the run, then the map is
   frozen); ``rl_fixed``: the control, the final map of the ``rl`` run of the same seed trained as
-  a fixed map from step 0 (what the map is worth without the exploration churn). Seeds 0, 1, 2.
-* Matched trainable parameters: ``rl_minus_best_fixed_perplexity`` is, per seed, rl's perplexity
-  minus the best perplexity among the fixed variants (all, every_2, every_4, rl_fixed) whose final
-  trainable parameters are at most rl's (``rl_fixed`` always qualifies: the same map), averaged
-  over seeds. Negative = the agent beats every fixed map of its size or smaller.
+  a fixed map from step 0 (what the map is worth without the exploration churn); ``rl_cap2``:
+  the agent with a budget of trainable parameters, ``tying_max_distinct: 2`` (at most 2 of the 8
+  blocks own weights: every_4's parameters; actions beyond it are never taken), and its control
+  ``rl_cap2_fixed``. Added after the first ``rl`` run (seed 0) kept 6 distinct blocks (0.76x the
+  parameters): its reward has no parameter term, so it unties whatever trains faster. Seeds 0, 1, 2.
+* Matched trainable parameters: ``rl_minus_best_fixed_perplexity`` is, per seed, the agent's
+  perplexity minus the best perplexity among the fixed variants (all, every_2, every_4 and its
+  own control) whose final trainable parameters are at most the agent's (the control always
+  qualifies: the same map), averaged over seeds. Negative = the agent beats every fixed map of
+  its size or smaller. The summary keys describe ``PRIMARY`` = ``rl_cap2``; ``extra`` gives the
+  unbudgeted ``rl``'s ratios and gap beside them.
 * Learning curves: validation loss on the first ``EVAL_BLOCKS`` = 1024 validation blocks (65,536
   characters, the same for all variants) every 5% of the steps (``CURVE_POINTS`` = 20), with the
   mean training loss of the chunk, trainable parameters and distinct layers at that point.
@@ -80,8 +86,20 @@ VARIANTS = {
     "every_4": {"tying": "every_k", "tying_k": 4},
     "rl": {"tying": "rl"},
     "rl_fixed": {"tying": "none"},
+    "rl_cap2": {"tying": "rl", "tying_max_distinct": 2},
+    "rl_cap2_fixed": {"tying": "none"},
 }
-FIXED = ("all", "every_2", "every_4", "rl_fixed")
+#: control variant -> the agent run whose final map it trains fixed from step 0
+CONTROLS = {"rl_fixed": "rl", "rl_cap2_fixed": "rl_cap2"}
+#: the agent the summary keys describe: at most 2 of the 8 blocks with weights of their own,
+#: the parameter budget of every_4 (chosen before its runs: the unbudgeted agent's reward has no
+#: parameter term, so it keeps most blocks untied)
+PRIMARY = "rl_cap2"
+
+
+def fixed_variants(agent: str) -> tuple[str, ...]:
+    """The fixed maps an agent is compared with: the hand-made ones and its own control."""
+    return ("all", "every_2", "every_4", next(c for c, a in CONTROLS.items() if a == agent))
 MODEL = {"n_layers": 8, "d_model": 64, "n_heads": 4, "d_ffn_mult": 4, "dropout": 0.0, "lr": 2e-3,
          "weight_decay": 0.01, "warmup_steps": 100}
 CONTEXT = 64
@@ -159,9 +177,9 @@ def child(variant: str, seed: int, steps: int, fixed_map: list[int] | None,
     settings = {"epochs": CURVE_POINTS, "steps_per_epoch": steps // CURVE_POINTS, "batch_size": BATCH,
                 "seed": seed, "eval_blocks": eval_blocks, "latency_batch_size": 32}
     loop = TrialLoop({**MODEL, **VARIANTS[variant]}, data, settings)
-    if variant == "rl_fixed":
+    if variant in CONTROLS:
         if fixed_map is None:
-            raise ValueError("rl_fixed needs the rl run's map")
+            raise ValueError(f"{variant} needs the {CONTROLS[variant]} run's map")
         apply_tying_map(loop.model, fixed_map)
         loop.rebuild_optimizer()  # no state yet: a fresh optimizer over the tied parameters
 
@@ -194,11 +212,11 @@ def child(variant: str, seed: int, steps: int, fixed_map: list[int] | None,
         "train_seconds": loop.train_seconds, "process_seconds": time.perf_counter() - t_start,
         "tying_map": final_map, "n_distinct_layers": curve[-1]["n_distinct_layers"], "curve": curve,
     }
-    if variant == "rl":
+    if VARIANTS[variant]["tying"] == "rl":
         rl = loop.tying
         row.update(rl_epsilon_end=rl.agent.epsilon, rl_decisions=rl.decisions, rl_rounds=rl.rounds,
                    rl_frozen=rl.frozen, rl_explore_rounds=rl.explore_rounds)
-    if variant == "rl_fixed":
+    if variant in CONTROLS:
         row["fixed_map"] = list(fixed_map)
     return row
 
@@ -252,21 +270,26 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict, dict]:
             "n_distinct_layers": [r["n_distinct_layers"] for r in rs],
         }
     base = agg["none"]
-    gaps, best_names = [], []
-    for s in seeds:
-        rl = rows[("rl", s)]
-        ok = [v for v in FIXED if rows[(v, s)]["params_trainable"] <= rl["params_trainable"]]
-        best = min(ok, key=lambda v: rows[(v, s)]["perplexity"])
-        gaps.append(rl["perplexity"] - rows[(best, s)]["perplexity"])
-        best_names.append(best)
+
+    def gaps_of(agent: str) -> tuple[list[float], list[str]]:
+        gaps, best_names = [], []
+        for s in seeds:
+            rl = rows[(agent, s)]
+            ok = [v for v in fixed_variants(agent) if rows[(v, s)]["params_trainable"] <= rl["params_trainable"]]
+            best = min(ok, key=lambda v: rows[(v, s)]["perplexity"])
+            gaps.append(rl["perplexity"] - rows[(best, s)]["perplexity"])
+            best_names.append(best)
+        return gaps, best_names
+
+    gaps, best_names = gaps_of(PRIMARY)
     conv = []
     for s in seeds:
         c = rows[("none", s)]["curve"]
         at90 = c[int(round(0.9 * len(c))) - 1]["val_loss"]
         conv.append((at90 - c[-1]["val_loss"]) / at90)
     summary = {
-        "tying_params_ratio": agg["rl"]["params_trainable"] / base["params_trainable"],
-        "tying_perplexity_ratio": agg["rl"]["perplexity"] / base["perplexity"],
+        "tying_params_ratio": agg[PRIMARY]["params_trainable"] / base["params_trainable"],
+        "tying_perplexity_ratio": agg[PRIMARY]["perplexity"] / base["perplexity"],
         "rl_minus_best_fixed_perplexity": statistics.fmean(gaps),
         "untied_val_loss_final": base["val_loss"],
         "converged": all(g < CONVERGED_REL for g in conv),
@@ -276,10 +299,15 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict, dict]:
         "perplexity_ratio": {v: agg[v]["perplexity"] / base["perplexity"] for v in VARIANTS},
         "state_peak_ratio": {v: agg[v]["state_peak_mb"] / base["state_peak_mb"] for v in VARIANTS},
         "peak_rss_ratio": {v: agg[v]["peak_rss_mb"] / base["peak_rss_mb"] for v in VARIANTS},
+        "summary_agent": PRIMARY,
         "rl_fixed_perplexity_ratio": agg["rl_fixed"]["perplexity"] / base["perplexity"],
         "rl_minus_best_fixed_per_seed": gaps, "best_fixed_per_seed": best_names,
         "untied_last_10pct_improvement_per_seed": conv,
-        "rl_maps_distinct_over_seeds": len({tuple(m) for m in agg["rl"]["tying_maps"]}),
+        "rl_maps_distinct_over_seeds": len({tuple(m) for m in agg[PRIMARY]["tying_maps"]}),
+        # the agent without a parameter budget, reported beside the summary's
+        "unbudgeted_rl_params_ratio": agg["rl"]["params_trainable"] / base["params_trainable"],
+        "unbudgeted_rl_perplexity_ratio": agg["rl"]["perplexity"] / base["perplexity"],
+        "unbudgeted_rl_minus_best_fixed_perplexity": statistics.fmean(gaps_of("rl")[0]),
     }
     return summary, agg, extra
 
@@ -307,32 +335,32 @@ def main() -> None:
     t0 = time.perf_counter()
 
     def one(variant: str, seed: int) -> None:
-        fixed = rows[("rl", seed)]["tying_map"] if variant == "rl_fixed" else None
+        fixed = rows[(CONTROLS[variant], seed)]["tying_map"] if variant in CONTROLS else None
         r = run_child(variant, seed, args.steps, fixed, args.eval_blocks)
         r.update(setup=want, commit=git_commit(), load_after=round(os.getloadavg()[0], 2))
         args.data.parent.mkdir(parents=True, exist_ok=True)
         with open(args.data, "a") as f:
             f.write(json.dumps(r) + "\n")
         rows[(variant, seed)] = r
-        print(f"  {variant:8s} seed {seed}: ppl {r['perplexity']:.4f}  params {r['params_trainable']:,}  "
+        print(f"  {variant:13s} seed {seed}: ppl {r['perplexity']:.4f}  params {r['params_trainable']:,}  "
               f"state peak {r['state_peak_mb']:.2f} MB  rss {r['peak_rss_mb']:.0f} MB  "
               f"train {r['train_seconds']:.0f} s  map {r['tying_map']}", flush=True)
 
-    # phase 1: every variant but the control, the order rotated per seed; phase 2: the control
-    names = [v for v in VARIANTS if v != "rl_fixed"]
+    # phase 1: every variant but the controls, the order rotated per seed; phase 2: the controls
+    names = [v for v in VARIANTS if v not in CONTROLS]
     todo1 = [(v, s) for k, s in enumerate(args.seeds)
              for v in names[k % len(names):] + names[:k % len(names)] if (v, s) not in rows]
-    todo2 = [("rl_fixed", s) for s in args.seeds if ("rl_fixed", s) not in rows]
+    todo2 = [(c, s) for c in CONTROLS for s in args.seeds if (c, s) not in rows]
     for todo in (todo1, todo2):
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for fut in [pool.submit(one, v, s) for v, s in todo]:
                 fut.result()
 
     summary, agg, extra = summarize(rows, list(args.seeds))
-    print(f"\n{'variant':9s} {'perplexity':>10s} {'params':>9s} {'state peak MB':>13s} "
+    print(f"\n{'variant':13s} {'perplexity':>10s} {'params':>9s} {'state peak MB':>13s} "
           f"{'peak RSS MB':>11s} {'train s (med)':>13s}  distinct layers")
     for v, a in agg.items():
-        print(f"{v:9s} {a['perplexity']:10.4f} {a['params_trainable']:9,.0f} {a['state_peak_mb']:13.2f} "
+        print(f"{v:13s} {a['perplexity']:10.4f} {a['params_trainable']:9,.0f} {a['state_peak_mb']:13.2f} "
               f"{a['peak_rss_mb']:11.1f} {a['train_seconds_median']:13.1f}  {a['n_distinct_layers']}")
     print("\nsummary:", json.dumps(summary))
     used = [rows[(v, s)] for v in VARIANTS for s in args.seeds]

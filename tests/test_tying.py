@@ -14,6 +14,7 @@ from archsearch.dynamic.tying import (
     EveryKTying,
     ImprovementReward,
     RLTying,
+    QNetwork,
     TyingAgent,
     apply_tying_map,
     check_map,
@@ -354,3 +355,28 @@ def test_tying_space_loads():
 
     space = load_space(Path(__file__).resolve().parents[1] / "search_spaces" / "shakespeare_tying.yaml")
     assert "rl" in space.params["tying"].choices
+
+
+def test_a_budget_of_distinct_blocks_is_never_exceeded_and_bounds_the_td_max():
+    """``tying_max_distinct: 2``: every map the agent leaves during exploration and at the end
+    has at most 2 blocks with weights of their own; the TD target's max skips actions that
+    would exceed it; a bad budget raises."""
+    model = tiny_model(5)
+    rl = RLTying(model, {"tying_every": 1, "tying_max_distinct": 2}, {"seed": 1, "epochs": 1, "steps_per_epoch": 100})
+    distinct = []
+    for step in range(1, 101):
+        rl.after_step(step, 2.0 + 0.1 * (step % 7))
+        s = tying_map(model)
+        distinct.append(sum(i == j for i, j in enumerate(s)))
+    assert rl.frozen and max(distinct) == 2  # reached the budget, never beyond it
+    assert rl.feasible([0, 1, 1, 1, 1], 4) == [True, True, True, True, False]  # own weights: 3
+    agent = rl.agent
+    st = [0, 1, 1, 1, 1]
+    with torch.no_grad():  # make the infeasible action (block 4 on its own) the best by far
+        agent.q_target.net[-1].bias[QNetwork.offset(4) + 4] = 100.0
+    capped = agent.td_target([0.0], [st], [4])
+    agent.feasible = None
+    free = agent.td_target([0.0], [st], [4])
+    assert float(free) > 50 and float(capped) < 50
+    with pytest.raises(ValueError, match="tying_max_distinct"):
+        RLTying(tiny_model(4), {"tying_max_distinct": 5}, {"epochs": 1})

@@ -55,7 +55,7 @@ Parameter Sharing across Layers in Transformers").
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -358,6 +358,17 @@ class TyingAgent:
         self.rng = torch.Generator().manual_seed(int(seed))
         self.buffer = ReplayBuffer(buffer_size, self.n_layers)
         self.updates = 0
+        #: ``(state, layer) -> layer + 1`` bools: the actions allowed there (``None`` = all); the
+        #: controller sets it for a budget of distinct blocks (``tying_max_distinct``)
+        self.feasible: Callable[[Sequence[int], int], Sequence[bool]] | None = None
+
+    def _allowed(self, state: Sequence[int], layer: int) -> torch.Tensor:
+        if self.feasible is None:
+            return torch.ones(layer + 1, dtype=torch.bool)
+        ok = torch.as_tensor(list(self.feasible(state, layer)), dtype=torch.bool)  # (layer + 1,)
+        if ok.shape != (layer + 1,) or not bool(ok.any()):
+            raise ValueError(f"feasible() must allow at least one of the {layer + 1} actions of block {layer}")
+        return ok
 
     def encode(self, states: Sequence[Sequence[int]] | torch.Tensor) -> torch.Tensor:
         """Tying states (``N`` lists of ``L`` ints) -> ``N x L`` floats in [0, 1]."""
@@ -380,9 +391,11 @@ class TyingAgent:
         """
         if not 0 <= layer < self.n_layers:
             raise ValueError(f"layer must be in [0, {self.n_layers}), got {layer}")
+        ok = self._allowed(state, layer)  # (layer + 1,)
         if not greedy and float(torch.rand((), generator=self.rng)) < self.epsilon:
-            return int(torch.randint(0, layer + 1, (), generator=self.rng))
-        return int(self.q_values(state, layer).argmax())
+            choices = ok.nonzero()[:, 0]
+            return int(choices[torch.randint(0, len(choices), (), generator=self.rng)])
+        return int(self.q_values(state, layer).masked_fill(~ok, float("-inf")).argmax())
 
     def decay_epsilon(self) -> None:
         """One decision taken: ``epsilon <- max(epsilon_min, epsilon * epsilon_decay)``."""
@@ -390,12 +403,18 @@ class TyingAgent:
 
     def td_target(self, rewards, next_states, next_layers) -> torch.Tensor:
         """``(N,)`` TD targets ``r + gamma * max_a' Q_target(s', a')``, ``a'`` over the actions of
-        block ``next_layers[n]``, from the *target* network (no gradient)."""
+        block ``next_layers[n]`` (the allowed ones, with :attr:`feasible`), from the *target*
+        network (no gradient)."""
         rewards_t = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1)  # (N,)
         nxt = torch.as_tensor(next_layers, dtype=torch.long).reshape(-1)  # (N,)
         with torch.no_grad():
             qn = self.q_target(self.encode(next_states))  # (N, n_out)
             valid = self.q_target.out_layer[None, :] == nxt[:, None]  # (N, n_out)
+            if self.feasible is not None:
+                states = torch.as_tensor(next_states).reshape(-1, self.n_layers).tolist()
+                for n, (st, nl) in enumerate(zip(states, nxt.tolist())):
+                    o = QNetwork.offset(nl)
+                    valid[n, o:o + nl + 1] &= self._allowed(st, nl)
             return rewards_t + self.gamma * qn.masked_fill(~valid, float("-inf")).amax(dim=1)
 
     def td_update(self, states, layers, actions, rewards, next_states, next_layers) -> float:
@@ -585,7 +604,10 @@ class RLTying(_MapTying):
     (every ``tying_every`` batches) until ``tying_explore_frac`` of the run, then freezes the map.
 
     Starts with every block tied to block 0. See the module docstring for the algorithm
-    (Hay & Wolf, ICLR 2024). Config: ``tying_every`` (batches per round, default 8),
+    (Hay & Wolf, ICLR 2024). Config: ``tying_max_distinct`` (at most this many blocks with
+    weights of their own, default ``L`` = no limit: a budget of trainable parameters; actions
+    that would exceed it are never taken nor bootstrapped from), ``tying_every`` (batches per
+    round, default 8),
     ``tying_explore_frac`` (fraction of the run's rounds with decisions, default 0.4),
     ``tying_total_steps`` (run length in steps, default from ``settings``: :func:`total_steps`);
     the agent is seeded with ``settings["seed"]``.
@@ -595,7 +617,8 @@ class RLTying(_MapTying):
         round); frozen: the map is final; last_reward / last_td_loss: of the latest round.
 
     Raises:
-        ValueError: ``tying_every < 1`` or ``tying_explore_frac`` outside (0, 1].
+        ValueError: ``tying_every < 1``, ``tying_explore_frac`` outside (0, 1] or
+            ``tying_max_distinct`` outside ``[1, L]``.
     """
 
     def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
@@ -605,6 +628,10 @@ class RLTying(_MapTying):
         self.every = DEFAULT_TYING_EVERY if every is None else int(every)
         if self.every < 1:
             raise ValueError(f"tying_every must be >= 1, got {every!r}")
+        cap = cfg.get("tying_max_distinct")
+        self.max_distinct = self.n_layers if cap is None else int(cap)
+        if not 1 <= self.max_distinct <= max(self.n_layers, 1):
+            raise ValueError(f"tying_max_distinct must be in [1, n_layers={self.n_layers}], got {cap!r}")
         frac = cfg.get("tying_explore_frac")
         frac = DEFAULT_EXPLORE_FRAC if frac is None else float(frac)
         if not 0.0 < frac <= 1.0:
@@ -616,6 +643,8 @@ class RLTying(_MapTying):
         self.agent = TyingAgent(self.n_layers, epsilon=1.0, epsilon_min=EPSILON_END,
                                 epsilon_decay=EPSILON_END ** (1.0 / n_explore),
                                 seed=int(settings.get("seed", 0)))
+        if self.max_distinct < self.n_layers:
+            self.agent.feasible = self.feasible
         self.reward = ImprovementReward()
         self.losses: list[float] = []  # training losses of the current interval
         self.pending: list[dict[str, Any]] = []  # the last round's transitions, rewarded next
@@ -625,6 +654,13 @@ class RLTying(_MapTying):
         self.last_reward: float | None = None
         self.last_td_loss: float | None = None
         self._apply([0] * self.n_layers)
+
+    def feasible(self, state: Sequence[int], layer: int) -> list[bool]:
+        """Which actions ``j = 0..layer`` of block ``layer`` keep the map within
+        ``tying_max_distinct`` distinct blocks (the budget of trainable parameters: all blocks
+        have the same size)."""
+        return [sum(i == t for i, t in enumerate(next_map(state, layer, j))) <= self.max_distinct
+                for j in range(layer + 1)]
 
     def after_step(self, step: int, loss: float) -> None:
         """Collect the batch loss; at the end of each interval reward the previous round's
