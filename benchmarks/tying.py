@@ -110,6 +110,9 @@ EVAL_BLOCKS = 1024
 SEEDS = (0, 1, 2)
 #: the untied model's validation loss may improve by less than this (relative) over the last 10% of steps
 CONVERGED_REL = 0.01
+#: issue 16's targets (summary key -> bound); ``tying_perplexity_ratio`` counts only when ``converged``
+TARGETS = {"tying_params_ratio": "<= 0.35", "tying_perplexity_ratio": "<= 1.03",
+           "rl_minus_best_fixed_perplexity": "<= 0"}
 
 
 def setup(steps: int, eval_blocks: int = EVAL_BLOCKS) -> dict:
@@ -362,7 +365,9 @@ def main() -> None:
     for v, a in agg.items():
         print(f"{v:13s} {a['perplexity']:10.4f} {a['params_trainable']:9,.0f} {a['state_peak_mb']:13.2f} "
               f"{a['peak_rss_mb']:11.1f} {a['train_seconds_median']:13.1f}  {a['n_distinct_layers']}")
-    print("\nsummary:", json.dumps(summary))
+    met = {f"{k} {t}": (summary[k] <= float(t.split()[1])) and (k != "tying_perplexity_ratio" or summary["converged"])
+           for k, t in TARGETS.items()}
+    print("\nsummary:", json.dumps(summary), "\ntargets met:", json.dumps(met))
     used = [rows[(v, s)] for v in VARIANTS for s in args.seeds]
     wall = sum(r["process_seconds"] for r in used)
     write_result(
@@ -371,7 +376,7 @@ def main() -> None:
                    threads_per_run=1, jobs=args.jobs, protocol=__doc__),
         claim="rl layer tying: far fewer trainable parameters than untied at about the same perplexity, "
               "and no worse than the best fixed map of its size",
-        setup=want, variants=agg, extra=extra,
+        targets=TARGETS, targets_met=met, setup=want, variants=agg, extra=extra,
         runs=[{k: v for k, v in r.items() if k != "setup"} for r in used],
         driver_seconds=time.perf_counter() - t0)
     print(f"wrote {args.out}  (sum of run wall times {wall:.0f} s)")
