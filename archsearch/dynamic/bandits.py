@@ -283,9 +283,11 @@ class LinearStopping:
             open_ &= ~s
         return out
 
-    def fit(self, price: float) -> None:
-        """Backward induction over the window at ``price`` (see the class docstring)."""
-        Xs, q, c = self.Xs, self.q, self.c
+    def fit(self, price: float, data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+        """Backward induction at ``price`` (see the class docstring) over the window, or over
+        ``data`` = ``(Xs, q, c)`` (``N x K x d``, ``N x K``, ``N x K``) instead (e.g. held-out
+        rows; the window is kept)."""
+        Xs, q, c = (self.Xs, self.q, self.c) if data is None else (np.asarray(a, dtype=float) for a in data)
         if not len(q):
             return
         self.price = float(price)

@@ -81,7 +81,9 @@ inference runs the deepest allowed depth with all heads.
 Config keys (trial config, docs/design.md MODEL_KEYS): ``flops_budget`` (None = no budget),
 ``dht_lambda`` (initial / fixed price, default 0.5), ``n_fixed`` (1), ``min_layers``
 (``n_fixed``), ``max_layers`` (``n_layers``), ``min_heads`` (1), ``dht_warmup_steps`` (100),
-``dht_reward`` (``ce``), ``dht_exit_context`` (false), ``dht_routing`` (``once``).
+``dht_reward`` (``ce``), ``dht_exit_context`` (false), ``dht_routing`` (``once``),
+``dht_stop_fit`` (``train``; ``validation``: the cascade's calibration refits the stopping policy
+on the calibration rows, quality = agreement with the deepest exit, no labels).
 Programmatic (``settings["fixed"]``): ``dht_price_lr`` (0.05), ``dht_epsilon`` (0.05),
 ``dht_warmup_max_steps``, ``dht_calibration_rows`` (2048). Depth limits are clamped into
 ``[n_fixed, n_layers]`` (a searched ``max_layers`` may exceed a searched ``n_layers``), and
@@ -190,6 +192,9 @@ class DHTGating(GatingStrategy):
         self.routing = str(cfg.get("dht_routing") or "once")
         if self.routing not in KEY_CHOICES["dht_routing"]:
             raise ValueError(f"dht_routing must be 'once' or 'cascade', got {self.routing!r}")
+        self.stop_fit = str(cfg.get("dht_stop_fit") or "train")
+        if self.stop_fit not in KEY_CHOICES["dht_stop_fit"]:
+            raise ValueError(f"dht_stop_fit must be 'train' or 'validation', got {self.stop_fit!r}")
         if self.routing == "cascade" and conf.task == "lm":  # an LM's exit head costs more than a block
             raise ValueError("dht_routing: cascade is for classification (task: lm reads a vocabulary-sized "
                              "exit head at every exit)")
@@ -396,6 +401,14 @@ class DHTGating(GatingStrategy):
                 out[i + 1], hid[i + 1] = self.model.head_logits(h, pad, depth=i + 1), h  # (b, C) or (b, T, V)
         return (out, hid) if hidden else out
 
+    def _agreement(self, exits: dict) -> np.ndarray:
+        """``B x K``: each exit's probability of the deepest exit's class -- a label-free quality
+        (the agreement target of PABEE / BERxiT-style exits), for fitting on held-out rows."""
+        with torch.no_grad():
+            top = exits[self.depths[-1]].argmax(-1, keepdim=True)  # (B, 1)
+            return torch.stack([exits[d].float().softmax(-1).gather(-1, top)[:, 0] for d in self.depths],
+                               1).cpu().numpy()  # (B, K)
+
     def _exit_contexts(self, exits: dict, hid: dict, pad) -> np.ndarray:
         """``B x K x 19`` contexts of every exit (the cascade's inputs) from :meth:`_run_exits`."""
         return np.stack([self._context(hid[d], pad, exits[d]) for d in self.depths], 1)
@@ -554,7 +567,10 @@ class DHTGating(GatingStrategy):
         closest reachable point). With ``dht_routing: cascade`` every tried price refits the
         stopping policy at that price (:meth:`LinearStopping.fit`), which stays fitted at the
         calibrated one; the exits' contexts are read on the greedy heads' path (re-read once
-        if the calibrated price picks other heads).
+        if the calibrated price picks other heads). With ``dht_stop_fit: validation`` those
+        fits use ``batches`` themselves, no labels: an exit's quality is its probability of
+        the deepest exit's class (training qualities are biased: the deeper exits fit the
+        training rows better than they generalise).
 
         Args:
             batches: iterable of ``(x, mask)`` or ``(x, mask, y)``: ``B x T`` ids, ``B x T`` bool
@@ -590,16 +606,22 @@ class DHTGating(GatingStrategy):
                         out.append((self._context(h, pad), x.shape[1]))
                     else:
                         exits, hid = self._run_exits(h, pad, deep, heads[x.shape[1]], hidden=True)
-                        out.append((self._exit_contexts(exits, hid, pad), x.shape[1]))
+                        out.append((self._exit_contexts(exits, hid, pad), x.shape[1], self._agreement(exits)))
                 return out
             finally:
                 self.model.train(was)
 
+        def refit(price: float) -> None:  # the stopping policy of that price
+            if self.stop_fit == "validation":
+                self.stopping.fit(price, data=held_out)
+            else:
+                self.stopping.fit(price)
+
         def fraction(price: float) -> float:
             if self.stopping is not None:
-                self.stopping.fit(price)  # the stopping policy of that price
+                refit(price)
             used = full = 0.0
-            for X, T in ctx:
+            for X, T, *_ in ctx:
                 arms = self._select_depths(X, T, True, price)
                 cnt = np.bincount(arms, minlength=len(self.depths))
                 for a in np.flatnonzero(cnt):
@@ -614,6 +636,9 @@ class DHTGating(GatingStrategy):
         heads = greedy_heads(self.price.price) if self.stopping is not None else {}
         for _ in range(2):
             ctx = contexts(heads)
+            if self.stopping is not None:  # (Xs, agreement, costs) of the calibration rows
+                held_out = (np.concatenate([c[0] for c in ctx]), np.concatenate([c[2] for c in ctx]),
+                            np.concatenate([np.broadcast_to(self._depth_costs(c[1]), c[2].shape) for c in ctx]))
             hi = 1.0
             while fraction(hi) > budget and hi < 1e6:
                 hi *= 4
@@ -622,7 +647,7 @@ class DHTGating(GatingStrategy):
                 break
             heads = greedy_heads(price)
         if self.stopping is not None:
-            self.stopping.fit(price)
+            refit(price)
         self._greedy_cache.clear()
         self.eval_price, self.calibrated_fraction = float(price), float(frac)
         return self.eval_price, self.calibrated_fraction
