@@ -155,3 +155,26 @@ def test_check_init_from_accepts_cuts_within_the_checkpoint(tmp_path, checkpoint
     with pytest.raises(UserError, match=re.escape(f"n_layers 1 .. {LAYERS} with init_from {shallow}: "
                                                   f"a static cut keeps 1 .. 2 of its 2 layers")):
         check_init_from(_space(tmp_path, ckpt, fixed={}, params=params))
+
+
+def test_relative_checkpoint_paths_are_made_absolute_before_launch(tmp_path, monkeypatch):
+    """Trials run in their own directories: a relative init_from / tokenizer that exists from
+    the command's directory is recorded absolute; a Hub id is left alone."""
+    from archsearch.models.pretrained import absolute_local_paths
+    from archsearch.space import parse_space
+
+    (tmp_path / "ckpt").mkdir()
+    monkeypatch.chdir(tmp_path)
+    space = parse_space({
+        "name": "t", "objectives": [{"metric": "accuracy", "mode": "max"}],
+        "dataset": {"name": "rotten_tomatoes_sentences", "tokenizer": "ckpt"},
+        "params": {"lr": {"type": "float", "low": 1e-5, "high": 1e-4},
+                   "init_from": {"type": "categorical", "choices": ["ckpt", "org/some-model"]}},
+        "fixed": {"dropout": 0.1}})
+    out = absolute_local_paths(space)
+    assert out.params["init_from"].choices == [str(tmp_path / "ckpt"), "org/some-model"]
+    assert out.dataset.tokenizer == str(tmp_path / "ckpt")
+    fixed = absolute_local_paths(space.model_copy(update={"fixed": {"init_from": "./ckpt"}}))
+    assert fixed.fixed["init_from"] == str(tmp_path / "ckpt")
+    assert absolute_local_paths(parse_space({"name": "t", "objectives": [{"metric": "accuracy", "mode": "max"}],
+                                             "params": {"lr": {"type": "float", "low": 1e-5, "high": 1e-4}}}))

@@ -363,6 +363,33 @@ def check_checkpoint(path: str | Path, *, file: str | None = None, field: str = 
     return spec
 
 
+def absolute_local_paths(space):
+    """``space`` with every ``init_from`` (``fixed`` and the choices of ``params``) and a
+    ``dataset.tokenizer`` that name an existing local path made absolute: relative paths mean
+    "from the directory the command runs in", and trials run elsewhere (Ray starts each in its
+    own directory), as does a resumed run. Hub ids (no such path) are left alone.
+
+    Args:
+        space: an :class:`archsearch.space.SearchSpace` (not imported: models sits below space).
+    """
+    def absolute(v):
+        if isinstance(v, str) and v and not Path(v).expanduser().is_absolute() and Path(v).expanduser().exists():
+            return str(Path(v).expanduser().resolve())
+        return v
+
+    update: dict[str, Any] = {}
+    if "init_from" in space.fixed:
+        update["fixed"] = {**space.fixed, "init_from": absolute(space.fixed["init_from"])}
+    param = space.params.get("init_from")
+    if getattr(param, "choices", None) is not None:
+        new = param.model_copy(update={"choices": [absolute(c) for c in param.choices]})
+        update["params"] = {**space.params, "init_from": new}
+    tok = space.dataset.tokenizer
+    if tok not in _TRAINED_TOKENIZERS and absolute(tok) != tok:
+        update["dataset"] = space.dataset.model_copy(update={"tokenizer": absolute(tok)})
+    return space.model_copy(update=update) if update else space
+
+
 def check_init_from(space) -> None:
     """Check, before launch, every ``init_from`` a search space can produce: ``fixed.init_from``
     and each choice of ``params.init_from`` (falsy values mean "train from scratch"). With a

@@ -151,8 +151,9 @@ def start_run(space: SearchSpace, *, searcher: str = "tpe", trials: int | None =
     check_address(address)
     from archsearch.data import prepare_for_space
     from archsearch.data.tokenizer import TRAINED_KINDS, check_tokenizer_arg
-    from archsearch.models.pretrained import check_init_from
+    from archsearch.models.pretrained import absolute_local_paths, check_init_from
 
+    space = absolute_local_paths(space)  # trials run in their own directories
     check_init_from(space)
     if space.dataset.tokenizer not in (None, *TRAINED_KINDS):  # a checkpoint dir or Hub id
         check_tokenizer_arg(space.dataset.tokenizer, file=space.source, field="dataset.tokenizer")
