@@ -258,3 +258,16 @@ def test_pinned_space_proposes_exactly_the_config(tmp_path):
         space.pinned({"n_layers": 9})
     with pytest.raises(UserError, match="--fixed"):
         space.pinned({"colour": 1})
+
+
+def test_max_train_samples_is_a_fixed_random_subset_not_an_ordered_prefix(tmp_path):
+    """The bundled rotten_tomatoes_sentences training split is ordered (its first 1,600 rows are
+    97% positive): the cut must keep both classes near their share, the same rows every time."""
+    from archsearch.data import prepare_for_space
+
+    p = write(tmp_path, BASE + "dataset: {name: rotten_tomatoes_sentences, vocab_size: 500, max_len: 16, "
+                               "max_train_samples: 1600}\n")
+    a, b = prepare_for_space(load_space(p)), prepare_for_space(load_space(p))
+    y = a.train.labels.float()
+    assert len(y) == 1600 and 0.4 < float(y.mean()) < 0.6
+    assert a.train.input_ids.equal(b.train.input_ids)
