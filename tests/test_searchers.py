@@ -213,7 +213,8 @@ def test_single_objective_search_through_the_cli_with_ahto(tmp_path):
     assert len(done) == 4 and all(0.0 <= t.value <= 1.0 for t in done)
     sources = [t.user_attrs["proposed_by"] for t in sorted(done, key=lambda t: t.number)]
     # the Sobol design is min(2 (4 params + 1), max(2, 4 // 3)) = 2 trials, then the model decides
-    assert sources[:2] == ["sobol", "sobol"] and set(sources[2:]) == {"optimizer"}, sources
+    # (the acquisition ranks the optimizer's candidates and uniform points; never the Sobol fallback)
+    assert sources[:2] == ["sobol", "sobol"] and set(sources[2:]) <= {"optimizer", "uniform", "trust_region"}, sources
 
 
 @pytest.mark.parametrize("name", ["ahto", "qnehvi"])

@@ -273,6 +273,12 @@ class QNEHVISearcher(Searcher):
         _, acqf, _ = self._acquisition(obs)
         cfgs, Xc, sources = self._candidates(acqf, obs)
         ranked, vals = self._ranked(acqf, cfgs, Xc)
+        if not ranked:  # in a small space the rounded candidates can all be configs already
+            # asked: the acquisition ranks uniform points of the whole cube instead
+            g = torch.Generator().manual_seed(zlib.crc32(f"uniform:{self.seed}:{self.n_asked}".encode()))
+            cfgs, Xc = self._round(torch.rand(max(self.raw_samples, 64), self.d, generator=g, dtype=DTYPE))
+            sources = ["uniform"] * len(cfgs)
+            ranked, vals = self._ranked(acqf, cfgs, Xc)
         if not ranked:  # nothing usable: fall back to the Sobol design (which checks)
             return self._sobol(), {"source": "sobol"}
         best = ranked[0]
