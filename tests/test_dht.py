@@ -329,19 +329,23 @@ def test_per_sample_rewards_update_exactly_the_depth_arms_each_sample_reached(ti
     assert not np.allclose(dht.lin.A[0], dht.lin.A[3]) or (arms == 3).all()
 
 
-def test_static_depth_forced_run_equals_the_static_model_after_training(tiny):
-    model, x, mask = tiny
-    model.train()
-    dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 0, "flops_budget": 0.5,
-                            "dht_warmup_max_steps": 2}, {"seed": 0})
+def train_steps(dht, model, x, mask, y, n):
+    """``n`` AdamW steps (lr 1e-3) of ``dht``'s training loss on one batch."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    y = torch.randint(0, 2, (8,))
-    for _ in range(6):
+    for _ in range(n):
         loss = dht.training_loss(x, mask, y, torch.nn.functional.cross_entropy)
         opt.zero_grad()
         loss.backward()
         opt.step()
         dht.after_step(loss.item())
+
+
+def test_static_depth_forced_run_equals_the_static_model_after_training(tiny):
+    model, x, mask = tiny
+    model.train()
+    dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 0, "flops_budget": 0.5,
+                            "dht_warmup_max_steps": 2}, {"seed": 0})
+    train_steps(dht, model, x, mask, torch.randint(0, 2, (8,)), 6)
     assert dht.takeover_step is not None and dht.updates == 6
     model.eval()
     for k in (1, 2, 3, 4):
@@ -397,14 +401,7 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
     dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 0, "dht_warmup_max_steps": 2,
                             "flops_budget": 0.5, "dht_routing": "cascade", "min_heads": 4}, {"seed": 0})
     assert dht.context_dim == 19 and dht.stopping is not None
-    y = torch.randint(0, 2, (8,))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for _ in range(4):
-        loss = dht.training_loss(x, mask, y, torch.nn.functional.cross_entropy)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        dht.after_step(loss.item())
+    train_steps(dht, model, x, mask, torch.randint(0, 2, (8,)), 4)
     assert dht.stopping.updates == 4
     rng = np.random.default_rng(1)
     dht.stopping.theta = 5.0 * rng.normal(size=dht.stopping.theta.shape)  # splits the batch across exits
