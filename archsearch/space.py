@@ -61,7 +61,7 @@ MODEL_KEYS = {
     "evolution_iterations", "evolution_mutations", "evolution_crossovers", "evolution_val_samples",
     "dht_warmup_steps", "n_fixed", "flops_budget", "exit_heads", "exit_loss",
     "dht_exit_context", "depth_supervision", "predictor_lr", "dht_reward", "dht_routing",
-    "dht_stop_fit",
+    "dht_stop_fit", "dht_stop_rule",
 }
 
 #: the allowed values of the trial-config keys that take one of a few words: checked before
@@ -71,6 +71,7 @@ KEY_CHOICES: dict[str, tuple[str, ...]] = {
     "dht_reward": ("ce", "prob"),
     "dht_routing": ("once", "cascade"),
     "dht_stop_fit": ("train", "validation"),
+    "dht_stop_rule": ("regression", "tuned"),
 }
 
 Scalar = Union[int, float, str, bool]

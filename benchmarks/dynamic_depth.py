@@ -173,7 +173,7 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
                       dht_exit_context: bool = False, dp_supervision: float = 0.0,
                       dp_predictor_lr: float | None = None, dht_min_heads: int | None = None,
                       dht_reward: str = "ce", dht_routing: str = "once",
-                      dht_stop_fit: str = "train") -> dict[str, dict]:
+                      dht_stop_fit: str = "train", dht_stop_rule: str = "regression") -> dict[str, dict]:
     """The protocols of the dht and dp rows of one variant, ``{"dht": ..., "dp": ...}``: the
     options enter a protocol only when they differ from the defaults (so rows of every variant
     keep their own keys), and only the protocol of the kind they change: ``exit_heads`` (a
@@ -185,7 +185,8 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
     probability of the true class, not its normalised CE) and ``dht_routing`` (``cascade``: a
     stop / continue decision at every exit instead of one depth after block 1) and
     ``dht_stop_fit`` (``validation``: the cascade's stopping policy refitted on the calibration
-    rows, label-free) dht."""
+    rows, label-free) and ``dht_stop_rule`` (``tuned``: each exit's threshold on the predicted
+    advantage chosen by direct search) dht."""
     base = dict(protocol)
     if exit_heads:
         base["exit_heads"] = True
@@ -202,6 +203,8 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
         dht["dht_routing"] = dht_routing
     if dht_stop_fit != "train":
         dht["dht_stop_fit"] = dht_stop_fit
+    if dht_stop_rule != "regression":
+        dht["dht_stop_rule"] = dht_stop_rule
     if dp_supervision:
         dp["depth_supervision"] = float(dp_supervision)
     if dp_predictor_lr:
@@ -527,7 +530,7 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
     kind = spec["kind"]
     if kind != "static" and p.get("exit_heads"):
         cfg["exit_heads"] = True
-    for key in ("exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit"):
+    for key in ("exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule"):
         if kind != "static" and p.get(key):
             cfg[key] = p[key]
     if kind == "static":
@@ -643,7 +646,7 @@ def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None, **var
     """Tables, JSONs and plot from the rows: the static rows and the dht / dp rows of one
     variant (``variant``: the options of :func:`dynamic_protocols`; a row belongs to it when its
     protocol has the same values of those options)."""
-    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit")
+    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule")
     want = {k: {o: p.get(o) for o in keys} for k, p in dynamic_protocols({}, **variant).items()}
     rows = [r for r in read_rows(data_path) if r["kind"] == "static"
             or {o: r.get("protocol", {}).get(o) for o in keys} == want[r["kind"]]]
@@ -720,6 +723,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dht-stop-fit", choices=["train", "validation"], default="train",
                     help="dht cascade rows: fit the stopping policy on the training window (default) or refit "
                          "it on the calibration rows before each evaluation (label-free)")
+    ap.add_argument("--dht-stop-rule", choices=["regression", "tuned"], default="regression",
+                    help="dht cascade rows: stop where the predicted advantage is positive (default) or "
+                         "above a threshold chosen on the fitting rows by direct search")
     ap.add_argument("--dp-predictor-lr", type=float, default=None,
                     help="dp rows: the depth predictor's own learning rate (default: the fine-tuning lr)")
     ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "
@@ -732,7 +738,8 @@ def main(argv: list[str] | None = None) -> None:
     variant = dict(exit_heads=args.exit_heads, exit_loss=args.exit_loss, dht_exit_context=args.dht_exit_context,
                    dp_supervision=args.dp_supervision, dp_predictor_lr=args.dp_predictor_lr,
                    dht_min_heads=args.dht_min_heads, dht_reward=args.dht_reward,
-                   dht_routing=args.dht_routing, dht_stop_fit=args.dht_stop_fit)
+                   dht_routing=args.dht_routing, dht_stop_fit=args.dht_stop_fit,
+                   dht_stop_rule=args.dht_stop_rule)
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)

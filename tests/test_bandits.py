@@ -272,3 +272,48 @@ def test_linear_stopping_refit_at_a_price_plays_that_prices_optimum():
     assert (pol.route(Xs, costs, 0.1) == 2).all()
     pol.fit(1.0)
     assert (pol.route(Xs, costs, 1.0) == 1).all()
+
+
+def heavy_tail_problem(n: int, seed: int):
+    """Two exits at costs 0.2 / 1; context (confidence f ~ U(0, 1), 1). Exit 0 is right (quality
+    1) when f > 0.3 and badly wrong (quality -5) below; exit 1 is always right. At price 0.5
+    stopping gains +0.4 above 0.3 and loses 5.6 below, so the best cut is f > 0.3 -- but the
+    least-squares line through the step crosses its break-even only at f ~ 0.69."""
+    rng = np.random.default_rng(seed)
+    f = rng.random(n)
+    Xs = np.repeat(np.stack([f, np.ones(n)], 1)[:, None, :], 2, axis=1)  # (n, 2, 2)
+    q = np.stack([np.where(f > 0.3, 1.0, -5.0), np.ones(n)], 1)  # (n, 2)
+    return Xs, q, f
+
+
+def test_tuned_stopping_threshold_finds_the_cut_a_misspecified_regression_misses():
+    costs, price = np.array([0.2, 1.0]), 0.5
+    policies = {rule: LinearStopping(2, 2, rule=rule, ridge=1e-3) for rule in ("regression", "tuned")}
+    for step in range(8):
+        Xs, q, _ = heavy_tail_problem(256, step)
+        for pol in policies.values():
+            pol.update(Xs, q, costs, price)
+    Xs, q, f = heavy_tail_problem(4000, 999)
+
+    def value(rule):  # mean realised quality - price * cost on fresh samples
+        e = policies[rule].route(Xs, costs, price)
+        return float(np.mean(q[np.arange(len(q)), e] - price * costs[e])), f[e == 0].min()
+
+    (v_reg, cut_reg), (v_tuned, cut_tuned) = value("regression"), value("tuned")
+    best = 0.7 * 0.4 + (1 - price)  # stop exactly above 0.3: +0.4 on 70 % of the rows over continuing
+    assert abs(cut_tuned - 0.3) < 0.02 and v_tuned > best - 0.01
+    assert cut_reg > 0.6 and v_reg < v_tuned - 0.1
+    with pytest.raises(ValueError, match="rule"):
+        LinearStopping(2, 2, rule="oracle")
+
+
+def test_best_stopping_cut_is_the_exact_maximiser():
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        adv = np.round(rng.normal(size=30), 1)  # ties included
+        gain = rng.normal(size=30)
+        t = LinearStopping.best_cut(adv, gain)
+        brute = max([0.0] + [float(np.sum(gain[adv > c])) for c in np.concatenate([adv, adv - 1e-9])])
+        assert float(np.sum(gain[adv > t])) == pytest.approx(brute)
+    # the regression's own cut (0) is kept when nothing does strictly better
+    assert LinearStopping.best_cut(np.array([1.0, -1.0]), np.array([1.0, -1.0])) == 0.0

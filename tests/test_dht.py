@@ -431,13 +431,15 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
         DHTGating(model, {"dht_routing": "twice"}, {})
 
 
-@pytest.mark.parametrize("stop_fit", ["train", "validation"])
-def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, stop_fit):
+@pytest.mark.parametrize("stop_fit,stop_rule", [("train", "regression"), ("validation", "regression"),
+                                                 ("train", "tuned")])
+def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, stop_fit, stop_rule):
     static = costs.known_costs_fn(small_data)({"gating": "static", "n_layers": 3, "d_model": 32,
                                                "n_heads": 4})["flops_per_sample"]
     loop, m = train_dht(small_data, lam=0.5, flops_budget=0.6, dht_routing="cascade", dht_reward="prob",
-                        dht_stop_fit=stop_fit)
+                        dht_stop_fit=stop_fit, dht_stop_rule=stop_rule)
     g = loop.gating
+    assert g.stopping.rule == stop_rule
     assert g.takeover_step is not None and g.stopping.updates > 0
     frac = m["flops_per_sample"] / static
     assert abs(frac - 0.6) <= 0.05, (frac, m["dht_depth_hist"])
@@ -449,3 +451,5 @@ def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, s
     assert np.allclose(theta, g.stopping.theta) == (stop_fit == "train")
     with pytest.raises(ValueError, match="dht_stop_fit"):
         DHTGating(loop.model, {"dht_stop_fit": "test"}, {})
+    with pytest.raises(ValueError, match="dht_stop_rule"):
+        DHTGating(loop.model, {"dht_stop_rule": "oracle"}, {})

@@ -220,6 +220,16 @@ class LinearStopping:
     ``[c_{k+1}, c_{K-1}]`` so that a higher price never stops fewer samples); the last exit
     always stops, and before the first fit no other exit does.
 
+    With ``rule="tuned"`` the predicted advantage ``a_k(x) = (s_k - price * c_k) - (v_k -
+    price * w_k)`` only *ranks* the samples: exit ``k`` stops iff ``a_k(x) > t_k``, with the
+    threshold ``t_k`` chosen on the fitting rows to maximise the value the policy realises there
+    (quality minus price times cost, continuation realised from ``k + 1`` on), an exact search
+    over the sorted advantages. A linear model of the qualities is mis-specified (e.g. an exit's
+    accuracy is not linear in its max probability), and its zero crossing can sit far from the
+    best cut even when its ranking is good; the tuned cut is never worse on the fitting rows
+    than the regression's own (``t_k = 0``), which is one of the candidates. ``rule=
+    "regression"`` (default): ``t_k = 0``.
+
     The models are fitted (:meth:`fit`) by backward induction over a sliding window of the
     last ``window`` samples whose every exit was observed (full information: the all-exits
     training runs the deepest path for every sample): from the last exit down, the
@@ -240,17 +250,27 @@ class LinearStopping:
         window: samples kept for fitting (>= 1); older ones are dropped (the exits keep
             training, so old qualities go stale).
         ridge: L2 penalty (> 0) of every regression.
+        rule: ``"regression"`` (stop iff the predicted advantage is positive) or ``"tuned"``
+            (the threshold on it fitted by direct search; see above).
 
     Raises:
-        ValueError: ``n_exits < 1``, ``dim < 1``, ``window < 1`` or ``ridge <= 0``.
+        ValueError: ``n_exits < 1``, ``dim < 1``, ``window < 1``, ``ridge <= 0`` or an unknown
+            ``rule``.
     """
 
-    def __init__(self, n_exits: int, dim: int, *, window: int = 2048, ridge: float = 1.0):
+    RULES = ("regression", "tuned")
+
+    def __init__(self, n_exits: int, dim: int, *, window: int = 2048, ridge: float = 1.0,
+                 rule: str = "regression"):
         if n_exits < 1 or dim < 1 or window < 1 or not ridge > 0:
             raise ValueError(f"need n_exits >= 1, dim >= 1, window >= 1, ridge > 0; "
                              f"got {n_exits}, {dim}, {window}, {ridge}")
+        if rule not in self.RULES:
+            raise ValueError(f"rule must be one of {list(self.RULES)}, got {rule!r}")
         self.n_exits, self.dim, self.window, self.ridge = int(n_exits), int(dim), int(window), float(ridge)
+        self.rule = rule
         self.theta = np.zeros((max(self.n_exits - 1, 0), 3, self.dim))  # (K-1, 3, d): s, v, w
+        self.cut = np.zeros(max(self.n_exits - 1, 0))  # (K-1,) thresholds t_k on the advantage
         self.Xs = np.zeros((0, self.n_exits, self.dim))  # (N, K, d) window contexts
         self.q = np.zeros((0, self.n_exits))  # (N, K) qualities
         self.c = np.zeros((0, self.n_exits))  # (N, K) costs (they depend on each batch's length)
@@ -265,11 +285,32 @@ class LinearStopping:
             return np.ones(len(X), dtype=bool)
         if self.price is None:  # never fitted: no evidence, compute everything
             return np.zeros(len(X), dtype=bool)
+        return self.advantage(k, X, costs, price) > self.cut[k]
+
+    def advantage(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
+        """``B`` predicted advantages of stopping at exit ``k < K - 1`` over continuing, in
+        quality units: ``(s_k - price * c_k) - (v_k - price * w_k)`` (see :meth:`stop`)."""
+        X = np.asarray(X, dtype=float)
         costs = np.asarray(costs, dtype=float)
         ck = costs[..., k]
         m = X @ self.theta[k].T  # (B, 3): stop quality, continuation quality / cost
         w = np.clip(m[:, 2], costs[..., k + 1], costs[..., -1])
-        return m[:, 0] - price * ck > m[:, 1] - price * w
+        return (m[:, 0] - price * ck) - (m[:, 1] - price * w)
+
+    @staticmethod
+    def best_cut(adv: np.ndarray, gain: np.ndarray) -> float:
+        """The threshold ``t`` maximising ``sum(gain[adv > t])``, exactly: every cut between two
+        distinct sorted advantages is tried, plus ``inf`` (no sample stops) and ``-inf`` (all
+        stop). Returns 0 (the regression's own cut) unless some cut does strictly better.
+        ``adv``, ``gain``: ``N`` floats."""
+        a = np.sort(adv)[::-1]
+        value = np.concatenate([[0.0], np.cumsum(gain[np.argsort(-adv, kind="stable")])])  # top m stop
+        cuts = np.concatenate([[np.inf], (a[:-1] + a[1:]) / 2, [-np.inf]])  # (N+1,) cut of each m
+        valid = np.concatenate([[True], a[:-1] > a[1:], [True]])  # tied advantages stop together
+        m = int(np.flatnonzero(valid)[np.argmax(value[valid])])
+        if value[m] <= float(np.sum(gain[adv > 0])) + 1e-12:
+            return 0.0
+        return float(cuts[m])
 
     def route(self, Xs: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` exit indices: the first exit whose :meth:`stop` says stop, for per-exit
@@ -297,6 +338,9 @@ class LinearStopping:
             X = Xs[:, k]  # (N, d)
             Y = np.stack([q[:, k], vq, vc], 1)  # (N, 3)
             self.theta[k] = np.linalg.solve(X.T @ X + eye, X.T @ Y).T  # (3, d)
+            if self.rule == "tuned":
+                gain = (q[:, k] - price * c[:, k]) - (vq - price * vc)  # (N,) realised
+                self.cut[k] = self.best_cut(self.advantage(k, X, c, price), gain)
             s = self.stop(k, X, c, price)
             vq = np.where(s, q[:, k], vq)
             vc = np.where(s, c[:, k], vc)
@@ -314,7 +358,7 @@ class LinearStopping:
         self.updates += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {"theta": _t(self.theta), "Xs": _t(self.Xs.astype(np.float32)), "q": _t(self.q),
+        return {"theta": _t(self.theta), "cut": _t(self.cut), "Xs": _t(self.Xs.astype(np.float32)), "q": _t(self.q),
                 "c": _t(self.c), "price": -1.0 if self.price is None else self.price,
                 "updates": self.updates, "window": self.window, "ridge": self.ridge}
 
@@ -324,6 +368,7 @@ class LinearStopping:
         if theta.shape != self.theta.shape:
             raise ValueError(f"stopping state for {theta.shape} models, this policy has {self.theta.shape}")
         self.theta = theta.copy()
+        self.cut = state["cut"].numpy().copy() if "cut" in state else np.zeros(len(self.theta))
         self.Xs = state["Xs"].numpy().astype(np.float64)
         self.q, self.c = state["q"].numpy().copy(), state["c"].numpy().copy()
         p = float(state["price"])

@@ -83,7 +83,9 @@ Config keys (trial config, docs/design.md MODEL_KEYS): ``flops_budget`` (None = 
 (``n_fixed``), ``max_layers`` (``n_layers``), ``min_heads`` (1), ``dht_warmup_steps`` (100),
 ``dht_reward`` (``ce``), ``dht_exit_context`` (false), ``dht_routing`` (``once``),
 ``dht_stop_fit`` (``train``; ``validation``: the cascade's calibration refits the stopping policy
-on the calibration rows, quality = agreement with the deepest exit, no labels).
+on the calibration rows, quality = agreement with the deepest exit, no labels), ``dht_stop_rule``
+(``regression``; ``tuned``: each exit's threshold on the predicted advantage is chosen on the
+fitting rows by direct search, :class:`~archsearch.dynamic.bandits.LinearStopping`).
 Programmatic (``settings["fixed"]``): ``dht_price_lr`` (0.05), ``dht_epsilon`` (0.05),
 ``dht_warmup_max_steps``, ``dht_calibration_rows`` (2048). Depth limits are clamped into
 ``[n_fixed, n_layers]`` (a searched ``max_layers`` may exceed a searched ``n_layers``), and
@@ -195,6 +197,9 @@ class DHTGating(GatingStrategy):
         self.stop_fit = str(cfg.get("dht_stop_fit") or "train")
         if self.stop_fit not in KEY_CHOICES["dht_stop_fit"]:
             raise ValueError(f"dht_stop_fit must be 'train' or 'validation', got {self.stop_fit!r}")
+        self.stop_rule = str(cfg.get("dht_stop_rule") or "regression")
+        if self.stop_rule not in KEY_CHOICES["dht_stop_rule"]:
+            raise ValueError(f"dht_stop_rule must be 'regression' or 'tuned', got {self.stop_rule!r}")
         if self.routing == "cascade" and conf.task == "lm":  # an LM's exit head costs more than a block
             raise ValueError("dht_routing: cascade is for classification (task: lm reads a vocabulary-sized "
                              "exit head at every exit)")
@@ -217,7 +222,7 @@ class DHTGating(GatingStrategy):
         self.context_dim = CONTEXT_DIM + 1 + (2 if self.exit_context else 0)
         self.lin = LinUCB(len(self.depths), self.context_dim, alpha=alpha, decay=decay)
         #: ``dht_routing: cascade``: the per-exit stop / continue policy (``None`` = route once)
-        self.stopping = (LinearStopping(len(self.depths), self.context_dim)
+        self.stopping = (LinearStopping(len(self.depths), self.context_dim, rule=self.stop_rule)
                          if self.routing == "cascade" else None)
         rows = max(self.n_gated, 1)
         self.ucb = UCB1(H - self.min_heads + 1, n_rows=rows, c=ucb_c, decay=decay)
