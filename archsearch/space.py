@@ -71,7 +71,7 @@ KEY_CHOICES: dict[str, tuple[str, ...]] = {
     "dht_reward": ("ce", "prob"),
     "dht_routing": ("once", "cascade"),
     "dht_stop_fit": ("train", "validation"),
-    "dht_stop_rule": ("regression", "tuned"),
+    "dht_stop_rule": ("regression", "tuned", "confidence"),
 }
 
 Scalar = Union[int, float, str, bool]

@@ -723,9 +723,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dht-stop-fit", choices=["train", "validation"], default="train",
                     help="dht cascade rows: fit the stopping policy on the training window (default) or refit "
                          "it on the calibration rows before each evaluation (label-free)")
-    ap.add_argument("--dht-stop-rule", choices=["regression", "tuned"], default="regression",
-                    help="dht cascade rows: stop where the predicted advantage is positive (default) or "
-                         "above a threshold chosen on the fitting rows by direct search")
+    ap.add_argument("--dht-stop-rule", choices=["regression", "tuned", "confidence"], default="regression",
+                    help="dht cascade rows: stop where the predicted advantage is positive (default), "
+                         "above a threshold on it chosen on the fitting rows by direct search (tuned), or "
+                         "where the exit's max probability passes a per-exit threshold fitted so (confidence)")
     ap.add_argument("--dp-predictor-lr", type=float, default=None,
                     help="dp rows: the depth predictor's own learning rate (default: the fine-tuning lr)")
     ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "

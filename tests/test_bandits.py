@@ -317,3 +317,37 @@ def test_best_stopping_cut_is_the_exact_maximiser():
         assert float(np.sum(gain[adv > t])) == pytest.approx(brute)
     # the regression's own cut (0) is kept when nothing does strictly better
     assert LinearStopping.best_cut(np.array([1.0, -1.0]), np.array([1.0, -1.0])) == 0.0
+
+
+def calibrated_exits(n: int, seed: int):
+    """Three exits at costs 1/3, 2/3, 1; context (confidence, 1) per exit; each exit is right
+    with probability its confidence (calibrated), exit 0's confidences lower than exit 1's."""
+    rng = np.random.default_rng(seed)
+    conf = np.stack([rng.uniform(0.5, 1.0, n), rng.uniform(0.6, 1.0, n), np.full(n, 0.95)], 1)  # (n, 3)
+    Xs = np.stack([conf, np.ones_like(conf)], 2)  # (n, 3, 2)
+    q = (rng.random((n, 3)) < conf).astype(float)  # (n, 3) correct or not
+    return Xs, q, conf
+
+
+def test_confidence_stopping_fits_per_exit_thresholds_at_least_as_good_as_one_shared():
+    costs, price = np.array([1 / 3, 2 / 3, 1.0]), 0.3
+    pol = LinearStopping(3, 2, rule="confidence", score_col=0, window=8192)
+    for step in range(32):
+        Xs, q, _ = calibrated_exits(256, step)
+        pol.update(Xs, q, costs, price)
+    Xs, q, conf = calibrated_exits(20000, 999)
+
+    def value(exits):
+        return float(np.mean(q[np.arange(len(q)), exits] - price * costs[exits]))
+
+    fitted = value(pol.route(Xs, costs, price))
+    shared = []
+    for t in np.linspace(0.5, 1.0, 51):  # DeeBERT: stop at the first exit whose confidence passes t
+        passed = np.concatenate([conf[:, :2] > t, np.ones((len(q), 1), bool)], 1)
+        shared.append(value(passed.argmax(1)))
+    assert fitted >= max(shared) - 0.005, (fitted, max(shared))
+    # a calibrated exit is worth stopping at when conf_k - price c_k beats continuing: the
+    # thresholds sit near the analytic break-even (exit 1: 0.95 - 0.3 / 3 = 0.85)
+    assert abs(pol.cut[1] - 0.85) < 0.03, pol.cut
+    with pytest.raises(ValueError, match="score_col"):
+        LinearStopping(3, 2, rule="confidence")

@@ -432,7 +432,7 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
 
 
 @pytest.mark.parametrize("stop_fit,stop_rule", [("train", "regression"), ("validation", "regression"),
-                                                 ("train", "tuned")])
+                                                 ("train", "tuned"), ("validation", "confidence")])
 def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, stop_fit, stop_rule):
     static = costs.known_costs_fn(small_data)({"gating": "static", "n_layers": 3, "d_model": 32,
                                                "n_heads": 4})["flops_per_sample"]

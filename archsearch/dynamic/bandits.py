@@ -228,7 +228,11 @@ class LinearStopping:
     accuracy is not linear in its max probability), and its zero crossing can sit far from the
     best cut even when its ranking is good; the tuned cut is never worse on the fitting rows
     than the regression's own (``t_k = 0``), which is one of the candidates. ``rule=
-    "regression"`` (default): ``t_k = 0``.
+    "regression"`` (default): ``t_k = 0``. ``rule="confidence"``: the score is one feature of
+    the context, ``x[score_col]`` (e.g. the exit's max probability), with a threshold per exit
+    tuned the same way (ties: the highest, i.e. compute more) -- a confidence-threshold exit
+    (DeeBERT, Xin et al. 2020, ACL, §2) with its thresholds fitted per exit and per price by
+    backward induction; one threshold shared by every exit is a member of this class.
 
     The models are fitted (:meth:`fit`) by backward induction over a sliding window of the
     last ``window`` samples whose every exit was observed (full information: the all-exits
@@ -250,23 +254,28 @@ class LinearStopping:
         window: samples kept for fitting (>= 1); older ones are dropped (the exits keep
             training, so old qualities go stale).
         ridge: L2 penalty (> 0) of every regression.
-        rule: ``"regression"`` (stop iff the predicted advantage is positive) or ``"tuned"``
-            (the threshold on it fitted by direct search; see above).
+        rule: ``"regression"`` (stop iff the predicted advantage is positive), ``"tuned"``
+            (the threshold on it fitted by direct search) or ``"confidence"`` (a fitted
+            threshold on ``x[score_col]``); see above.
+        score_col: the context column ``rule="confidence"`` thresholds.
 
     Raises:
-        ValueError: ``n_exits < 1``, ``dim < 1``, ``window < 1``, ``ridge <= 0`` or an unknown
-            ``rule``.
+        ValueError: ``n_exits < 1``, ``dim < 1``, ``window < 1``, ``ridge <= 0``, an unknown
+            ``rule``, or ``rule="confidence"`` without a ``score_col`` in ``[0, dim)``.
     """
 
-    RULES = ("regression", "tuned")
+    RULES = ("regression", "tuned", "confidence")
 
     def __init__(self, n_exits: int, dim: int, *, window: int = 2048, ridge: float = 1.0,
-                 rule: str = "regression"):
+                 rule: str = "regression", score_col: int | None = None):
         if n_exits < 1 or dim < 1 or window < 1 or not ridge > 0:
             raise ValueError(f"need n_exits >= 1, dim >= 1, window >= 1, ridge > 0; "
                              f"got {n_exits}, {dim}, {window}, {ridge}")
         if rule not in self.RULES:
             raise ValueError(f"rule must be one of {list(self.RULES)}, got {rule!r}")
+        if rule == "confidence" and not (score_col is not None and 0 <= score_col < dim):
+            raise ValueError(f"rule 'confidence' needs score_col in [0, {dim}), got {score_col}")
+        self.score_col = score_col
         self.n_exits, self.dim, self.window, self.ridge = int(n_exits), int(dim), int(window), float(ridge)
         self.rule = rule
         self.theta = np.zeros((max(self.n_exits - 1, 0), 3, self.dim))  # (K-1, 3, d): s, v, w
@@ -285,7 +294,14 @@ class LinearStopping:
             return np.ones(len(X), dtype=bool)
         if self.price is None:  # never fitted: no evidence, compute everything
             return np.zeros(len(X), dtype=bool)
-        return self.advantage(k, X, costs, price) > self.cut[k]
+        return self.score(k, X, costs, price) > self.cut[k]
+
+    def score(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
+        """``B`` scores the threshold of exit ``k`` applies to: ``x[score_col]`` for ``rule=
+        "confidence"``, else :meth:`advantage`."""
+        if self.rule == "confidence":
+            return np.asarray(X, dtype=float)[:, self.score_col]
+        return self.advantage(k, X, costs, price)
 
     def advantage(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` predicted advantages of stopping at exit ``k < K - 1`` over continuing, in
@@ -298,17 +314,18 @@ class LinearStopping:
         return (m[:, 0] - price * ck) - (m[:, 1] - price * w)
 
     @staticmethod
-    def best_cut(adv: np.ndarray, gain: np.ndarray) -> float:
+    def best_cut(adv: np.ndarray, gain: np.ndarray, keep_zero: bool = True) -> float:
         """The threshold ``t`` maximising ``sum(gain[adv > t])``, exactly: every cut between two
-        distinct sorted advantages is tried, plus ``inf`` (no sample stops) and ``-inf`` (all
-        stop). Returns 0 (the regression's own cut) unless some cut does strictly better.
-        ``adv``, ``gain``: ``N`` floats."""
+        distinct sorted scores is tried, plus ``inf`` (no sample stops) and ``-inf`` (all
+        stop); of equal sums the one that stops fewest. With ``keep_zero``: 0 (the
+        regression's own cut) unless some cut does strictly better. ``adv``, ``gain``: ``N``
+        floats."""
         a = np.sort(adv)[::-1]
         value = np.concatenate([[0.0], np.cumsum(gain[np.argsort(-adv, kind="stable")])])  # top m stop
         cuts = np.concatenate([[np.inf], (a[:-1] + a[1:]) / 2, [-np.inf]])  # (N+1,) cut of each m
         valid = np.concatenate([[True], a[:-1] > a[1:], [True]])  # tied advantages stop together
         m = int(np.flatnonzero(valid)[np.argmax(value[valid])])
-        if value[m] <= float(np.sum(gain[adv > 0])) + 1e-12:
+        if keep_zero and value[m] <= float(np.sum(gain[adv > 0])) + 1e-12:
             return 0.0
         return float(cuts[m])
 
@@ -338,9 +355,10 @@ class LinearStopping:
             X = Xs[:, k]  # (N, d)
             Y = np.stack([q[:, k], vq, vc], 1)  # (N, 3)
             self.theta[k] = np.linalg.solve(X.T @ X + eye, X.T @ Y).T  # (3, d)
-            if self.rule == "tuned":
+            if self.rule != "regression":
                 gain = (q[:, k] - price * c[:, k]) - (vq - price * vc)  # (N,) realised
-                self.cut[k] = self.best_cut(self.advantage(k, X, c, price), gain)
+                self.cut[k] = self.best_cut(self.score(k, X, c, price), gain,
+                                            keep_zero=self.rule == "tuned")
             s = self.stop(k, X, c, price)
             vq = np.where(s, q[:, k], vq)
             vc = np.where(s, c[:, k], vc)

@@ -85,7 +85,8 @@ Config keys (trial config, docs/design.md MODEL_KEYS): ``flops_budget`` (None = 
 ``dht_stop_fit`` (``train``; ``validation``: the cascade's calibration refits the stopping policy
 on the calibration rows, quality = agreement with the deepest exit, no labels), ``dht_stop_rule``
 (``regression``; ``tuned``: each exit's threshold on the predicted advantage is chosen on the
-fitting rows by direct search, :class:`~archsearch.dynamic.bandits.LinearStopping`).
+fitting rows by direct search; ``confidence``: a threshold per exit on the exit's own max
+probability, fitted the same way; :class:`~archsearch.dynamic.bandits.LinearStopping`).
 Programmatic (``settings["fixed"]``): ``dht_price_lr`` (0.05), ``dht_epsilon`` (0.05),
 ``dht_warmup_max_steps``, ``dht_calibration_rows`` (2048). Depth limits are clamped into
 ``[n_fixed, n_layers]`` (a searched ``max_layers`` may exceed a searched ``n_layers``), and
@@ -199,7 +200,8 @@ class DHTGating(GatingStrategy):
             raise ValueError(f"dht_stop_fit must be 'train' or 'validation', got {self.stop_fit!r}")
         self.stop_rule = str(cfg.get("dht_stop_rule") or "regression")
         if self.stop_rule not in KEY_CHOICES["dht_stop_rule"]:
-            raise ValueError(f"dht_stop_rule must be 'regression' or 'tuned', got {self.stop_rule!r}")
+            raise ValueError(f"dht_stop_rule must be one of {list(KEY_CHOICES['dht_stop_rule'])}, "
+                             f"got {self.stop_rule!r}")
         if self.routing == "cascade" and conf.task == "lm":  # an LM's exit head costs more than a block
             raise ValueError("dht_routing: cascade is for classification (task: lm reads a vocabulary-sized "
                              "exit head at every exit)")
@@ -222,7 +224,8 @@ class DHTGating(GatingStrategy):
         self.context_dim = CONTEXT_DIM + 1 + (2 if self.exit_context else 0)
         self.lin = LinUCB(len(self.depths), self.context_dim, alpha=alpha, decay=decay)
         #: ``dht_routing: cascade``: the per-exit stop / continue policy (``None`` = route once)
-        self.stopping = (LinearStopping(len(self.depths), self.context_dim, rule=self.stop_rule)
+        self.stopping = (LinearStopping(len(self.depths), self.context_dim, rule=self.stop_rule,
+                                         score_col=CONTEXT_DIM)
                          if self.routing == "cascade" else None)
         rows = max(self.n_gated, 1)
         self.ucb = UCB1(H - self.min_heads + 1, n_rows=rows, c=ucb_c, decay=decay)
