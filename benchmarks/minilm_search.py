@@ -17,7 +17,7 @@ Protocol:
           [--trials N]
 
   ``WORK`` is ``--work`` (default: a new temporary directory, kept: the run and its report stay
-  there). The space's own budget (6 trials, 2 at a time, 1 CPU each, one epoch over 1600
+  there). The space's own budget (6 trials, 2 at a time, 1 CPU each, one epoch over 3200
   training rows, ``time_budget_s`` 900) and seed (0) are used; ``--trials`` overrides the number
   of trials. The CLI's stdout and stderr go to ``WORK/search.log``. Wall clock: from just before the subprocess starts to its exit (Ray start-up, data
   preparation, the checks before launch, every trial and the report included).
