@@ -349,5 +349,18 @@ def test_confidence_stopping_fits_per_exit_thresholds_at_least_as_good_as_one_sh
     # a calibrated exit is worth stopping at when conf_k - price c_k beats continuing: the
     # thresholds sit near the analytic break-even (exit 1: 0.95 - 0.3 / 3 = 0.85)
     assert abs(pol.cut[1] - 0.85) < 0.03, pol.cut
+    # one offset on every threshold moves the exits monotonically (the calibration's last knob);
+    # a refit clears it, and it survives a state round trip
+    means = []
+    for d in (-1.0, -0.1, 0.0, 0.05, 1.0):
+        pol.offset = d
+        means.append(pol.route(Xs, costs, price).mean())
+    assert means[0] == 0 and means[-1] == 2 and all(a <= b for a, b in zip(means, means[1:]))
+    pol.offset = 0.05
+    fresh = LinearStopping(3, 2, rule="confidence", score_col=0)
+    fresh.load_state_dict(pol.state_dict())
+    assert fresh.offset == 0.05 and (fresh.route(Xs, costs, price) == pol.route(Xs, costs, price)).all()
+    pol.fit(price)
+    assert pol.offset == 0.0
     with pytest.raises(ValueError, match="score_col"):
         LinearStopping(3, 2, rule="confidence")

@@ -280,6 +280,9 @@ class LinearStopping:
         self.rule = rule
         self.theta = np.zeros((max(self.n_exits - 1, 0), 3, self.dim))  # (K-1, 3, d): s, v, w
         self.cut = np.zeros(max(self.n_exits - 1, 0))  # (K-1,) thresholds t_k on the advantage
+        #: added to every threshold (0 after each fit): a budget calibration's last knob, since
+        #: the exits reached are monotone in it while refits at nearby prices can jump
+        self.offset = 0.0
         self.Xs = np.zeros((0, self.n_exits, self.dim))  # (N, K, d) window contexts
         self.q = np.zeros((0, self.n_exits))  # (N, K) qualities
         self.c = np.zeros((0, self.n_exits))  # (N, K) costs (they depend on each batch's length)
@@ -294,7 +297,7 @@ class LinearStopping:
             return np.ones(len(X), dtype=bool)
         if self.price is None:  # never fitted: no evidence, compute everything
             return np.zeros(len(X), dtype=bool)
-        return self.score(k, X, costs, price) > self.cut[k]
+        return self.score(k, X, costs, price) > self.cut[k] + self.offset
 
     def score(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` scores the threshold of exit ``k`` applies to: ``x[score_col]`` for ``rule=
@@ -349,6 +352,7 @@ class LinearStopping:
         if not len(q):
             return
         self.price = float(price)
+        self.offset = 0.0
         vq, vc = q[:, -1].copy(), c[:, -1].copy()  # realised quality / cost from k + 1 on
         eye = self.ridge * np.eye(self.dim)
         for k in range(self.n_exits - 2, -1, -1):
@@ -376,7 +380,7 @@ class LinearStopping:
         self.updates += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {"theta": _t(self.theta), "cut": _t(self.cut), "Xs": _t(self.Xs.astype(np.float32)), "q": _t(self.q),
+        return {"theta": _t(self.theta), "cut": _t(self.cut), "offset": self.offset, "Xs": _t(self.Xs.astype(np.float32)), "q": _t(self.q),
                 "c": _t(self.c), "price": -1.0 if self.price is None else self.price,
                 "updates": self.updates, "window": self.window, "ridge": self.ridge}
 
@@ -387,6 +391,7 @@ class LinearStopping:
             raise ValueError(f"stopping state for {theta.shape} models, this policy has {self.theta.shape}")
         self.theta = theta.copy()
         self.cut = state["cut"].numpy().copy() if "cut" in state else np.zeros(len(self.theta))
+        self.offset = float(state.get("offset", 0.0))
         self.Xs = state["Xs"].numpy().astype(np.float64)
         self.q, self.c = state["q"].numpy().copy(), state["c"].numpy().copy()
         p = float(state["price"])
