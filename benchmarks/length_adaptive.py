@@ -344,49 +344,38 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
             tr, input_ids=tr.input_ids[idx], attention_mask=tr.attention_mask[idx], labels=tr.labels[idx])})
         return TrialLoop(cfg, sub, {"epochs": 1, "batch_size": sizes["batch"], "seed": seed})
 
-    # 1. full fine-tune
-    std = loop_for("static", sizes["std_steps"], {})
-    if (sdir / "full.pt").exists():
-        std.model.load_state_dict(torch.load(sdir / "full.pt", weights_only=True))
-        seconds["full_train"] = json.loads((sdir / "seconds.json").read_text())["full_train"]
-    else:
+    def stage(loop, name: str, key: str, label: str, init=None, stale: Path | None = None):
+        """Train ``loop`` one pass from ``init``'s weights (or load ``sdir/name`` from an
+        earlier run); its seconds are kept in ``sdir/seconds.json`` under ``key``. A retrain
+        deletes ``stale`` (a result of the earlier weights)."""
+        if (sdir / name).exists():
+            loop.model.load_state_dict(torch.load(sdir / name, weights_only=True))
+            seconds.update(json.loads((sdir / "seconds.json").read_text()))
+            return loop
+        if stale is not None:
+            stale.unlink(missing_ok=True)
+        if init is not None:
+            loop.model.load_state_dict(init.model.state_dict())
         t0 = time.perf_counter()
-        std.train_epoch()
-        seconds["full_train"] = time.perf_counter() - t0
-        print(f"seed {seed}: full fine-tune {seconds['full_train']:.0f} s", flush=True)
-        torch.save(std.model.state_dict(), sdir / "full.pt")
+        loop.train_epoch()
+        seconds[key] = time.perf_counter() - t0
+        print(f"seed {seed}: {label} {seconds[key]:.0f} s", flush=True)
+        torch.save(loop.model.state_dict(), sdir / name)
         (sdir / "seconds.json").write_text(json.dumps(seconds))
-    # 2. LengthDrop training from the fine-tuned weights
+        return loop
+
+    # 1. full fine-tune
+    short = stage(loop_for("static", sizes["std_steps"], {}), "full.pt", "full_train", "full fine-tune")
+    # 2. LengthDrop training from the fine-tuned weights (a search of an earlier model is stale)
     ad = loop_for("length_drop", sizes["ld_steps"], {"length_drop_p": LENGTH_DROP_P,
                                                      "layer_drop_p": LAYER_DROP_P})
     assert isinstance(ad.gating, LengthDropGating)
-    if (sdir / "adaptive.pt").exists():
-        ad.model.load_state_dict(torch.load(sdir / "adaptive.pt", weights_only=True))
-        seconds.update(json.loads((sdir / "seconds.json").read_text()))
-    else:
-        (sdir / "search.json").unlink(missing_ok=True)  # a search of an earlier model is stale
-        ad.model.load_state_dict(std.model.state_dict())
-        t0 = time.perf_counter()
-        ad.train_epoch()
-        seconds["length_drop_train"] = time.perf_counter() - t0
-        print(f"seed {seed}: LengthDrop training {seconds['length_drop_train']:.0f} s", flush=True)
-        torch.save(ad.model.state_dict(), sdir / "adaptive.pt")
-        (sdir / "seconds.json").write_text(json.dumps(seconds))
+    stage(ad, "adaptive.pt", "length_drop_train", "LengthDrop training", init=short,
+          stale=sdir / "search.json")
     # 2b. the equal-steps control: the full model fine-tuned as many more steps as the
     # LengthDrop training ran (same data order and schedule, no LengthDrop): the "full" row
-    short = std
-    std = loop_for("static", sizes["ld_steps"], {})
-    if (sdir / "full_long.pt").exists():
-        std.model.load_state_dict(torch.load(sdir / "full_long.pt", weights_only=True))
-        seconds.update(json.loads((sdir / "seconds.json").read_text()))
-    else:
-        std.model.load_state_dict(short.model.state_dict())
-        t0 = time.perf_counter()
-        std.train_epoch()
-        seconds["full_long_train"] = time.perf_counter() - t0
-        print(f"seed {seed}: equal-steps full fine-tune {seconds['full_long_train']:.0f} s", flush=True)
-        torch.save(std.model.state_dict(), sdir / "full_long.pt")
-        (sdir / "seconds.json").write_text(json.dumps(seconds))
+    std = stage(loop_for("static", sizes["ld_steps"], {}), "full_long.pt", "full_long_train",
+                "equal-steps full fine-tune", init=short)
     short.model.eval()
     std.model.eval()
     ad.model.eval()
