@@ -173,7 +173,8 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
                       dht_exit_context: bool = False, dp_supervision: float = 0.0,
                       dp_predictor_lr: float | None = None, dht_min_heads: int | None = None,
                       dht_reward: str = "ce", dht_routing: str = "once",
-                      dht_stop_fit: str = "train", dht_stop_rule: str = "regression") -> dict[str, dict]:
+                      dht_stop_fit: str = "train", dht_stop_rule: str = "regression",
+                      dht_stop_quality: str = "prob", dht_stop_context: str = "exit") -> dict[str, dict]:
     """The protocols of the dht and dp rows of one variant, ``{"dht": ..., "dp": ...}``: the
     options enter a protocol only when they differ from the defaults (so rows of every variant
     keep their own keys), and only the protocol of the kind they change: ``exit_heads`` (a
@@ -186,7 +187,10 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
     stop / continue decision at every exit instead of one depth after block 1) and
     ``dht_stop_fit`` (``validation``: the cascade's stopping policy refitted on the calibration
     rows, label-free) and ``dht_stop_rule`` (``tuned``: each exit's threshold on the predicted
-    advantage chosen by direct search) dht."""
+    advantage chosen by direct search) and ``dht_stop_quality`` (``match``: a validation row's
+    quality at an exit is 1 if the exit's class is the deepest exit's, not that class's
+    probability) and ``dht_stop_context`` (``trajectory``: the cascade decides from the exit's
+    confidence and its agreement with the last exits, not from the pooled state) dht."""
     base = dict(protocol)
     if exit_heads:
         base["exit_heads"] = True
@@ -205,6 +209,10 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
         dht["dht_stop_fit"] = dht_stop_fit
     if dht_stop_rule != "regression":
         dht["dht_stop_rule"] = dht_stop_rule
+    if dht_stop_quality != "prob":
+        dht["dht_stop_quality"] = dht_stop_quality
+    if dht_stop_context != "exit":
+        dht["dht_stop_context"] = dht_stop_context
     if dp_supervision:
         dp["depth_supervision"] = float(dp_supervision)
     if dp_predictor_lr:
@@ -530,7 +538,7 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
     kind = spec["kind"]
     if kind != "static" and p.get("exit_heads"):
         cfg["exit_heads"] = True
-    for key in ("exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule"):
+    for key in ("exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule", "dht_stop_quality", "dht_stop_context"):
         if kind != "static" and p.get(key):
             cfg[key] = p[key]
     if kind == "static":
@@ -646,7 +654,7 @@ def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None, **var
     """Tables, JSONs and plot from the rows: the static rows and the dht / dp rows of one
     variant (``variant``: the options of :func:`dynamic_protocols`; a row belongs to it when its
     protocol has the same values of those options)."""
-    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule")
+    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule", "dht_stop_quality", "dht_stop_context")
     want = {k: {o: p.get(o) for o in keys} for k, p in dynamic_protocols({}, **variant).items()}
     rows = [r for r in read_rows(data_path) if r["kind"] == "static"
             or {o: r.get("protocol", {}).get(o) for o in keys} == want[r["kind"]]]
@@ -727,6 +735,13 @@ def main(argv: list[str] | None = None) -> None:
                     help="dht cascade rows: stop where the predicted advantage is positive (default), "
                          "above a threshold on it chosen on the fitting rows by direct search (tuned), or "
                          "where the exit's max probability passes a per-exit threshold fitted so (confidence)")
+    ap.add_argument("--dht-stop-quality", choices=["prob", "match"], default="prob",
+                    help="dht cascade rows with --dht-stop-fit validation: an exit's quality on a calibration row "
+                         "is its probability of the deepest exit's class (default) or 1 if its class is that "
+                         "class (match)")
+    ap.add_argument("--dht-stop-context", choices=["exit", "trajectory"], default="exit",
+                    help="dht cascade rows: decide at an exit from the pooled state's projection and the exit's "
+                         "confidence (default), or from its confidence and agreement with the last exits (trajectory)")
     ap.add_argument("--dp-predictor-lr", type=float, default=None,
                     help="dp rows: the depth predictor's own learning rate (default: the fine-tuning lr)")
     ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "
@@ -740,7 +755,8 @@ def main(argv: list[str] | None = None) -> None:
                    dp_supervision=args.dp_supervision, dp_predictor_lr=args.dp_predictor_lr,
                    dht_min_heads=args.dht_min_heads, dht_reward=args.dht_reward,
                    dht_routing=args.dht_routing, dht_stop_fit=args.dht_stop_fit,
-                   dht_stop_rule=args.dht_stop_rule)
+                   dht_stop_rule=args.dht_stop_rule, dht_stop_quality=args.dht_stop_quality,
+                   dht_stop_context=args.dht_stop_context)
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)

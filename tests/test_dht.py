@@ -6,6 +6,7 @@ through the CLI."""
 import copy
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from archsearch.dynamic import gating_class
-from archsearch.dynamic.dht import DHTGating
+from archsearch.dynamic.dht import TRAJECTORY_DIM, DHTGating
 from archsearch.models import costs
 from archsearch.models.transformer import MultiHeadAttention, Transformer, TransformerConfig
 
@@ -392,6 +393,31 @@ def test_dht_reward_prob_is_the_true_class_probability_and_bad_values_raise():
         DHTGating(model, {"dht_reward": "acc"}, {"seed": 0})
 
 
+def test_trajectory_stop_context_reads_confidence_and_agreement_with_the_last_exits():
+    """``dht_stop_context: trajectory``: per exit, max probability, normalised entropy, class ==
+    previous exit's, class == the previous two exits', previous max probability, 1."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=50, max_len=8, n_layers=3, d_model=16, n_heads=2,
+                                          d_ffn=32, dropout=0.0, task="classification"))
+    g = DHTGating(model, {"dht_routing": "cascade", "dht_stop_context": "trajectory", "min_layers": 1}, {"seed": 0})
+    assert g.stopping.dim == TRAJECTORY_DIM and g.stopping.score_col == 0
+    # 3 samples, classes over exits 1..3: (0, 0, 0), (0, 1, 1), (1, 0, 0)
+    logits = {1: torch.tensor([[2.0, 0.0], [1.0, 0.0], [0.0, 3.0]]),
+              2: torch.tensor([[3.0, 0.0], [0.0, 1.0], [1.0, 0.0]]),
+              3: torch.tensor([[4.0, 0.0], [0.0, 2.0], [0.0, 0.0 - 2.0]])}
+    hid = {d: torch.zeros(3, 4, 16) for d in logits}
+    X = g._exit_contexts(logits, hid, None)  # (B, K, 6)
+    assert X.shape == (3, 3, TRAJECTORY_DIM)
+    p = {d: lg.softmax(-1) for d, lg in logits.items()}
+    np.testing.assert_allclose(X[:, :, 0], torch.stack([p[d].max(-1).values for d in (1, 2, 3)], 1).double())
+    ent = torch.stack([-(p[d] * p[d].log()).sum(-1) / math.log(2) for d in (1, 2, 3)], 1).double()
+    np.testing.assert_allclose(X[:, :, 1], ent, rtol=1e-5)
+    np.testing.assert_array_equal(X[:, :, 2], [[0, 1, 1], [0, 0, 1], [0, 0, 1]])  # == previous exit
+    np.testing.assert_array_equal(X[:, :, 3], [[0, 0, 1], [0, 0, 0], [0, 0, 0]])  # == previous two
+    np.testing.assert_allclose(X[:, 1:, 4], X[:, :-1, 0])  # previous max probability
+    assert (X[:, 0, 4] == 0).all() and (X[:, :, 5] == 1).all()
+
+
 def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(tiny):
     """``dht_routing: cascade``: the exit-by-exit inference gives each sample the logits of the
     static model at its exit, counts that depth's FLOPs, agrees with plan() and with the
@@ -431,15 +457,21 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
         DHTGating(model, {"dht_routing": "twice"}, {})
 
 
-@pytest.mark.parametrize("stop_fit,stop_rule", [("train", "regression"), ("validation", "regression"),
-                                                 ("train", "tuned"), ("validation", "confidence")])
-def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, stop_fit, stop_rule):
+@pytest.mark.parametrize("stop_fit,stop_rule,stop_quality,stop_context", [
+    ("train", "regression", "prob", "exit"), ("validation", "regression", "prob", "exit"),
+    ("train", "tuned", "prob", "exit"),
+    ("validation", "confidence", "prob", "exit"), ("validation", "confidence", "match", "exit"),
+    ("validation", "confidence", "match", "trajectory")])
+def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, stop_fit, stop_rule, stop_quality,
+                                                                    stop_context):
     static = costs.known_costs_fn(small_data)({"gating": "static", "n_layers": 3, "d_model": 32,
                                                "n_heads": 4})["flops_per_sample"]
     loop, m = train_dht(small_data, lam=0.5, flops_budget=0.6, dht_routing="cascade", dht_reward="prob",
-                        dht_stop_fit=stop_fit, dht_stop_rule=stop_rule)
+                        dht_stop_fit=stop_fit, dht_stop_rule=stop_rule, dht_stop_quality=stop_quality,
+                        dht_stop_context=stop_context)
     g = loop.gating
-    assert g.stopping.rule == stop_rule
+    assert g.stopping.rule == stop_rule and g.stop_quality == stop_quality
+    assert g.stopping.dim == (TRAJECTORY_DIM if stop_context == "trajectory" else g.context_dim)
     assert g.takeover_step is not None and g.stopping.updates > 0
     frac = m["flops_per_sample"] / static
     assert abs(frac - 0.6) <= 0.05, (frac, m["dht_depth_hist"])
@@ -453,3 +485,15 @@ def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, s
         DHTGating(loop.model, {"dht_stop_fit": "test"}, {})
     with pytest.raises(ValueError, match="dht_stop_rule"):
         DHTGating(loop.model, {"dht_stop_rule": "oracle"}, {})
+    with pytest.raises(ValueError, match="dht_stop_quality"):
+        DHTGating(loop.model, {"dht_stop_quality": "labels"}, {})
+    with pytest.raises(ValueError, match="dht_stop_context"):
+        DHTGating(loop.model, {"dht_stop_context": "hidden"}, {})
+    if stop_fit == "validation":  # the calibration rows' qualities: the deepest exit scores 1
+        x, mask = g.calibration_batches(64)[0]
+        h, pad = g._trunk(x, mask)
+        with torch.no_grad():
+            q = g._agreement(g._run_exits(h, pad, g.depths[-1], [None] * (g.depths[-1] - g.n_fixed)))
+        assert q.shape == (len(x), len(g.depths)) and np.all((q >= 0) & (q <= 1))
+        assert np.isin(q, (0.0, 1.0)).all() == (stop_quality == "match")
+        assert (q[:, -1] == 1).all() == (stop_quality == "match")

@@ -319,13 +319,16 @@ class LinearStopping:
     @staticmethod
     def best_cut(adv: np.ndarray, gain: np.ndarray, keep_zero: bool = True) -> float:
         """The threshold ``t`` maximising ``sum(gain[adv > t])``, exactly: every cut between two
-        distinct sorted scores is tried, plus ``inf`` (no sample stops) and ``-inf`` (all
-        stop); of equal sums the one that stops fewest. With ``keep_zero``: 0 (the
-        regression's own cut) unless some cut does strictly better. ``adv``, ``gain``: ``N``
-        floats."""
+        distinct sorted scores is tried, plus one just above the highest score (no sample
+        stops) and one just below the lowest (all stop); of equal sums the one that stops
+        fewest. Those two are finite (the next float past the extreme score), so that the
+        budget calibration's offset (:attr:`offset`) can still move them. With ``keep_zero``: 0
+        (the regression's own cut) unless some cut does strictly better. ``adv``, ``gain``:
+        ``N`` floats."""
         a = np.sort(adv)[::-1]
         value = np.concatenate([[0.0], np.cumsum(gain[np.argsort(-adv, kind="stable")])])  # top m stop
-        cuts = np.concatenate([[np.inf], (a[:-1] + a[1:]) / 2, [-np.inf]])  # (N+1,) cut of each m
+        cuts = np.concatenate([[np.nextafter(a[0], np.inf)], (a[:-1] + a[1:]) / 2,
+                               [np.nextafter(a[-1], -np.inf)]])  # (N+1,) cut of each m
         valid = np.concatenate([[True], a[:-1] > a[1:], [True]])  # tied advantages stop together
         m = int(np.flatnonzero(valid)[np.argmax(value[valid])])
         if keep_zero and value[m] <= float(np.sum(gain[adv > 0])) + 1e-12:

@@ -86,7 +86,13 @@ Config keys (trial config, docs/design.md MODEL_KEYS): ``flops_budget`` (None = 
 on the calibration rows, quality = agreement with the deepest exit, no labels), ``dht_stop_rule``
 (``regression``; ``tuned``: each exit's threshold on the predicted advantage is chosen on the
 fitting rows by direct search; ``confidence``: a threshold per exit on the exit's own max
-probability, fitted the same way; :class:`~archsearch.dynamic.bandits.LinearStopping`).
+probability, fitted the same way; :class:`~archsearch.dynamic.bandits.LinearStopping`),
+``dht_stop_quality`` (``prob``; with ``dht_stop_fit: validation``, the quality an exit scores on
+a calibration row: ``prob`` = its probability of the deepest exit's class, ``match`` = 1 if its
+class is the deepest exit's, else 0), ``dht_stop_context`` (``exit``: the cascade decides at
+an exit from the projection of the pooled state there, the exit's max probability and entropy;
+``trajectory``: from the exit's max probability and entropy, whether its class equals the last
+one or two exits', and the previous exit's max probability; :meth:`DHTGating._stop_context`).
 Programmatic (``settings["fixed"]``): ``dht_price_lr`` (0.05), ``dht_epsilon`` (0.05),
 ``dht_warmup_max_steps``, ``dht_calibration_rows`` (2048). Depth limits are clamped into
 ``[n_fixed, n_layers]`` (a searched ``max_layers`` may exceed a searched ``n_layers``), and
@@ -112,6 +118,10 @@ from archsearch.models import costs
 from archsearch.space import KEY_CHOICES
 
 CONTEXT_DIM = 16
+#: ``dht_stop_context: trajectory`` columns: max probability, entropy / log C, the exit's class
+#: equals the previous exit's, ... and the one before (a patience of 2), the previous exit's max
+#: probability, 1
+TRAJECTORY_DIM = 6
 
 
 def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -160,7 +170,10 @@ class DHTGating(GatingStrategy):
             ``[1, n_heads]``, negative ``dht_lambda`` or ``dht_warmup_steps``,
             ``flops_budget`` outside ``(0, 1]``, ``dht_epsilon`` outside ``[0, 1]``, ``exit_loss``
             not in :data:`~archsearch.dynamic.base.EXIT_LOSSES`, ``dht_reward`` not ``ce`` / ``prob``,
-            ``dht_routing`` not ``once`` / ``cascade`` (or ``cascade`` for ``task: lm``).
+            ``dht_routing`` not ``once`` / ``cascade`` (or ``cascade`` for ``task: lm``),
+            ``dht_stop_fit`` / ``dht_stop_rule`` / ``dht_stop_quality`` / ``dht_stop_context``
+            not one of their
+            :data:`~archsearch.space.KEY_CHOICES`.
     """
 
     def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any],
@@ -202,6 +215,14 @@ class DHTGating(GatingStrategy):
         if self.stop_rule not in KEY_CHOICES["dht_stop_rule"]:
             raise ValueError(f"dht_stop_rule must be one of {list(KEY_CHOICES['dht_stop_rule'])}, "
                              f"got {self.stop_rule!r}")
+        self.stop_quality = str(cfg.get("dht_stop_quality") or "prob")
+        if self.stop_quality not in KEY_CHOICES["dht_stop_quality"]:
+            raise ValueError(f"dht_stop_quality must be one of {list(KEY_CHOICES['dht_stop_quality'])}, "
+                             f"got {self.stop_quality!r}")
+        self.stop_context = str(cfg.get("dht_stop_context") or "exit")
+        if self.stop_context not in KEY_CHOICES["dht_stop_context"]:
+            raise ValueError(f"dht_stop_context must be one of {list(KEY_CHOICES['dht_stop_context'])}, "
+                             f"got {self.stop_context!r}")
         if self.routing == "cascade" and conf.task == "lm":  # an LM's exit head costs more than a block
             raise ValueError("dht_routing: cascade is for classification (task: lm reads a vocabulary-sized "
                              "exit head at every exit)")
@@ -224,8 +245,9 @@ class DHTGating(GatingStrategy):
         self.context_dim = CONTEXT_DIM + 1 + (2 if self.exit_context else 0)
         self.lin = LinUCB(len(self.depths), self.context_dim, alpha=alpha, decay=decay)
         #: ``dht_routing: cascade``: the per-exit stop / continue policy (``None`` = route once)
-        self.stopping = (LinearStopping(len(self.depths), self.context_dim, rule=self.stop_rule,
-                                         score_col=CONTEXT_DIM)
+        trajectory = self.stop_context == "trajectory"
+        self.stopping = (LinearStopping(len(self.depths), TRAJECTORY_DIM if trajectory else self.context_dim,
+                                        rule=self.stop_rule, score_col=0 if trajectory else CONTEXT_DIM)
                          if self.routing == "cascade" else None)
         rows = max(self.n_gated, 1)
         self.ucb = UCB1(H - self.min_heads + 1, n_rows=rows, c=ucb_c, decay=decay)
@@ -410,16 +432,62 @@ class DHTGating(GatingStrategy):
         return (out, hid) if hidden else out
 
     def _agreement(self, exits: dict) -> np.ndarray:
-        """``B x K``: each exit's probability of the deepest exit's class -- a label-free quality
-        (the agreement target of PABEE / BERxiT-style exits), for fitting on held-out rows."""
+        """``B x K`` label-free qualities of every exit for fitting on held-out rows (the
+        agreement target of PABEE / BERxiT-style exits): with ``dht_stop_quality: match``, 1 where
+        the exit's class is the deepest exit's, else 0 (what accuracy counts); with ``prob``,
+        the exit's probability of the deepest exit's class (a soft score that also rewards
+        confidence: it favours stopping only at exits that are sure, which the budget then
+        pushes to the shallowest ones)."""
         with torch.no_grad():
             top = exits[self.depths[-1]].argmax(-1, keepdim=True)  # (B, 1)
+            if self.stop_quality == "match":
+                return torch.stack([(exits[d].argmax(-1, keepdim=True) == top)[:, 0] for d in self.depths],
+                                   1).double().cpu().numpy()  # (B, K)
             return torch.stack([exits[d].float().softmax(-1).gather(-1, top)[:, 0] for d in self.depths],
                                1).cpu().numpy()  # (B, K)
 
+    def _stop_context(self, h, pad, logits: torch.Tensor, prev: tuple | None):
+        """The cascade's context at one exit and the state the next exit reads.
+
+        Args:
+            h: ``b x T x d`` hidden states at the exit; ``pad``: ``b x T`` bool or ``None``.
+            logits: ``b x C`` the exit's logits.
+            prev: the state returned at the previous exit (``None`` at the first).
+
+        Returns:
+            ``(X, state)``: ``X`` ``b x dim`` float64 -- with ``dht_stop_context: exit`` the
+            :meth:`_context` there (projection of the pooled state, max probability, entropy,
+            1); with ``trajectory`` the :data:`TRAJECTORY_DIM` columns (max probability, entropy
+            / log C, whether the exit's class equals the previous exit's, whether it also
+            equals the one before -- PABEE's patience, Zhou et al. 2020, NeurIPS, §3 --, the
+            previous exit's max probability, 1); ``state`` = ``(class, agrees, max probability)``,
+            ``b`` arrays each (index them with the rows that go on).
+        """
+        with torch.no_grad():
+            logp = logits.detach().float().log_softmax(-1)  # (b, C)
+            maxp_t, cls_t = logp.max(-1)
+            maxp, cls = maxp_t.exp().cpu().numpy().astype(np.float64), cls_t.cpu().numpy()
+            agree = np.zeros(len(cls), dtype=bool) if prev is None else cls == prev[0]
+            if self.stop_context == "exit":
+                X = self._context(h, pad, logits)
+            else:
+                ent = (-(logp.exp() * logp).sum(-1) / math.log(logp.shape[-1])).cpu().numpy()
+                X = np.ones((len(cls), TRAJECTORY_DIM))
+                X[:, 0], X[:, 1], X[:, 2] = maxp, ent, agree
+                if prev is not None:
+                    X[:, 3], X[:, 4] = agree & prev[1], prev[2]
+                else:
+                    X[:, 3] = X[:, 4] = 0.0
+        return X, (cls, agree, maxp)
+
     def _exit_contexts(self, exits: dict, hid: dict, pad) -> np.ndarray:
-        """``B x K x 19`` contexts of every exit (the cascade's inputs) from :meth:`_run_exits`."""
-        return np.stack([self._context(hid[d], pad, exits[d]) for d in self.depths], 1)
+        """``B x K x dim`` contexts of every exit (the cascade's inputs, :meth:`_stop_context`)
+        from :meth:`_run_exits`."""
+        out, prev = [], None
+        for d in self.depths:
+            X, prev = self._stop_context(hid[d], pad, exits[d], prev)
+            out.append(X)
+        return np.stack(out, 1)
 
     def _trunk(self, x, mask, depth_cap: int | None = None):
         m = self.model
@@ -757,12 +825,13 @@ class DHTGating(GatingStrategy):
             h = self.model.run_layers(h, pad, self.n_fixed, lo, heads_per_layer=heads[:lo - self.n_fixed])
         active = torch.arange(B)
         arms = np.full(B, K - 1)
-        out = None
+        out, prev = None, None
         for k, d in enumerate(self.depths):
-            lg = self.model.head_logits(h, pad, depth=d)  # (b, C) or (b, T, V)
+            lg = self.model.head_logits(h, pad, depth=d)  # (b, C)
             if out is None:
                 out = lg.new_empty((B,) + tuple(lg.shape[1:]))
-            stop = self.stopping.stop(k, self._context(h, pad, lg), costs_, price)  # (b,)
+            X, prev = self._stop_context(h, pad, lg, prev)
+            stop = self.stopping.stop(k, X, costs_, price)  # (b,)
             st = torch.from_numpy(np.flatnonzero(stop))
             out[active[st]] = lg[st]
             arms[active[st].numpy()] = k
@@ -772,6 +841,7 @@ class DHTGating(GatingStrategy):
             if len(st):
                 active, h = active[keep], h[keep]
                 pad = None if pad is None else pad[keep]
+                prev = tuple(a[keep.numpy()] for a in prev)
             h = self.model.run_layers(h, pad, d, d + 1, heads_per_layer=[heads[d - self.n_fixed]])
         return out, arms, heads
 
