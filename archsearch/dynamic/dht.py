@@ -172,8 +172,7 @@ class DHTGating(GatingStrategy):
             not in :data:`~archsearch.dynamic.base.EXIT_LOSSES`, ``dht_reward`` not ``ce`` / ``prob``,
             ``dht_routing`` not ``once`` / ``cascade`` (or ``cascade`` for ``task: lm``),
             ``dht_stop_fit`` / ``dht_stop_rule`` / ``dht_stop_quality`` / ``dht_stop_context``
-            not one of their
-            :data:`~archsearch.space.KEY_CHOICES`.
+            not one of their :data:`~archsearch.space.KEY_CHOICES`.
     """
 
     def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any],
