@@ -13,8 +13,10 @@ Protocol:
   and each row's padded length in ``benchmarks/data/cascade_exits/seed{N}.npz``, with the
   commit, command and machine in ``seed{N}.json``. A seed already dumped is not re-run.
 * ``analyze`` (seconds): per seed and per policy, the policy is fitted on the validation rows
-  and calibrated there by bisection (on the price, for the fitted policies; on the threshold,
-  for the shared one) to each budget in ``BUDGETS``; it is then played on the test rows.
+  and calibrated there by bisection (on the price, for the fitted policies, then on one offset
+  added to every exit's threshold when the price alone misses by more than 0.005, as
+  :meth:`DHTGating.calibrate` does; on the threshold, for the shared one) to each budget in
+  ``BUDGETS``; it is then played on the test rows.
   FLOPs are the analytic FLOPs of the blocks each row runs at its padded length
   (:func:`archsearch.models.costs.flops_per_sample`), as a fraction of the full model's. A
   policy's number at 0.5x is its test accuracy interpolated at 0.5 test FLOPs on its own
@@ -176,8 +178,10 @@ def policy_exits(name: str, val: dict, test: dict, budget: float) -> np.ndarray:
     hi = 1.0
     while fraction(hi) > budget and hi < 1e6:
         hi *= 4
-    price, _ = calibrate_monotone(fraction, budget, 0.0, hi, iters=50)
-    stop.fit(price, data=(Xv, q, val["cost"]))
+    price, frac = calibrate_monotone(fraction, budget, 0.0, hi, iters=50)
+    frac = fraction(price)  # the policy of the calibrated price, fitted
+    if abs(frac - budget) > 0.005:  # as DHTGating.calibrate: one offset on every threshold
+        stop.calibrate_offset(lambda: play(val, stop.route(Xv, val["cost"], price))[1], budget, frac)
     return stop.route(Xt, test["cost"], price)
 
 

@@ -30,7 +30,7 @@ the same calls give the same choices. ``state_dict()`` holds tensors, numbers an
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -369,6 +369,38 @@ class LinearStopping:
             s = self.stop(k, X, c, price)
             vq = np.where(s, q[:, k], vq)
             vc = np.where(s, c[:, k], vc)
+
+    def calibrate_offset(self, fraction: Callable[[], float], budget: float, frac: float) -> float:
+        """A budget calibration's last step: refits at nearby prices can make the cost fraction
+        jump over the budget (per-exit thresholds flip together), so with the policy of the
+        calibrated price fixed, one :attr:`offset` added to every exit's threshold is bisected
+        (the exits reached are monotone in it: a higher offset stops fewer samples, so more
+        cost). Kept only if it lands closer than ``frac``.
+
+        Args:
+            fraction: the cost fraction of the current policy (with the current offset) on the
+                calibration rows.
+            budget: the target fraction.
+            frac: the fraction without an offset.
+
+        Returns:
+            The fraction reached (``frac`` when no offset does better; the offset is then 0).
+        """
+        def at(d: float) -> float:
+            self.offset = d
+            return fraction()
+
+        hi, lo = 1.0, -1.0
+        while at(hi) < budget and hi < 1e6:
+            hi *= 4
+        while at(lo) > budget and lo > -1e6:
+            lo *= 4
+        d, f = calibrate_monotone(at, budget, lo, hi, iters=40, decreasing=False)
+        if abs(f - budget) < abs(frac - budget):
+            self.offset = d
+            return f
+        self.offset = 0.0
+        return frac
 
     def update(self, Xs: np.ndarray, q: np.ndarray, costs: np.ndarray, price: float) -> None:
         """Add a batch to the window and refit at ``price``: contexts ``Xs`` (``B x K x d``),

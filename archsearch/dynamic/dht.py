@@ -642,7 +642,7 @@ class DHTGating(GatingStrategy):
         closest reachable point). With ``dht_routing: cascade`` every tried price refits the
         stopping policy at that price (:meth:`LinearStopping.fit`), which stays fitted at the
         calibrated one (then, if that misses the budget by more than 0.005, one offset on all
-        its thresholds is bisected, :meth:`_calibrate_offset`); the exits' contexts are read on the greedy heads' path (re-read once
+        its thresholds is bisected, :meth:`LinearStopping.calibrate_offset`); the exits' contexts are read on the greedy heads' path (re-read once
         if the calibrated price picks other heads). With ``dht_stop_fit: validation`` those
         fits use ``batches`` themselves, no labels: an exit's quality is its probability of
         the deepest exit's class (training qualities are biased: the deeper exits fit the
@@ -725,34 +725,10 @@ class DHTGating(GatingStrategy):
         if self.stopping is not None:
             refit(price)
             if abs(frac - budget) > 0.005:
-                frac = self._calibrate_offset(lambda: fraction(price, fit=False), budget, frac)
+                frac = self.stopping.calibrate_offset(lambda: fraction(price, fit=False), budget, frac)
         self._greedy_cache.clear()
         self.eval_price, self.calibrated_fraction = float(price), float(frac)
         return self.eval_price, self.calibrated_fraction
-
-    def _calibrate_offset(self, fraction, budget: float, frac: float) -> float:
-        """The cascade's last calibration step: refits at nearby prices can make the FLOPs
-        fraction jump over the budget (per-exit thresholds flip together), so with the policy
-        of the calibrated price fixed, one offset added to every exit's threshold is bisected
-        (the exits reached are monotone in it: a higher offset stops fewer samples, so more
-        FLOPs). Kept only if it lands closer; returns the fraction in place."""
-        stop = self.stopping
-
-        def at(d: float) -> float:
-            stop.offset = d
-            return fraction()
-
-        hi, lo = 1.0, -1.0
-        while at(hi) < budget and hi < 1e6:
-            hi *= 4
-        while at(lo) > budget and lo > -1e6:
-            lo *= 4
-        d, f = calibrate_monotone(at, budget, lo, hi, iters=40, decreasing=False)
-        if abs(f - budget) < abs(frac - budget):
-            stop.offset = d
-            return f
-        stop.offset = 0.0
-        return frac
 
     # ------------------------------------------------------------------ inference
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:

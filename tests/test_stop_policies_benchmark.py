@@ -1,0 +1,62 @@
+"""benchmarks/stop_policies.py (issue 14) without training: its trajectory features are the ones
+DHT's cascade reads (``dht_stop_context: trajectory``), and its policies meet the budget on the
+rows they are calibrated on."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sp():
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports its sibling common.py
+    spec = importlib.util.spec_from_file_location("bench_stop_policies", ROOT / "benchmarks" / "stop_policies.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def exits_dump(n: int, seed: int) -> dict:
+    """Six exits over 3 classes whose accuracy rises with depth; max probability informative."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    logits = rng.normal(size=(n, 6, 3))
+    logits[np.arange(n), :, y] += np.linspace(0.2, 2.5, 6)  # deeper exits are surer of the truth
+    p = torch.from_numpy(logits).softmax(-1).numpy()
+    return {"split_p": p, "split_y": y, "split_T": np.full(n, 16)}
+
+
+def costs(T: int) -> np.ndarray:
+    return np.arange(1, 7) / 6
+
+
+def test_trajectory_features_are_dhts(sp):
+    from archsearch.dynamic.dht import DHTGating
+    from archsearch.models.transformer import Transformer, TransformerConfig
+
+    d = exits_dump(40, 0)
+    t = sp.split_tables(d, "split", costs)
+    model = Transformer(TransformerConfig(vocab_size=50, max_len=8, n_layers=6, d_model=16, n_heads=2,
+                                          d_ffn=32, dropout=0.0, task="classification", n_classes=3))
+    g = DHTGating(model, {"dht_routing": "cascade", "dht_stop_context": "trajectory", "min_layers": 1}, {"seed": 0})
+    assert g.depths == [1, 2, 3, 4, 5, 6]
+    logits = {k + 1: torch.from_numpy(np.log(d["split_p"][:, k])) for k in range(6)}
+    X = g._exit_contexts(logits, {k: torch.zeros(40, 4, 16) for k in logits}, None)
+    np.testing.assert_allclose(sp.trajectory(t), X, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("policy", ["shared_threshold", "confidence_match", "tuned_trajectory_match"])
+def test_policies_meet_the_budget_on_their_calibration_rows(sp, policy):
+    t = sp.split_tables(exits_dump(600, 1), "split", costs)
+    for budget in (0.4, 0.6):
+        _, frac, hist = sp.play(t, sp.policy_exits(policy, t, t, budget))
+        assert abs(frac - budget) < 0.03, (policy, budget, frac, hist)
+        assert (hist > 0).sum() >= 3  # rows stop at several exits
