@@ -189,3 +189,4 @@ def test_minilm_search_minutes_to_beat_tfidf():
     s = ms.summarize(rows, 0.79, 1000.0)
     assert (s["trials_completed"], s["trials_failed"], s["best_val_accuracy_gating"]) == (2, 1, "dht")
     assert s["beats_tfidf"] and s["minutes_to_beat_tfidf"] == pytest.approx(11.67) and s["within_15_min"]
+    assert not s["within_10_min"]
