@@ -67,7 +67,7 @@ MODEL_KEYS = {
 #: the allowed values of the trial-config keys that take one of a few words: checked before
 #: launch (a bad value otherwise fails every trial); the strategies read them from here.
 KEY_CHOICES: dict[str, tuple[str, ...]] = {
-    "exit_loss": ("mean", "sum"),
+    "exit_loss": ("mean", "sum", "equal"),
     "dht_reward": ("ce", "prob"),
     "dht_routing": ("once", "cascade"),
     "dht_stop_fit": ("train", "validation"),

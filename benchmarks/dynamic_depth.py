@@ -179,7 +179,7 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
     options enter a protocol only when they differ from the defaults (so rows of every variant
     keep their own keys), and only the protocol of the kind they change: ``exit_heads`` (a
     classifier per exit) and ``exit_loss`` (``sum``: the shallower exits' losses summed, not
-    averaged) both kinds, ``dht_exit_context`` (the exit-1 confidence in the bandit's context)
+    averaged; ``equal``: summed at the deepest exit's weight) both kinds, ``dht_exit_context`` (the exit-1 confidence in the bandit's context)
     dht, ``dp_supervision`` (weight of the predictor's per-sample depth label) and
     ``dp_predictor_lr`` (the predictor's own learning rate) dp, ``dht_min_heads`` (12 = no
     head gating, depth only) and ``dht_reward`` (``prob``: the bandit's quality is the exit's
@@ -715,8 +715,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-rows", type=int, default=None, help="stop after this many new rows")
     ap.add_argument("--exit-heads", action="store_true",
                     help="dht / dp rows with a classifier per exit (exit_heads: true); static rows are shared")
-    ap.add_argument("--exit-loss", choices=["mean", "sum"], default="mean",
-                    help="dht / dp rows: the shallower exits' losses averaged (default) or summed")
+    ap.add_argument("--exit-loss", choices=["mean", "sum", "equal"], default="mean",
+                    help="dht / dp rows: the shallower exits' (CE + KD) / 2 averaged (default) or "
+                         "summed, or CE + KD summed (equal: every exit weighs as much as the deepest)")
     ap.add_argument("--dht-exit-context", action="store_true",
                     help="dht rows: the exit-1 confidence (max probability, entropy) in the bandit's context")
     ap.add_argument("--dp-supervision", type=float, default=0.0,

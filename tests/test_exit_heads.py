@@ -80,6 +80,7 @@ def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_us
     torch.testing.assert_close(deep, F.cross_entropy(exits[-1], y))
     torch.testing.assert_close(mean, sum(parts) / 3)
     torch.testing.assert_close(total, sum(parts))
+    torch.testing.assert_close(all_exit_loss(exits, y, F.cross_entropy, "equal")[1], 2 * sum(parts))
     assert float(all_exit_loss(exits[-1:], y, F.cross_entropy, "sum")[1]) == 0.0
     with pytest.raises(ValueError, match="exit_loss"):
         all_exit_loss(exits, y, F.cross_entropy, "max")
@@ -89,8 +90,8 @@ def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_us
     for cls, cfg in ((DHTGating, {"flops_budget": 0.5, "dht_warmup_steps": 5}),
                      (DepthPredictorGating, {"flops_budget": 0.5, "depth_warmup_steps": 5})):
         losses = {r: float(cls(model, {**cfg, "exit_loss": r}, {"seed": 0}).training_loss(x, mask, yb, F.cross_entropy).detach())
-                  for r in ("mean", "sum")}
-        assert losses["sum"] > losses["mean"]
+                  for r in ("mean", "sum", "equal")}
+        assert losses["equal"] > losses["sum"] > losses["mean"]
         with pytest.raises(ValueError, match="exit_loss"):
             cls(model, {**cfg, "exit_loss": "max"}, {"seed": 0})
 

@@ -49,7 +49,7 @@ Batch = tuple[torch.Tensor, "torch.Tensor | None", torch.Tensor]
 
 
 #: How :func:`all_exit_loss` combines the shallower exits (config key ``exit_loss``).
-EXIT_LOSSES = KEY_CHOICES["exit_loss"]  # ("mean", "sum")
+EXIT_LOSSES = KEY_CHOICES["exit_loss"]  # ("mean", "sum", "equal")
 
 
 def exit_loss_setting(cfg: dict[str, Any]) -> str:
@@ -80,7 +80,9 @@ def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
     rule: Yu & Huang 2019, "Universally Slimmable Networks", §3.2-3.3; Kim & Cho 2021,
     "Length-Adaptive Transformer", §2.2), averaged (``reduction="mean"``: the shallow exits
     together weigh as much as half the deepest) or summed (``"sum"``: each shallow exit's CE
-    weighs half the deepest's, as in the equal-weight exit losses of DeeBERT / PABEE).
+    weighs half the deepest's), or summed at full weight (``"equal"``: ``CE_k + KD_k`` per
+    shallower exit, each exit's CE weighing as much as the deepest's, as in the equal-weight
+    exit losses of DeeBERT / PABEE, Xin et al. 2020 sec. 3; Zhou et al. 2020 sec. 3.2).
 
     Args:
         exits: logits of every exit, shallowest first, deepest last (each ``B x C`` or
@@ -102,7 +104,9 @@ def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
     if len(exits) == 1:
         return deep, deep.new_zeros(())
     shallow = sum((loss_fn(e, y) + distill(e, teacher)) / 2 for e in exits[:-1])
-    return deep, shallow / (len(exits) - 1) if reduction == "mean" else shallow
+    if reduction == "mean":
+        return deep, shallow / (len(exits) - 1)
+    return deep, 2 * shallow if reduction == "equal" else shallow
 
 
 @runtime_checkable

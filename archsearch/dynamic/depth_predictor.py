@@ -282,7 +282,7 @@ class DepthPredictorGating(GatingStrategy):
     def exit_losses(self, x, mask, y, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
         """All exits of the unscaled full model (:meth:`exit_logits`): ``(CE of the deepest exit,
         mean_k (CE_k + KD_k) / 2 over the shallower exits)`` (scalars, nats; the second is 0 with
-        a single allowed depth; summed instead of averaged with ``exit_loss: sum``;
+        a single allowed depth; summed instead of averaged with ``exit_loss: sum``, at full weight with ``equal``;
         :func:`~archsearch.dynamic.base.all_exit_loss`)."""
         return all_exit_loss(self.exit_logits(x, mask), y, loss_fn, self.exit_loss)
 

@@ -14,7 +14,7 @@ issue 14 (docs/design.md, DHT section). Per training batch:
    output head reads every allowed depth ``min_layers..max_layers`` (one classifier per exit,
    shared weights, or one per exit with ``exit_heads: true``). Loss
    (:func:`~archsearch.dynamic.base.all_exit_loss`): ``CE(deepest) + mean_k (CE_k + KD_k) / 2``
-   over the shallower exits (``exit_loss: sum``: summed instead of averaged),
+   over the shallower exits (``exit_loss: sum``: summed instead of averaged; ``equal``: ``CE_k + KD_k`` summed),
    ``KD_k = KL(softmax(deepest, detached) || softmax(exit k))`` -- in-place distillation with the
    sandwich rule (deepest + shallowest + every exit in between; Yu & Huang 2019, "Universally
    Slimmable Networks", §3.2-3.3; Kim & Cho 2021, "Length-Adaptive Transformer", §2.2). After
