@@ -124,7 +124,7 @@ def split_tables(d, split: str, cost_of) -> dict[str, np.ndarray]:
     p, y, T = d[f"{split}_p"].astype(np.float64), d[f"{split}_y"], d[f"{split}_T"]  # (N, K, C), (N,), (N,)
     cls = p.argmax(-1)  # (N, K)
     rows = np.arange(len(y))
-    return {"maxp": p.max(-1), "ent": -(p * np.log(np.clip(p, 1e-12, None))).sum(-1) / math.log(p.shape[-1]),
+    return {"p": p, "maxp": p.max(-1), "ent": -(p * np.log(np.clip(p, 1e-12, None))).sum(-1) / math.log(p.shape[-1]),
             "cls": cls, "correct": (cls == y[:, None]).astype(float),
             "match": (cls == cls[:, -1:]).astype(float),
             "prob": p[rows, :, cls[:, -1]],  # (N, K): each exit's probability of the deepest exit's class
@@ -132,15 +132,15 @@ def split_tables(d, split: str, cost_of) -> dict[str, np.ndarray]:
 
 
 def trajectory(t: dict) -> np.ndarray:
-    """``N x K x 6`` trajectory contexts, as ``DHTGating._stop_context`` builds them."""
-    N = len(t["maxp"])
-    agree = np.zeros((N, K))
-    agree[:, 1:] = t["cls"][:, 1:] == t["cls"][:, :-1]
-    streak = np.zeros((N, K))
-    streak[:, 1:] = agree[:, 1:] * agree[:, :-1]
-    prev = np.zeros((N, K))
-    prev[:, 1:] = t["maxp"][:, :-1]
-    return np.stack([t["maxp"], t["ent"], agree, streak, prev, np.ones((N, K))], -1)
+    """``N x K x 6`` trajectory contexts, exit by exit as ``DHTGating._stop_context`` builds
+    them (:func:`archsearch.dynamic.bandits.trajectory_context`)."""
+    from archsearch.dynamic.bandits import trajectory_context
+
+    out, prev = [], None
+    for k in range(t["p"].shape[1]):
+        X, prev = trajectory_context(t["p"][:, k], prev)
+        out.append(X)
+    return np.stack(out, 1)
 
 
 def play(t: dict, exits: np.ndarray) -> tuple[float, float, np.ndarray]:
@@ -152,7 +152,7 @@ def play(t: dict, exits: np.ndarray) -> tuple[float, float, np.ndarray]:
 
 def policy_exits(name: str, val: dict, test: dict, budget: float) -> np.ndarray:
     """Test exits of policy ``name`` fitted and calibrated on ``val`` to ``budget``."""
-    from archsearch.dynamic.bandits import LinearStopping, calibrate_monotone
+    from archsearch.dynamic.bandits import LinearStopping, calibrate_monotone, calibrate_price
 
     if name == "shared_threshold":
         def first(t, thr):
@@ -175,10 +175,7 @@ def policy_exits(name: str, val: dict, test: dict, budget: float) -> np.ndarray:
         stop.fit(price, data=(Xv, q, val["cost"]))
         return play(val, stop.route(Xv, val["cost"], price))[1]
 
-    hi = 1.0
-    while fraction(hi) > budget and hi < 1e6:
-        hi *= 4
-    price, frac = calibrate_monotone(fraction, budget, 0.0, hi, iters=50)
+    price, frac = calibrate_price(fraction, budget)
     frac = fraction(price)  # the policy of the calibrated price, fitted
     if abs(frac - budget) > 0.005:  # as DHTGating.calibrate: one offset on every threshold
         stop.calibrate_offset(lambda: play(val, stop.route(Xv, val["cost"], price))[1], budget, frac)

@@ -30,6 +30,7 @@ the same calls give the same choices. ``state_dict()`` holds tensors, numbers an
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -479,6 +480,61 @@ class DualPrice:
         b = float(state["budget"])
         self.budget = None if b < 0 else b
         self.lr, self.price, self.steps = float(state["lr"]), float(state["price"]), int(state["steps"])
+
+
+#: Columns of :func:`trajectory_context`.
+TRAJECTORY_DIM = 6
+
+
+def trajectory_context(probs: np.ndarray, prev: tuple | None = None) -> tuple[np.ndarray, tuple]:
+    """A cascade's stop context at one exit from that exit's class probabilities and the state
+    of the previous exit (``dht_stop_context: trajectory``; DHT's cascade and
+    ``benchmarks/stop_policies.py`` both build their contexts here).
+
+    The :data:`TRAJECTORY_DIM` columns: max probability; entropy / log C; whether the exit's
+    class equals the previous exit's; whether it also equals the one before (PABEE's patience,
+    Zhou et al. 2020, "BERT Loses Patience", NeurIPS, sec. 3); the previous exit's max
+    probability; 1. At the first exit (``prev`` ``None``) columns 2-4 are 0.
+
+    Args:
+        probs: ``b x C`` class probabilities of the exit (rows sum to 1).
+        prev: the state returned at the previous exit, its arrays indexed with the rows of
+            ``probs`` (``None`` at the first exit).
+
+    Returns:
+        ``(X, state)``: ``X`` ``b x 6`` float64; ``state`` = ``(class, agrees, max probability)``,
+        ``b`` arrays each.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    maxp, cls = p.max(-1), p.argmax(-1)
+    ent = -(p * np.log(np.clip(p, 1e-12, None))).sum(-1) / math.log(p.shape[-1])
+    agree = np.zeros(len(cls), dtype=bool) if prev is None else cls == prev[0]
+    X = np.ones((len(cls), TRAJECTORY_DIM))
+    X[:, 0], X[:, 1], X[:, 2] = maxp, ent, agree
+    if prev is None:
+        X[:, 3] = X[:, 4] = 0.0
+    else:
+        X[:, 3], X[:, 4] = agree & prev[1], prev[2]
+    return X, (cls, agree, maxp)
+
+
+def calibrate_price(fraction: Callable[[float], float], budget: float, *, iters: int = 40) -> tuple[float, float]:
+    """The cost price whose FLOPs fraction is closest to ``budget``: the bracket's top grows
+    from 1 by x4 until ``fraction(hi) <= budget`` (at most 1e6), then :func:`calibrate_monotone`
+    bisects ``[0, hi]``.
+
+    Args:
+        fraction: ``price -> cost fraction`` on the calibration rows, non-increasing in the price.
+        budget: the target fraction.
+        iters: bisection steps.
+
+    Returns:
+        ``(price, fraction(price))``.
+    """
+    hi = 1.0
+    while fraction(hi) > budget and hi < 1e6:
+        hi *= 4
+    return calibrate_monotone(fraction, budget, 0.0, hi, iters=iters)
 
 
 def calibrate_monotone(fn, target: float, lo: float, hi: float, *, iters: int = 30,

@@ -112,17 +112,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinearStopping, LinUCB, calibrate_monotone
+from archsearch.dynamic.bandits import (TRAJECTORY_DIM, UCB1, CombinatorialTS, DualPrice, LinearStopping, LinUCB,
+                                        calibrate_price, trajectory_context)
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, all_exit_loss, distill, exit_loss_setting
 from archsearch.models import costs
 from archsearch.space import KEY_CHOICES
 
 CONTEXT_DIM = 16
-#: ``dht_stop_context: trajectory`` columns: max probability, entropy / log C, the exit's class
-#: equals the previous exit's, ... and the one before (a patience of 2), the previous exit's max
-#: probability, 1
-TRAJECTORY_DIM = 6
-
 
 def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Cross-entropy per sample (nats): ``B x C`` logits and ``B`` labels, or ``B x T x V`` and
@@ -456,28 +452,18 @@ class DHTGating(GatingStrategy):
         Returns:
             ``(X, state)``: ``X`` ``b x dim`` float64 -- with ``dht_stop_context: exit`` the
             :meth:`_context` there (projection of the pooled state, max probability, entropy,
-            1); with ``trajectory`` the :data:`TRAJECTORY_DIM` columns (max probability, entropy
-            / log C, whether the exit's class equals the previous exit's, whether it also
-            equals the one before -- PABEE's patience, Zhou et al. 2020, NeurIPS, §3 --, the
-            previous exit's max probability, 1); ``state`` = ``(class, agrees, max probability)``,
-            ``b`` arrays each (index them with the rows that go on).
+            1); with ``trajectory`` the :data:`TRAJECTORY_DIM` columns of
+            :func:`~archsearch.dynamic.bandits.trajectory_context` (max probability, entropy /
+            log C, agreement with the previous exit and the one before, the previous exit's max
+            probability, 1); ``state`` = ``(class, agrees, max probability)``, ``b`` arrays each
+            (index them with the rows that go on).
         """
         with torch.no_grad():
-            logp = logits.detach().float().log_softmax(-1)  # (b, C)
-            maxp_t, cls_t = logp.max(-1)
-            maxp, cls = maxp_t.exp().cpu().numpy().astype(np.float64), cls_t.cpu().numpy()
-            agree = np.zeros(len(cls), dtype=bool) if prev is None else cls == prev[0]
-            if self.stop_context == "exit":
-                X = self._context(h, pad, logits)
-            else:
-                ent = (-(logp.exp() * logp).sum(-1) / math.log(logp.shape[-1])).cpu().numpy()
-                X = np.ones((len(cls), TRAJECTORY_DIM))
-                X[:, 0], X[:, 1], X[:, 2] = maxp, ent, agree
-                if prev is not None:
-                    X[:, 3], X[:, 4] = agree & prev[1], prev[2]
-                else:
-                    X[:, 3] = X[:, 4] = 0.0
-        return X, (cls, agree, maxp)
+            probs = logits.detach().double().softmax(-1).cpu().numpy()  # (b, C)
+        X, state = trajectory_context(probs, prev)
+        if self.stop_context == "exit":
+            X = self._context(h, pad, logits)
+        return X, state
 
     def _exit_contexts(self, exits: dict, hid: dict, pad) -> np.ndarray:
         """``B x K x dim`` contexts of every exit (the cascade's inputs, :meth:`_stop_context`)
@@ -715,10 +701,7 @@ class DHTGating(GatingStrategy):
             if self.stopping is not None:  # (Xs, agreement, costs) of the calibration rows
                 held_out = (np.concatenate([c[0] for c in ctx]), np.concatenate([c[2] for c in ctx]),
                             np.concatenate([np.broadcast_to(self._depth_costs(c[1]), c[2].shape) for c in ctx]))
-            hi = 1.0
-            while fraction(hi) > budget and hi < 1e6:
-                hi *= 4
-            price, frac = calibrate_monotone(fraction, budget, 0.0, hi, iters=40)
+            price, frac = calibrate_price(fraction, budget)
             if self.stopping is None or greedy_heads(price) == heads:
                 break
             heads = greedy_heads(price)
