@@ -61,7 +61,7 @@ MODEL_KEYS = {
     "evolution_iterations", "evolution_mutations", "evolution_crossovers", "evolution_val_samples",
     "dht_warmup_steps", "n_fixed", "flops_budget", "exit_heads", "exit_loss",
     "dht_exit_context", "depth_supervision", "predictor_lr", "dht_reward", "dht_routing",
-    "dht_stop_fit", "dht_stop_rule", "dht_stop_quality", "dht_stop_context",
+    "dht_stop_fit", "dht_stop_rule", "dht_stop_quality", "dht_stop_context", "length_drop_rule",
 }
 
 #: the allowed values of the trial-config keys that take one of a few words: checked before
@@ -74,6 +74,7 @@ KEY_CHOICES: dict[str, tuple[str, ...]] = {
     "dht_stop_rule": ("regression", "tuned", "confidence"),
     "dht_stop_quality": ("prob", "match"),
     "dht_stop_context": ("exit", "trajectory"),
+    "length_drop_rule": ("significance", "prefix"),
 }
 
 Scalar = Union[int, float, str, bool]

