@@ -745,6 +745,8 @@ def main(argv: list[str] | None = None) -> None:
                          "confidence (default), or from its confidence and agreement with the last exits (trajectory)")
     ap.add_argument("--dp-predictor-lr", type=float, default=None,
                     help="dp rows: the depth predictor's own learning rate (default: the fine-tuning lr)")
+    ap.add_argument("--kinds", nargs="+", choices=["static", "dht", "dp"], default=["static", "dht", "dp"],
+                    help="run only the planned rows of these kinds (default: all; the summary reads every row)")
     ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "
                     "refuses the default --data/--out")
     args = ap.parse_args(argv)
@@ -761,7 +763,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)
-        plan = plan_rows(protocol, **variant)
+        plan = [r for r in plan_rows(protocol, **variant) if r["kind"] in args.kinds]
         if args.quick:  # full static, one cut, dht and dp at 0.5: every code path, < 2 minutes
             plan = [r for r in plan if r["seed"] == 0 and (r["depth"] in (1, N_LAYERS) or r["budget"] == MAIN_BUDGET)]
         print(f"{len(plan)} rows planned, {len(data.train)} training rows, "
