@@ -174,7 +174,8 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
                       dp_predictor_lr: float | None = None, dht_min_heads: int | None = None,
                       dht_reward: str = "ce", dht_routing: str = "once",
                       dht_stop_fit: str = "train", dht_stop_rule: str = "regression",
-                      dht_stop_quality: str = "prob", dht_stop_context: str = "exit") -> dict[str, dict]:
+                      dht_stop_quality: str = "prob", dht_stop_context: str = "exit",
+                      dp_exit_loss: str | None = None) -> dict[str, dict]:
     """The protocols of the dht and dp rows of one variant, ``{"dht": ..., "dp": ...}``: the
     options enter a protocol only when they differ from the defaults (so rows of every variant
     keep their own keys), and only the protocol of the kind they change: ``exit_heads`` (a
@@ -190,7 +191,8 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
     advantage chosen by direct search) and ``dht_stop_quality`` (``match``: a validation row's
     quality at an exit is 1 if the exit's class is the deepest exit's, not that class's
     probability) and ``dht_stop_context`` (``trajectory``: the cascade decides from the exit's
-    confidence and its agreement with the last exits, not from the pooled state) dht."""
+    confidence and its agreement with the last exits, not from the pooled state) dht;
+    ``dp_exit_loss`` (default: ``exit_loss``) the dp rows' own ``exit_loss``."""
     base = dict(protocol)
     if exit_heads:
         base["exit_heads"] = True
@@ -213,6 +215,10 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
         dht["dht_stop_quality"] = dht_stop_quality
     if dht_stop_context != "exit":
         dht["dht_stop_context"] = dht_stop_context
+    if dp_exit_loss is not None:
+        dp.pop("exit_loss", None)
+        if dp_exit_loss != "mean":
+            dp["exit_loss"] = dp_exit_loss
     if dp_supervision:
         dp["depth_supervision"] = float(dp_supervision)
     if dp_predictor_lr:
@@ -718,6 +724,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--exit-loss", choices=["mean", "sum", "equal"], default="mean",
                     help="dht / dp rows: the shallower exits' (CE + KD) / 2 averaged (default) or "
                          "summed, or CE + KD summed (equal: every exit weighs as much as the deepest)")
+    ap.add_argument("--dp-exit-loss", choices=["mean", "sum", "equal"], default=None,
+                    help="dp rows: their own --exit-loss (default: --exit-loss)")
     ap.add_argument("--dht-exit-context", action="store_true",
                     help="dht rows: the exit-1 confidence (max probability, entropy) in the bandit's context")
     ap.add_argument("--dp-supervision", type=float, default=0.0,
@@ -759,7 +767,7 @@ def main(argv: list[str] | None = None) -> None:
                    dht_min_heads=args.dht_min_heads, dht_reward=args.dht_reward,
                    dht_routing=args.dht_routing, dht_stop_fit=args.dht_stop_fit,
                    dht_stop_rule=args.dht_stop_rule, dht_stop_quality=args.dht_stop_quality,
-                   dht_stop_context=args.dht_stop_context)
+                   dht_stop_context=args.dht_stop_context, dp_exit_loss=args.dp_exit_loss)
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)

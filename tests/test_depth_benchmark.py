@@ -148,6 +148,11 @@ def test_exit_heads_rows_share_the_static_rows_and_are_their_own_dynamic_rows(dd
                           lambda spec: {"accuracy": 0.5})
     assert {r["kind"] for r in casc} == {"dht"} and len(casc) == 5
     assert all(r["protocol"]["dht_routing"] == "cascade" for r in casc)
+    # exit_loss for dht only (dp_exit_loss keeps the dp rows'): new dht rows, the dp rows reused
+    eq = dd.run_pending(dd.plan_rows(proto, exit_heads=True, exit_loss="equal", dp_exit_loss="mean"), path,
+                        lambda spec: {"accuracy": 0.5})
+    assert {r["kind"] for r in eq} == {"dht"} and len(eq) == 5
+    assert all(r["protocol"]["exit_loss"] == "equal" for r in eq)
 
 
 def test_minilm_budget_space_validates():
