@@ -60,6 +60,15 @@ def record_lengths(model: Transformer, module: str = "ffn"):
     return seen, hooks
 
 
+def padded_case():
+    """A 2-block classifier and 3 samples of ``N`` tokens, the second with 10 real ones."""
+    model = make_model("classification", n_layers=2)
+    x = ids(B=3)
+    mask = torch.ones_like(x, dtype=torch.bool)
+    mask[1, 10:] = False  # 10 real tokens
+    return model, x.masked_fill(~mask, 0), mask
+
+
 # -- LengthDrop sampling ---------------------------------------------------------------------
 
 
@@ -196,11 +205,7 @@ def test_classifier_pools_only_the_tokens_kept_after_the_last_block():
     """Dropped tokens never enter the pooled vector: changing the embedding-level state of a
     token dropped in block 1 changes the logits only through the attention it got as a key
     in block 1, which the reference below reproduces by gathering kept tokens by hand."""
-    model = make_model("classification", n_layers=2)
-    x = ids(B=3)
-    mask = torch.ones_like(x, dtype=torch.bool)
-    mask[1, 10:] = False  # 10 real tokens
-    x = x.masked_fill(~mask, 0)
+    model, x, mask = padded_case()
     cfg = (8, 4)
     logits, lengths = length_drop_forward(model, x, mask, cfg)
     assert lengths == [N, 8, 4]
@@ -224,11 +229,7 @@ def test_prefix_rule_keeps_the_first_tokens_after_they_read_every_token():
     """``length_drop_rule: prefix``: block i runs attention over its current tokens, then keeps
     the first k_i of each sample (padding never): truncation inside the network. Reference:
     sample by sample, full-length block, then the first k rows; a bad rule is refused."""
-    model = make_model("classification", n_layers=2)
-    x = ids(B=3)
-    mask = torch.ones_like(x, dtype=torch.bool)
-    mask[1, 10:] = False  # 10 real tokens
-    x = x.masked_fill(~mask, 0)
+    model, x, mask = padded_case()
     cfg = (8, 4)
     logits, lengths = length_drop_forward(model, x, mask, cfg, rule="prefix")
     assert lengths == [N, 8, 4]
