@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from archsearch.dynamic.bandits import UCB1, CombinatorialTS, DualPrice, LinearStopping, LinUCB, calibrate_monotone
+from archsearch.dynamic.bandits import (
+    UCB1,
+    CombinatorialTS,
+    DualPrice,
+    LinearStopping,
+    LinUCB,
+    calibrate_monotone,
+    calibrate_price,
+    trajectory_context,
+)
 
 
 def linear_problem(seed=0, K=4, d=6):
@@ -185,6 +194,35 @@ def _saved(obj):
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
+
+
+def test_calibrate_price_grows_its_bracket_beyond_1():
+    """A budget that needs a price far above the first bracket [0, 1] is still met."""
+    calls = []
+
+    def frac(price):
+        calls.append(price)
+        return 1.0 / (1.0 + price)  # 0.05 needs price 19
+
+    price, got = calibrate_price(frac, 0.05)
+    assert abs(got - 0.05) < 1e-3 and abs(price - 19.0) < 0.5 and max(calls) >= 64
+    assert calibrate_price(frac, 0.9)[0] < 1.0  # inside the first bracket
+
+
+def test_trajectory_context_columns_on_known_probabilities():
+    p1 = np.array([[0.9, 0.1], [0.4, 0.6]])  # exit 1: classes 0, 1
+    X1, s1 = trajectory_context(p1)
+    np.testing.assert_allclose(X1[:, 0], [0.9, 0.6])
+    ent = -(0.9 * np.log(0.9) + 0.1 * np.log(0.1)) / np.log(2)
+    np.testing.assert_allclose(X1[0, 1], ent)
+    np.testing.assert_array_equal(X1[:, 2:5], 0.0)  # no previous exit
+    np.testing.assert_array_equal(X1[:, 5], 1.0)
+    X2, s2 = trajectory_context(np.array([[0.8, 0.2], [0.7, 0.3]]), s1)  # classes 0, 0
+    np.testing.assert_array_equal(X2[:, 2], [1.0, 0.0])  # agrees with exit 1
+    np.testing.assert_array_equal(X2[:, 3], [0.0, 0.0])  # no streak of two yet
+    np.testing.assert_allclose(X2[:, 4], [0.9, 0.6])  # the previous exit's max probability
+    X3, _ = trajectory_context(np.array([[0.95, 0.05], [0.9, 0.1]]), s2)  # classes 0, 0
+    np.testing.assert_array_equal(X3[:, 2:4], [[1.0, 1.0], [1.0, 0.0]])  # patience 2 for row 0
 
 
 def test_calibrate_monotone_lands_on_a_step_function_target():
