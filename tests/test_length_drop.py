@@ -60,9 +60,14 @@ def record_lengths(model: Transformer, module: str = "ffn"):
     return seen, hooks
 
 
-def padded_case():
-    """A 2-block classifier and 3 samples of ``N`` tokens, the second with 10 real ones."""
-    model = make_model("classification", n_layers=2)
+def padded_case(norm_position: str = "pre"):
+    """A 2-block classifier (pre- or post-LN blocks) and 3 samples of ``N`` tokens, the second
+    with 10 real ones."""
+    model = make_model("classification", n_layers=2, norm_position=norm_position)
+    with torch.no_grad():  # peaked attention: no near-ties in the significance scores
+        for blk in model.blocks:
+            blk.attn.q.weight.mul_(4.0)
+            blk.attn.k.weight.mul_(4.0)
     x = ids(B=3)
     mask = torch.ones_like(x, dtype=torch.bool)
     mask[1, 10:] = False  # 10 real tokens
@@ -201,11 +206,13 @@ def test_significance_is_attention_received_and_kept_tokens_are_the_most_attende
     assert torch.allclose(pooled, model.head_logits(kept_out, None), atol=1e-5)
 
 
-def test_classifier_pools_only_the_tokens_kept_after_the_last_block():
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_classifier_pools_only_the_tokens_kept_after_the_last_block(norm_position):
     """Dropped tokens never enter the pooled vector: changing the embedding-level state of a
     token dropped in block 1 changes the logits only through the attention it got as a key
-    in block 1, which the reference below reproduces by gathering kept tokens by hand."""
-    model, x, mask = padded_case()
+    in block 1, which the reference below reproduces by gathering kept tokens by hand. Post-LN
+    blocks (BERT, MiniLM) run post-LN when they drop tokens too."""
+    model, x, mask = padded_case(norm_position)
     cfg = (8, 4)
     logits, lengths = length_drop_forward(model, x, mask, cfg)
     assert lengths == [N, 8, 4]
@@ -225,11 +232,12 @@ def test_classifier_pools_only_the_tokens_kept_after_the_last_block():
     assert not torch.allclose(restored, logits, atol=1e-4)
 
 
-def test_prefix_rule_keeps_the_first_tokens_after_they_read_every_token():
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_prefix_rule_keeps_the_first_tokens_after_they_read_every_token(norm_position):
     """``length_drop_rule: prefix``: block i runs attention over its current tokens, then keeps
     the first k_i of each sample (padding never): truncation inside the network. Reference:
     sample by sample, full-length block, then the first k rows; a bad rule is refused."""
-    model, x, mask = padded_case()
+    model, x, mask = padded_case(norm_position)
     cfg = (8, 4)
     logits, lengths = length_drop_forward(model, x, mask, cfg, rule="prefix")
     assert lengths == [N, 8, 4]

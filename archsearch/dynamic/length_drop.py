@@ -154,7 +154,7 @@ def significance(block: Block, x: torch.Tensor, key_mask: torch.Tensor | None,
     """
     attn = block.attn
     B, K, d = x.shape
-    xn = block.ln1(x)  # (B, K, d)
+    xn = x if block.post_norm else block.ln1(x)  # (B, K, d): the attention's input, as in Block
     q = attn._project(attn.q, xn, slice(None))  # (B, H, K, dh)
     k = attn._project(attn.k, xn, slice(None))  # (B, H, K, dh)
     v = attn._project(attn.v, xn, slice(None))  # (B, H, K, dh)
@@ -200,6 +200,9 @@ def _drop_block(block: Block, h: torch.Tensor, cur: torch.Tensor | None, keep: l
     # gathers as index_select on flattened rows (much faster than gather with an expanded index)
     y = block.attn.resid_dropout(block.attn.o(y.reshape(B * K, d).index_select(0, flat)))  # (B*K', d)
     x = (h.reshape(B * K, d).index_select(0, flat) + y).view(B, Kn, d)  # (B, K', d)
+    if block.post_norm:  # BERT: LN1(x + MHA(x)), then LN2(x + FFN(x)), as Block.forward
+        x = block.ln1(x)  # (B, K', d)
+        return block.ln2(x + block.ffn(x)), order
     x = x + block.ffn(block.ln2(x))  # (B, K', d)
     return x, order
 
