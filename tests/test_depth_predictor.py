@@ -22,10 +22,10 @@ def one_thread():
     torch.set_num_threads(old)
 
 
-def make_model(n_layers=4, dropout=0.0, seed=0):
+def make_model(n_layers=4, dropout=0.0, seed=0, norm_position="pre"):
     torch.manual_seed(seed)
     cfg = TransformerConfig(vocab_size=50, max_len=12, n_layers=n_layers, d_model=32, n_heads=4,
-                            d_ffn=64, dropout=dropout)
+                            d_ffn=64, dropout=dropout, norm_position=norm_position)
     return Transformer(cfg)
 
 
@@ -77,9 +77,10 @@ def test_revpc_exact_values_and_non_increasing():
     torch.testing.assert_close(p[:, -1], probs[:, -1])
 
 
-def test_all_p_one_scaled_forward_equals_model_forward():
+@pytest.mark.parametrize("norm_position", ["pre", "post"])  # post: BERT / MiniLM blocks
+def test_all_p_one_scaled_forward_equals_model_forward(norm_position):
     for training in (False, True):  # dropout 0, so train mode must match too
-        model = make_model()
+        model = make_model(norm_position=norm_position)
         model.train(training)
         gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
         spread_depths(gating)
@@ -89,8 +90,9 @@ def test_all_p_one_scaled_forward_equals_model_forward():
         torch.testing.assert_close(logits, model(x, mask), rtol=0, atol=0)
 
 
-def test_one_hot_depth_scaled_forward_equals_early_exit():
-    model = make_model().eval()
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_one_hot_depth_scaled_forward_equals_early_exit(norm_position):
+    model = make_model(norm_position=norm_position).eval()
     gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
     x, mask = make_batch()
     for depth in (1, 2, 3, 4):

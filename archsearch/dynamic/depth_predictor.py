@@ -16,7 +16,10 @@ section of docs/design.md:
 * Training (:meth:`DepthPredictorGating.scaled_forward`) scales each residual branch of every
   block after the fixed group by its ``p``: ``H~ = H + p * MHA(LN(H))``,
   ``H = H~ + p * FFN(LN(H~))``; blocks' own sub-modules are reused, so with all ``p = 1`` it is
-  exactly the model's forward.
+  exactly the model's forward. Post-LN blocks (BERT, MiniLM: the residuals sit inside the
+  LayerNorms) are scaled whole, ``H = H + p * (Block(H) - H)``: the same two ends (``p = 1`` the
+  block, ``p = 0`` skipped). Before stop 28 they were run as pre-LN blocks (a wrong network in
+  training; inference, which runs the model's own blocks, was right).
 * Loss: ``CE + gamma * E[depth] / n_layers`` with ``E[depth] = sum_d d * probs_d`` (blocks)
   averaged over the batch. Normalising by ``n_layers`` puts the penalty in ``[n_fixed/n_layers,
   1]`` whatever the model depth, so one ``gamma`` means the same trade-off for every depth the
@@ -260,6 +263,9 @@ class DepthPredictorGating(GatingStrategy):
         for i in range(self.n_fixed, self.n_layers):
             blk = self.model.blocks[i]
             s = p[:, i - self.n_fixed + 1].view(-1, 1, 1)  # (B, 1, 1)
+            if blk.post_norm:  # BERT: the residuals sit inside the LayerNorms; scale the whole block
+                h = h + s * (blk(h, attn_mask) - h)  # (B, T, d)
+                continue
             h = h + s * blk.attn(blk.ln1(h), attn_mask)  # (B, T, d)
             h = h + s * blk.ffn(blk.ln2(h))  # (B, T, d)
         return self.model.head_logits(h, pad_mask), probs  # (B, C), (B, D)
