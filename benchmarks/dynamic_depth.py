@@ -104,6 +104,10 @@ RESULTS = HERE / "results"
 N_LAYERS = 6
 BUDGETS = [0.33, 0.5, 0.7]
 MAIN_BUDGET = 0.5
+#: The dp rows' training forward: before stop 28 the depth predictor's RevPC forward ran
+#: MiniLM's post-LN blocks as pre-LN blocks (archsearch/dynamic/depth_predictor.py); those rows
+#: have no ``dp_forward`` key and are no row of any variant now.
+DP_FORWARD = "post-LN blocks scaled whole"
 SEEDS_MAIN = [0, 1, 2]
 TIMING_ROUNDS = 5
 
@@ -199,6 +203,7 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
     if exit_loss != "mean":
         base["exit_loss"] = exit_loss
     dht, dp = dict(base), dict(base)
+    dp["dp_forward"] = DP_FORWARD  # rows before the post-LN fix have no such key
     if dht_exit_context:
         dht["dht_exit_context"] = True
     if dht_min_heads:
@@ -660,7 +665,7 @@ def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None, **var
     """Tables, JSONs and plot from the rows: the static rows and the dht / dp rows of one
     variant (``variant``: the options of :func:`dynamic_protocols`; a row belongs to it when its
     protocol has the same values of those options)."""
-    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule", "dht_stop_quality", "dht_stop_context")
+    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule", "dht_stop_quality", "dht_stop_context", "dp_forward")
     want = {k: {o: p.get(o) for o in keys} for k, p in dynamic_protocols({}, **variant).items()}
     rows = [r for r in read_rows(data_path) if r["kind"] == "static"
             or {o: r.get("protocol", {}).get(o) for o in keys} == want[r["kind"]]]

@@ -27,11 +27,15 @@ def dd():
 STATIC_ACC = [0.73, 0.76, 0.81, 0.83, 0.84, 0.86]
 
 
+DP_FORWARD = "post-LN blocks scaled whole"  # the dp rows' protocol key since the post-LN fix
+
+
 def fake_rows() -> list[dict]:
     rows = []
 
     def add(kind, seed, acc, flops, *, budget=None, depth=None, wall=None, hist=None, **extra):
-        rows.append({"kind": kind, "budget": budget, "depth": depth, "seed": seed, "protocol": {"epochs": 1},
+        protocol = {"epochs": 1, **({"dp_forward": DP_FORWARD} if kind == "dp" else {})}
+        rows.append({"kind": kind, "budget": budget, "depth": depth, "seed": seed, "protocol": protocol,
                      "accuracy": acc, "flops_ratio": flops, "wall_ratio_b32": wall if wall else flops,
                      "wall_ratio_b1": wall if wall else flops, "depth_hist": hist or {str(depth): 1.0},
                      "commit": "abc", "row_wall_s": 1.0, **extra})
@@ -76,7 +80,7 @@ def test_summarize_fake_rows_gives_every_key_and_targets(dd, tmp_path):
     dp = json.loads((tmp_path / "out" / "depth_predictor.json").read_text())
     assert (tmp_path / "out" / "dynamic_depth.png").stat().st_size > 0
     s, d = dht["summary"], dp["summary"]
-    assert set(dd.DHT_KEYS) <= set(s) and set(dd.DP_KEYS) <= set(d)
+    assert set(dd.DHT_KEYS) <= set(s) and set(dd.DP_KEYS) <= set(d) and dd.DP_FORWARD == DP_FORWARD
     assert s["dht_acc_drop_pts_at_0.5"] == pytest.approx(0.5)
     assert s["dht_gain_over_static_pts_at_0.5"] == pytest.approx(4.5)
     assert s["dht_flops_ratio_at_0.5"] == pytest.approx(0.5)
@@ -141,6 +145,7 @@ def test_exit_heads_rows_share_the_static_rows_and_are_their_own_dynamic_rows(dd
     ran = dd.run_pending(heads, path, lambda spec: {"accuracy": 0.5})
     assert {r["kind"] for r in ran} == {"dht", "dp"} and len(ran) == 10  # static rows reused
     assert all(r["protocol"]["exit_heads"] is True for r in ran)
+    assert all(r["protocol"].get("dp_forward") == dd.DP_FORWARD for r in ran if r["kind"] == "dp")
     rows = dd.read_rows(path)
     assert sum(r["kind"] == "static" for r in rows) == 8 and len(rows) == 28
     # a dht-only option plans new dht rows and reuses the static and dp rows of its variant
