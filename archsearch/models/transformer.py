@@ -1,4 +1,5 @@
-"""One readable pre-LN transformer: config, attention with real head gating, block, heads.
+"""One readable transformer (pre-LN; post-LN for BERT-style checkpoints): config, attention
+with real head gating, block, heads.
 
 Everything the search varies is in :class:`TransformerConfig`; :class:`Transformer` builds
 either a sequence classifier (mean pooling over non-pad tokens) or a causal language model
@@ -8,7 +9,8 @@ Two features exist for the dynamic inner loop (``archsearch/dynamic``) and are t
 compute savings, not masks:
 
 * **Early exit**: ``forward(..., n_layers=k)`` runs only the first ``k`` blocks; the final
-  LayerNorm and the output head read the hidden state after block ``k``.
+  LayerNorm (pre-LN only; post-LN blocks end in their own) and the output head read the hidden
+  state after block ``k``.
 * **Head gating**: ``heads_per_layer`` / ``MultiHeadAttention.forward(..., heads=...)`` compute
   only the selected heads by *slicing* the rows of the Q/K/V weights and the columns of the O
   weight. Unselected heads cost nothing, and ``scaled_dot_product_attention`` still runs
@@ -19,7 +21,8 @@ Shapes: ``B`` batch, ``T`` sequence length, ``d`` = d_model, ``H`` heads compute
 ``dh`` = d_model // n_heads, ``V`` vocabulary size, ``C`` classes.
 
 Sources: nanoGPT ``model.py`` (layout, init, weight tying); Xiong et al. 2020, "On Layer
-Normalization in the Transformer Architecture" (pre-LN).
+Normalization in the Transformer Architecture" (pre-LN); Devlin et al. 2019 / transformers'
+``modeling_bert.py`` (post-LN, ``norm_position="post"``, used by ``init_from`` checkpoints).
 """
 
 from __future__ import annotations
@@ -300,10 +303,11 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Pre-LN transformer encoder classifier or causal language model.
+    """Transformer encoder classifier or causal language model (pre-LN, or post-LN with
+    ``norm_position="post"``).
 
     Layout: token + learned position embeddings -> dropout -> ``n_layers`` blocks -> final
-    LayerNorm -> output head. Classification: mean over non-pad tokens -> Linear(d, C).
+    LayerNorm (an identity for post-LN) -> output head. Classification: mean over non-pad tokens -> Linear(d, C).
     LM: Linear(d, V, bias=False) whose weight *is* the token embedding (tied).
 
     The forward pass is also available in pieces for the dynamic inner loop:
@@ -486,7 +490,7 @@ class Transformer(nn.Module):
 
     def head_logits(self, x: torch.Tensor, pad_mask: torch.Tensor | None,
                     depth: int | None = None) -> torch.Tensor:
-        """Final LayerNorm + output head on hidden states ``x`` (``B x T x d``) after ``depth``
+        """Final LayerNorm (identity for post-LN) + output head on hidden states ``x`` (``B x T x d``) after ``depth``
         blocks: that exit's own head when :meth:`add_exit_heads` made one, else :attr:`head`
         (``depth=None``: :attr:`head`).
 
