@@ -456,14 +456,13 @@ class DHTGating(GatingStrategy):
             :func:`~archsearch.dynamic.bandits.trajectory_context` (max probability, entropy /
             log C, agreement with the previous exit and the one before, the previous exit's max
             probability, 1); ``state`` = ``(class, agrees, max probability)``, ``b`` arrays each
-            (index them with the rows that go on).
+            (index them with the rows that go on; ``None`` with ``exit``, which reads no history).
         """
+        if self.stop_context == "exit":
+            return self._context(h, pad, logits), None
         with torch.no_grad():
             probs = logits.detach().double().softmax(-1).cpu().numpy()  # (b, C)
-        X, state = trajectory_context(probs, prev)
-        if self.stop_context == "exit":
-            X = self._context(h, pad, logits)
-        return X, state
+        return trajectory_context(probs, prev)
 
     def _exit_contexts(self, exits: dict, hid: dict, pad) -> np.ndarray:
         """``B x K x dim`` contexts of every exit (the cascade's inputs, :meth:`_stop_context`)
@@ -799,7 +798,7 @@ class DHTGating(GatingStrategy):
             if len(st):
                 active, h = active[keep], h[keep]
                 pad = None if pad is None else pad[keep]
-                prev = tuple(a[keep.numpy()] for a in prev)
+                prev = None if prev is None else tuple(a[keep.numpy()] for a in prev)
             h = self.model.run_layers(h, pad, d, d + 1, heads_per_layer=[heads[d - self.n_fixed]])
         return out, arms, heads
 
