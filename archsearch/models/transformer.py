@@ -307,7 +307,8 @@ class Transformer(nn.Module):
     ``norm_position="post"``).
 
     Layout: token + learned position embeddings -> dropout -> ``n_layers`` blocks -> final
-    LayerNorm (an identity for post-LN) -> output head. Classification: mean over non-pad tokens -> Linear(d, C).
+    LayerNorm (an identity for post-LN) -> output head. Classification: mean over non-pad
+    tokens -> Linear(d, C).
     LM: Linear(d, V, bias=False) whose weight *is* the token embedding (tied).
 
     The forward pass is also available in pieces for the dynamic inner loop:
@@ -490,9 +491,9 @@ class Transformer(nn.Module):
 
     def head_logits(self, x: torch.Tensor, pad_mask: torch.Tensor | None,
                     depth: int | None = None) -> torch.Tensor:
-        """Final LayerNorm (identity for post-LN) + output head on hidden states ``x`` (``B x T x d``) after ``depth``
-        blocks: that exit's own head when :meth:`add_exit_heads` made one, else :attr:`head`
-        (``depth=None``: :attr:`head`).
+        """Final LayerNorm (identity for post-LN) + output head on hidden states ``x``
+        (``B x T x d``) after ``depth`` blocks: that exit's own head when :meth:`add_exit_heads`
+        made one, else :attr:`head` (``depth=None``: :attr:`head`).
 
         Returns:
             classification: ``B x C`` logits; LM: ``B x T x V`` logits.
