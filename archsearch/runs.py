@@ -256,6 +256,11 @@ class RunDir:
         self.trials_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.trial_file(record["trial_id"]), record)
 
+    def remove_trial(self, trial_id: str) -> None:
+        """Delete one trial record (one a resumed search ran again under a new id); nothing if
+        there is none."""
+        self.trial_file(trial_id).unlink(missing_ok=True)
+
     def read_trials(self) -> list[dict[str, Any]]:
         """All trial records, in the order the trials started.
 

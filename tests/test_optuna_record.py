@@ -52,7 +52,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 #: The user attributes :class:`archsearch.search.adapters.ray.StudyRecord` sets on every trial.
 USER_ATTRS = {"trial_id", "searcher", "proposed_by", "epoch", "fidelity", "history", "error",
-              "resumed"}
+              "resumed", "replaces"}
 EPOCHS = 2
 BUDGET = {**TINY_SPACE["budget"], "trials": 5, "max_concurrent": 1, "epochs": EPOCHS,
           "scheduler": "asha", "grace_period": 1, "reduction_factor": 64, "max_failures": 0}
@@ -300,7 +300,7 @@ def test_same_user_attributes_for_every_searcher(runs):
                                                                set(t.user_attrs) ^ (USER_ATTRS | numbers))
             for k in numbers:
                 assert t.user_attrs[k] == metrics[k]
-            assert t.user_attrs["resumed"] == 0
+            assert t.user_attrs["resumed"] == 0 and t.user_attrs["replaces"] == []
             if searcher == "ahto":  # what proposed it: the core's source (sobol, optimizer, ...)
                 assert isinstance(t.user_attrs["proposed_by"], str) and t.user_attrs["proposed_by"]
                 assert t.user_attrs["proposed_by"] != searcher

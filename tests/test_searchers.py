@@ -192,6 +192,47 @@ def test_ray_adapter_suggest_complete_save_restore(tmp_path):
     assert trials[0].user_attrs["fidelity"] == 0.25
 
 
+def test_ray_adapter_runs_again_a_trial_the_restored_tune_lost(tmp_path):
+    """A trial suggested after Tune's last experiment save is unknown to the restored Tune,
+    which asks for a new trial in its place: the adapter answers with the lost config, the
+    same Optuna trial takes the new id (``replaces``), and the run's recorder drops the old
+    record when the new trial starts. Nothing is lost, nothing counted twice."""
+    import optuna
+    from ray.tune.experiment import Trial
+
+    from archsearch.runs import RunDir, new_trial_record
+    from archsearch.search.adapters.ray import RaySearcher
+    from archsearch.tune.callbacks import TrialRecorder
+
+    run = RunDir(tmp_path / "r")
+    run.trials_dir.mkdir(parents=True)
+    alg = RaySearcher(build("random"), epochs=1, storage=run.optuna_url, study_name=run.name)
+    alg.suggest("a")
+    alg.save(str(tmp_path / "s.pkl"))  # Tune's last experiment save
+    lost = alg.suggest("b")  # suggested (and started) after it; then the driver dies
+    run.write_trial(new_trial_record("b", {k: v for k, v in lost.items() if v is not None}))
+
+    resumed = RaySearcher(build("random"), epochs=1, storage=run.optuna_url, study_name=run.name)
+    resumed.restore(str(tmp_path / "s.pkl"))
+    assert resumed.suggest("c") == lost  # the restored Tune's new trial runs the lost config
+    assert set(resumed.core.pending) == {"a", "c"}
+    assert resumed.core.pending["c"]["extra"]["run_again_from"] == "b"
+    fresh = resumed.suggest("d")  # then the core proposes as usual
+    assert fresh != lost and set(resumed.core.pending) == {"a", "c", "d"}
+
+    recorder = TrialRecorder(run, epochs=1)
+    recorder.on_trial_start(0, [], Trial("f", config=lost, trial_id="c", stub=True))
+    assert [r["trial_id"] for r in run.read_trials()] == ["c"]  # b's record went with it
+
+    resumed.on_trial_complete("c", {**quality({k: v for k, v in lost.items() if v is not None}),
+                                    "flops_per_sample": 1e6, "epoch": 1})
+    trials = optuna.load_study(study_name=run.name, storage=run.optuna_url).trials
+    assert [(t.user_attrs["trial_id"], t.state.name) for t in trials] == [
+        ("a", "RUNNING"), ("c", "COMPLETE"), ("d", "RUNNING")]
+    assert trials[1].user_attrs["replaces"] == ["b"] and trials[1].user_attrs["resumed"] == 1
+    assert trials[1].params == {k: v for k, v in lost.items() if v is not None}
+
+
 @pytest.mark.slow
 @pytest.mark.ray
 def test_single_objective_search_through_the_cli_with_ahto(tmp_path):

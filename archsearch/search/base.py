@@ -101,6 +101,29 @@ class Searcher(ABC):
                              "extra": extra}
         return tid, dict(config)
 
+    def adopt(self, trial_id: str, config: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
+              *, draw: bool = False) -> None:
+        """Register ``config`` as pending under ``trial_id``: a config proposed elsewhere (Ray
+        Tune's ``points_to_evaluate``), or one this searcher proposed before its state was
+        saved (a trial a resumed search runs again because the driver stopped before Ray Tune
+        saved it). It counts as asked.
+
+        Args:
+            draw: first draw, and discard, the proposal :meth:`ask` would make now, so that
+                the searcher's state (random generator, Sobol index) moves on as it did when
+                it proposed ``config`` (without it, the next ask would propose it again).
+
+        Raises:
+            ValueError: ``trial_id`` is already pending or observed.
+        """
+        tid = str(trial_id)
+        if tid in self.pending or any(o.trial_id == tid for o in self.observations):
+            raise ValueError(f"trial id {tid!r} was already asked")
+        drawn_extra = self._suggest(tid)[1] if draw else {}
+        self.n_asked += 1
+        self.pending[tid] = {"config": dict(config), "x": list(self.space.encode(config)),
+                             "extra": {**(drawn_extra or {}), **(extra or {})}}
+
     def tell(self, trial_id: str, metrics: Mapping[str, float] | None, *, fidelity: float = 1.0,
              error: bool = False, config: Mapping[str, Any] | None = None) -> None:
         """Report a trial's result.

@@ -174,9 +174,7 @@ class CoreSearch(Searcher):
         if self._points:
             point = flatten_dict(self._points.pop(0), prevent_delimiter=True)
             config = {k: point[k] for k in self._dists}
-            self.core.pending[trial_id] = {"config": config, "x": list(self.core.space.encode(config)),
-                                           "extra": {"source": "points_to_evaluate"}}
-            self.core.n_asked += 1
+            self.core.adopt(trial_id, config, {"source": "points_to_evaluate"})
         else:
             _, config = self.core.ask(trial_id)
         return unflatten_dict({k: config[k] for k in self._dists})

@@ -1,7 +1,8 @@
 """Ray Tune callbacks: one records each trial in the run directory, one draws progress.
 
 :class:`TrialRecorder` writes ``trials/ID.json`` (through :class:`archsearch.runs.RunDir`) at
-every start, result, completion and error; the records are what reports, ``archsearch
+every start, result, completion and error (and removes the record of a trial that a resumed
+search runs again under a new id); the records are what reports, ``archsearch
 compare`` and the fault checks read. It also finishes the Optuna study trial of a trial that
 errored as ``FAIL`` with the error line as user attribute ``error``
 (:meth:`archsearch.search.adapters.ray.StudyRecord.fail`): Ray Tune tells the searcher about
@@ -70,6 +71,12 @@ class TrialRecorder(Callback):
         rec = self._rec(trial)
         rec["status"], rec["error"] = RUNNING, None  # also a trial Tune retries or resumes
         self.run.write_trial(rec)
+        # a trial the resumed Tune had lost runs again under this id: its old record goes
+        # (the Ray adapter re-keyed its Optuna trial: StudyRecord.rekey)
+        for old in self.study.replaces(trial.trial_id) if self.study is not None else ():
+            if old != trial.trial_id:
+                self.records.pop(old, None)
+                self.run.remove_trial(old)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         rec = self._rec(trial)

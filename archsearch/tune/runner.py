@@ -309,8 +309,8 @@ def resume_search(run_dir: str | Path, *, address: str | None = None,
 
 
 # ---------------------------------------------------------------------- end of a run
-LOST_REASON = ("lost: the driver stopped before Ray Tune recorded this trial, so it could not "
-               "be resumed; the searcher proposed a new trial instead")
+LOST_REASON = ("lost: the driver stopped before Ray Tune recorded this trial, and the resumed "
+               "search ended before it could run it again")
 
 
 def reconcile(run: RunDir, trials: int) -> None:
@@ -321,11 +321,13 @@ def reconcile(run: RunDir, trials: int) -> None:
       error (the run's :class:`~archsearch.tune.callbacks.TrialRecorder` does this when the
       error happens; this catches a driver that stopped in between).
     * After a search that ran all its ``trials``, a trial can still look RUNNING only if the
-      driver died in the instant between a trial's start and Tune's next experiment save, so
-      the resumed Tune never knew it (and ran another in its place): its record becomes
-      ERROR and its study trial ``FAIL``, both with :data:`LOST_REASON` (a record the study
-      does not hold is added to it as ``FAIL``), and so does any other study trial still
-      RUNNING (suggested, never started), so nothing is silently dropped or double-counted.
+      driver died after it was suggested and before Tune's experiment save reached storage,
+      and the resumed search ended before running it again (a resumed search runs such
+      trials first: :mod:`archsearch.search.adapters.ray`): its record becomes ERROR and its
+      study trial ``FAIL``, both with :data:`LOST_REASON` (a record the study does not hold
+      is added to it as ``FAIL``, unless a study trial took it over under a new id: its
+      ``replaces``), and so does any other study trial still RUNNING (suggested, never
+      started), so nothing is silently dropped or double-counted.
 
     A search stopped early (Ctrl-C) keeps its RUNNING trials: resume continues them.
     """
@@ -351,8 +353,11 @@ def reconcile(run: RunDir, trials: int) -> None:
         if tid is not None and (tid in errors or complete):
             record.fail(tid, errors.get(tid, LOST_REASON))
     if complete:
+        taken_over = {old for t in record.study.get_trials(deepcopy=False)
+                      for old in t.user_attrs.get("replaces") or []}
         for rec in orphans:  # one the study does not hold is added as FAIL; others unchanged
-            record.fail(rec["trial_id"], LOST_REASON)
+            if rec["trial_id"] not in taken_over:
+                record.fail(rec["trial_id"], LOST_REASON)
 
 
 def _finish(launch: Launch, reports: str | Path) -> RunResult:

@@ -48,6 +48,8 @@ User attributes, the same for every searcher (set when the trial is suggested, t
 ``history``           one dict per reported epoch: ``epoch`` and each objective's value
 ``error``             ``None``, or the one-line reason of a ``FAIL``
 ``resumed``           how many times a resumed driver re-attached the trial (0 normally)
+``replaces``          Tune trial ids this trial had before a resumed search ran it again
+                      (``[]`` normally; see below)
 ``METRIC``            once finished: each finite number the trial reported in its last epoch,
                       under its metric name (docs/design.md: ``accuracy``, ``val_loss``,
                       ``flops_per_sample``, ``params_trainable``, ``latency_ms``, ...)
@@ -58,8 +60,17 @@ reports again after a resume (it finished after the last experiment save) is nei
 duplicated nor changed, and a finished trial is never rewritten. On ``restore`` (a resumed
 driver), every study trial still ``RUNNING`` is either re-attached (its Tune trial is pending in
 the restored searcher state, so Tune continues it and later results land on the same study
-trial; ``resumed`` is incremented) or marked ``FAIL`` with :data:`NOT_RESUMED` as ``error``
-(it was suggested after the last save: Tune will not run it again).
+trial; ``resumed`` is incremented) or **run again**: it was suggested after Tune's last
+experiment save (Tune saves every >= 10 s and after trial checkpoints, and copies the save to
+storage in the background), so the restored Tune does not know it and asks for a new trial in
+its place. The adapter answers those asks with the lost configs first, in trial order: the
+core adopts the config under the new Tune trial id (:meth:`Searcher.adopt`, drawing and
+discarding a proposal so that its state moves on as when it first proposed the trial), and the same
+study trial takes the new id (the old one is appended to ``replaces``, ``resumed`` + 1). The
+trial starts again from scratch (Tune holds no checkpoint of it), counts once toward the
+search's trials, and the run's trial recorder drops the old id's record when the new trial
+starts. A lost trial the resumed search never reaches (it stopped first) stays ``RUNNING``
+for the next resume, or is failed by ``archsearch.tune.runner.reconcile`` at the end.
 
 Tune tells a searcher about an errored trial without the error, and before its callbacks (see
 ``TuneController._process_trial_failure``); with ``fail_errors=False`` the adapter leaves the
@@ -85,9 +96,9 @@ from archsearch.search.base import Searcher
 #: _constrained_optimization._CONSTRAINTS_KEY``; named ones are ``constraints:KEY``).
 _CONSTRAINTS_KEY = "constraints"
 
-#: ``error`` of a study trial a resumed driver will not continue.
-NOT_RESUMED = ("lost: the driver stopped before Ray Tune saved this trial, so the resumed search "
-               "does not continue it; the searcher proposes a new trial instead")
+#: ``error`` of a study trial enqueued by a driver that stopped before it asked for it.
+NOT_RESUMED = ("lost: the driver stopped between enqueueing this trial and asking for it; the "
+               "searcher proposes a new trial instead")
 #: ``error`` of a failed trial when no error line reached the record.
 NO_MESSAGE = "failed (Ray Tune gave no error message)"
 
@@ -100,7 +111,7 @@ TUNE_KEYS = frozenset({
 })
 #: User attribute names this module writes (besides the metrics).
 USER_ATTRS = ("trial_id", "searcher", "proposed_by", "epoch", "fidelity", "history", "error",
-              "resumed")
+              "resumed", "replaces")
 
 
 def _number(v: Any) -> float | None:
@@ -232,7 +243,7 @@ class StudyRecord:
         params = {k: _plain(v) for k, v in config.items() if v is not None}
         attrs = {"trial_id": trial_id, "searcher": self.searcher,
                  "proposed_by": str(proposed_by or self.searcher), "epoch": 0, "fidelity": 0.0,
-                 "history": [], "error": None, "resumed": 0}
+                 "history": [], "error": None, "resumed": 0, "replaces": []}
         self.study.enqueue_trial(params, user_attrs=attrs)
         while True:
             trial = self.study.ask({k: dists[k] for k in params})
@@ -328,17 +339,18 @@ class StudyRecord:
             return
         self.finish(trial_id, result, state="FAIL", error=error)
 
-    def reattach(self, pending: Iterable[str]) -> tuple[list[str], list[str]]:
+    def reattach(self, pending: Iterable[str]) -> tuple[list[str], list[tuple[str, dict, str]]]:
         """After a resume: each RUNNING study trial whose Tune trial is in ``pending`` (the
         restored searcher's pending trials, which Tune continues) is re-attached (``resumed``
-        + 1); every other RUNNING one is marked ``FAIL`` with :data:`NOT_RESUMED`. Returns the
-        Tune trial ids ``(reattached, failed)``."""
+        + 1). The other RUNNING ones were lost by the restored Tune and stay RUNNING, to be
+        run again (:meth:`rekey`). Returns ``(reattached, lost)``: Tune trial ids, and for
+        each lost trial, in trial order, ``(trial_id, params, proposed_by)``."""
         import optuna
 
         if self.study is None:
             return [], []
         pending = set(pending)
-        reattached, failed = [], []
+        reattached, lost = [], []
         self._ids, self._live = None, {}
         for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             tid = t.user_attrs.get("trial_id")
@@ -346,11 +358,37 @@ class StudyRecord:
                 self._backend.set_trial_user_attr(t._trial_id, "resumed",
                                                   int(t.user_attrs.get("resumed", 0)) + 1)
                 reattached.append(tid)
-            else:
-                self._backend.set_trial_user_attr(t._trial_id, "error", NOT_RESUMED)
-                self.study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-                failed.append(tid)
-        return reattached, failed
+            elif tid is not None:
+                lost.append((tid, dict(t.params), str(t.user_attrs.get("proposed_by") or self.searcher)))
+        return reattached, lost
+
+    def rekey(self, old_id: str, new_id: str) -> None:
+        """The study trial of Tune trial ``old_id`` (lost by a resumed Tune) becomes Tune trial
+        ``new_id``'s: ``trial_id`` = ``new_id``, ``old_id`` appended to ``replaces``, ``resumed``
+        + 1, and its epochs cleared (the trial runs again from scratch).
+
+        Raises:
+            KeyError: no RUNNING study trial has ``trial_id`` ``old_id``.
+        """
+        trial = self._trial(old_id)
+        if trial is None:
+            raise KeyError(f"no running study trial for Tune trial {old_id!r}")
+        attrs = trial.user_attrs
+        for key, value in (("trial_id", new_id), ("replaces", [*attrs.get("replaces", []), old_id]),
+                           ("resumed", int(attrs.get("resumed", 0)) + 1), ("epoch", 0),
+                           ("fidelity", 0.0), ("history", [])):
+            trial.set_user_attr(key, value)
+        number, storage_id = self._ids.pop(old_id)
+        self._ids[new_id] = (number, storage_id)
+        self._live[new_id] = self._live.pop(old_id)
+
+    def replaces(self, trial_id: str) -> list[str]:
+        """The Tune trial ids the study trial of ``trial_id`` had before (:meth:`rekey`);
+        ``[]`` for an unknown trial."""
+        found = self._find(trial_id) if self.study is not None else None
+        if found is None:
+            return []
+        return list(self._backend.get_trial(found[1]).user_attrs.get("replaces") or [])
 
 
 class RaySearcher(_TuneSearcher):
@@ -372,9 +410,11 @@ class RaySearcher(_TuneSearcher):
         self.core, self.epochs, self.fail_errors = core, epochs, bool(fail_errors)
         self.record = (StudyRecord(storage, study_name, space=space, searcher=core.name)
                        if storage is not None else None)
+        self.lost: list[tuple[str, dict, str]] = []  # trials to run again (see restore)
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("lost", [])
         if "record" not in state:  # pickled (tuner.pkl) by a version that recorded at the end only
             storage = state.get("storage")
             self.record = (StudyRecord(storage, state.get("study_name"), space=self.core.space,
@@ -390,6 +430,11 @@ class RaySearcher(_TuneSearcher):
         return 1.0
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        if self.lost:  # a trial the restored Tune lost: run it again under this id
+            old_id, config, source = self.lost.pop(0)
+            self.core.adopt(trial_id, config, {"source": source, "run_again_from": old_id}, draw=True)
+            self.record.rekey(old_id, trial_id)
+            return {k: config.get(k) for k in self.core.space.params}
         _, config = self.core.ask(trial_id)
         if self.record is not None:
             extra = self.core.pending[trial_id].get("extra") or {}
@@ -430,8 +475,9 @@ class RaySearcher(_TuneSearcher):
         self.core.save(checkpoint_path)
 
     def restore(self, checkpoint_path: str) -> None:
-        """Restore the core; with a study, re-attach or fail its RUNNING trials
-        (:meth:`StudyRecord.reattach` with the restored core's pending trials)."""
+        """Restore the core; with a study, re-attach its RUNNING trials that the restored core
+        has pending and queue the others to run again (:meth:`StudyRecord.reattach`; the next
+        :meth:`suggest` calls answer with them, see the module docstring)."""
         self.core.restore(checkpoint_path)
         if self.record is not None:
-            self.record.reattach(self.core.pending)
+            _, self.lost = self.record.reattach(self.core.pending)
