@@ -70,7 +70,12 @@ forward) x 5 rows = 10: ~22.5 x 310 s = ~1.9 h, plus ~1 min per row of evaluatio
 exit accuracies and timing (18 rows): about 2.2 hours in all with the defaults (1 epoch over the
 whole training split). If it must be shorter, ``--train-samples 4224`` (132 steps, every row
 alike) halves the training part (~1.2 h). Resumable: rerunning ``run`` skips the rows already in
-the JSONL (same protocol settings), so it can be stopped and continued.
+the JSONL (same protocol settings), so it can be stopped and continued. Rows of every
+fine-tuning budget share the JSONL; ``summarize`` reads only those of the budget its
+``--epochs`` / ``--train-samples`` say (static rows included), so a longer budget
+(``--epochs 2``, the issue's reference exits: ~2x the time) is summarized on its own; while it is
+incomplete, give it ``--out`` outside ``benchmarks/results`` so the reported JSONs keep the last
+complete budget.
 
 Commands (the lead runs it alone on the machine)::
 
@@ -661,14 +666,24 @@ def plot(s: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None, **variant) -> dict:
-    """Tables, JSONs and plot from the rows: the static rows and the dht / dp rows of one
-    variant (``variant``: the options of :func:`dynamic_protocols`; a row belongs to it when its
-    protocol has the same values of those options)."""
+#: The fine-tuning budget every row of one summary shares (``protocol_from``'s settings).
+BUDGET_KEYS = ("max_len", "lr", "batch_size", "epochs", "train_samples", "dht_warmup_steps")
+
+
+def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None,
+              protocol: dict | None = None, **variant) -> dict:
+    """Tables, JSONs and plot from the rows of one fine-tuning budget (``protocol``: the rows'
+    :data:`BUDGET_KEYS` must equal its; ``None``: every row): the static rows and the dht / dp
+    rows of one variant (``variant``: the options of :func:`dynamic_protocols`; a row belongs to
+    it when its protocol has the same values of those options)."""
     keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule", "dht_stop_quality", "dht_stop_context", "dp_forward")
     want = {k: {o: p.get(o) for o in keys} for k, p in dynamic_protocols({}, **variant).items()}
-    rows = [r for r in read_rows(data_path) if r["kind"] == "static"
-            or {o: r.get("protocol", {}).get(o) for o in keys} == want[r["kind"]]]
+
+    def same_budget(r: dict) -> bool:
+        return protocol is None or all(r.get("protocol", {}).get(k) == protocol.get(k) for k in BUDGET_KEYS)
+
+    rows = [r for r in read_rows(data_path) if same_budget(r) and (
+        r["kind"] == "static" or {o: r.get("protocol", {}).get(o) for o in keys} == want[r["kind"]])]
     if not rows:  # never overwrite existing results with an empty summary
         raise SystemExit(f"no rows in {data_path}: nothing to summarize")
     s = summarize_rows(rows)
@@ -782,7 +797,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{len(plan)} rows planned, {len(data.train)} training rows, "
               f"{math.ceil(len(data.train) / protocol['batch_size'])} steps per epoch", flush=True)
         run_pending(plan, args.data, lambda spec: run_row(spec, ckpt, data, args.threads), args.max_rows)
-    summarize(args.data, args.out, **variant)
+    summarize(args.data, args.out, protocol=protocol_from(args), **variant)
     print(f"done in {time.perf_counter() - t0:.0f}s")
 
 
