@@ -197,6 +197,8 @@ def test_ray_adapter_runs_again_a_trial_the_restored_tune_lost(tmp_path):
     which asks for a new trial in its place: the adapter answers with the lost config, the
     same Optuna trial takes the new id (``replaces``), and the run's recorder drops the old
     record when the new trial starts. Nothing is lost, nothing counted twice."""
+    import pickle
+
     import optuna
     from ray.tune.experiment import Trial
 
@@ -220,7 +222,7 @@ def test_ray_adapter_runs_again_a_trial_the_restored_tune_lost(tmp_path):
     fresh = resumed.suggest("d")  # then the core proposes as usual
     assert fresh != lost and set(resumed.core.pending) == {"a", "c", "d"}
 
-    recorder = TrialRecorder(run, epochs=1)
+    recorder = pickle.loads(pickle.dumps(TrialRecorder(run, epochs=1)))  # as Tuner.restore has it
     recorder.on_trial_start(0, [], Trial("f", config=lost, trial_id="c", stub=True))
     assert [r["trial_id"] for r in run.read_trials()] == ["c"]  # b's record went with it
 

@@ -70,6 +70,28 @@ def test_nan_trial_is_recorded_as_failed_and_search_goes_on(tmp_path, ray_sessio
 
 
 @pytest.mark.ray
+def test_trials_cut_by_the_time_budget_are_stopped_not_failed(tmp_path, ray_session, cache_dir):
+    """``budget.time_budget_s`` ends the search with trials part-way: Ray Tune stops them
+    without telling the callbacks or the searcher. They end STOPPED (valid points with fewer
+    epochs) in the records and PRUNED in the Optuna study, not RUNNING and counted failed."""
+    import optuna
+
+    from archsearch.runs import RunDir, read_trials
+    from archsearch.tune.runner import run_search
+
+    space = tiny_space(tmp_path, budget={**TINY_SPACE["budget"], "trials": 2, "epochs": 500,
+                                         "time_budget_s": 20})
+    res = run_search(space, searcher="random", name="budget-run", storage=tmp_path / "runs",
+                     reports=tmp_path / "reports", progress=False)
+    trials = read_trials(res.run_dir)
+    assert [t["status"] for t in trials] == ["STOPPED", "STOPPED"], trials
+    assert all(1 <= len(t["history"]) < 500 and t["error"] is None for t in trials)
+    study = optuna.load_study(study_name="budget-run", storage=RunDir(res.run_dir).optuna_url)
+    assert [t.state.name for t in study.trials] == ["PRUNED", "PRUNED"]
+    assert res.summary["n_failed"] == 0 and res.summary["n_trials"] == 2
+
+
+@pytest.mark.ray
 def test_optuna_dashboard_serves_the_run(tiny_run):
     """`archsearch dashboard RUN_DIR` on 127.0.0.1: /api/studies lists the study and its trials."""
     import subprocess

@@ -15,8 +15,8 @@ Definitions used everywhere in the report:
 * **feasible**: not failed and every constraint holds. Bounds are inclusive:
   ``{"max": v}`` means ``value <= v``, ``{"min": v}`` means ``value >= v``.
 * **pareto**: feasible and not dominated by another feasible trial (in all objectives at once).
-* ``"STOPPED"`` trials (early-stopped by ASHA) are valid points trained for fewer epochs; they
-  can be on the front and are marked as such in plots and tables.
+* ``"STOPPED"`` trials (stopped early by ASHA or by the time budget) are valid points trained
+  for fewer epochs; they can be on the front and are marked as such in plots and tables.
 * ``"RUNNING"`` trials (the run stopped, or is still going, before they finished) count as
   failed ("unfinished"): their last metrics are not a result.
 * **sub-trials** (``"ID#k"``): a dynamic trial's final metrics may hold
@@ -88,7 +88,7 @@ class TrialRow:
 
     @property
     def stopped(self) -> bool:
-        """Early-stopped by the scheduler (ASHA): fewer epochs than the budget."""
+        """Stopped early (by ASHA, or by the search's time budget): fewer epochs than the budget."""
         return self.status == STOPPED
 
     @property

@@ -54,10 +54,12 @@ class TrialRecorder(Callback):
         self.run, self.epochs = run, int(epochs)
         self.records = {r["trial_id"]: r for r in run.read_trials()}
         self.study = StudyRecord(run.optuna_url, run.name) if study else None
+        self.resumed = False  #: unpickled by ``Tuner.restore``: trials may be run again
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.records = {r["trial_id"]: r for r in self.run.read_trials()}
+        self.resumed = True
         if "study" not in state:  # pickled by a version that did not record errors in the study
             self.study = StudyRecord(self.run.optuna_url, self.run.name)
 
@@ -72,8 +74,11 @@ class TrialRecorder(Callback):
         rec["status"], rec["error"] = RUNNING, None  # also a trial Tune retries or resumes
         self.run.write_trial(rec)
         # a trial the resumed Tune had lost runs again under this id: its old record goes
-        # (the Ray adapter re-keyed its Optuna trial: StudyRecord.rekey)
-        for old in self.study.replaces(trial.trial_id) if self.study is not None else ():
+        # (the Ray adapter re-keyed its Optuna trial: StudyRecord.rekey). Only a resumed
+        # search does that: a fresh one skips the study lookup (one read of every trial)
+        if not (self.resumed and self.study is not None):
+            return
+        for old in self.study.replaces(trial.trial_id):
             if old != trial.trial_id:
                 self.records.pop(old, None)
                 self.run.remove_trial(old)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from archsearch.errors import UserError
-from archsearch.runs import ERROR, RUNNING, RunDir, RunSpec
+from archsearch.runs import ERROR, RUNNING, STOPPED, RunDir, RunSpec
 from archsearch.space import SearchSpace
 from archsearch.tune.ray_session import check_address, init_ray, print_dashboards
 from archsearch.tune.searchers import check_searcher
@@ -360,10 +360,44 @@ def reconcile(run: RunDir, trials: int) -> None:
                 record.fail(rec["trial_id"], LOST_REASON)
 
 
+def stop_unfinished(run: RunDir, epochs: int, time_budget_s: float) -> None:
+    """Finish the trials a search's ``budget.time_budget_s`` cut off. Ray Tune stops them
+    (TERMINATED in its own state, so a resume does not continue them) without telling the
+    callbacks or the searcher, which would leave their records and Optuna trials RUNNING. A
+    trial that reported >= 1 epoch becomes ``STOPPED`` (a valid point with fewer epochs, like
+    an ASHA stop) and its Optuna trial ``PRUNED``; one that reported none becomes ``ERROR``
+    and ``FAIL``, saying the time budget stopped it."""
+    from archsearch.search.adapters.ray import StudyRecord
+
+    record = StudyRecord(run.optuna_url, run.name) if run.optuna_db.is_file() else None
+    for rec in run.read_trials():
+        if rec["status"] != RUNNING:
+            continue
+        done = int(rec["metrics"].get("epoch") or 0) if rec["history"] else 0
+        if done:
+            rec["status"], rec["error"] = STOPPED, None
+        else:
+            rec["status"] = ERROR
+            rec["error"] = (f"stopped: the search's time budget (budget.time_budget_s = "
+                            f"{time_budget_s:g} s) ran out before this trial's first epoch")
+        run.write_trial(rec)
+        if record is None or record.study is None:
+            continue
+        if done:
+            record.finish(rec["trial_id"], rec["metrics"], state="PRUNED",
+                          fidelity=min(1.0, done / max(1, epochs)))
+        else:
+            record.fail(rec["trial_id"], rec["error"])
+
+
 def _finish(launch: Launch, reports: str | Path) -> RunResult:
     from archsearch.report import report_run
 
-    reconcile(launch.run, launch.space.budget.trials)
+    b = launch.space.budget
+    spent = launch.prior_wall + (time.time() - launch.t0)
+    if b.time_budget_s is not None and spent >= b.time_budget_s:  # Tune's stopper fired
+        stop_unfinished(launch.run, b.epochs, b.time_budget_s)
+    reconcile(launch.run, b.trials)
     launch.spec.wall_seconds = launch.prior_wall + (time.time() - launch.t0)
     launch.run.write_spec(launch.spec)
     report_dir, summary = report_run(launch.run.path, reports)

@@ -362,17 +362,14 @@ class StudyRecord:
                 lost.append((tid, dict(t.params), str(t.user_attrs.get("proposed_by") or self.searcher)))
         return reattached, lost
 
-    def rekey(self, old_id: str, new_id: str) -> None:
+    def rekey(self, old_id: str, new_id: str) -> bool:
         """The study trial of Tune trial ``old_id`` (lost by a resumed Tune) becomes Tune trial
         ``new_id``'s: ``trial_id`` = ``new_id``, ``old_id`` appended to ``replaces``, ``resumed``
-        + 1, and its epochs cleared (the trial runs again from scratch).
-
-        Raises:
-            KeyError: no RUNNING study trial has ``trial_id`` ``old_id``.
-        """
+        + 1, and its epochs cleared (the trial runs again from scratch). Returns ``False``, and
+        changes nothing, when no RUNNING study trial has ``trial_id`` ``old_id``."""
         trial = self._trial(old_id)
         if trial is None:
-            raise KeyError(f"no running study trial for Tune trial {old_id!r}")
+            return False
         attrs = trial.user_attrs
         for key, value in (("trial_id", new_id), ("replaces", [*attrs.get("replaces", []), old_id]),
                            ("resumed", int(attrs.get("resumed", 0)) + 1), ("epoch", 0),
@@ -381,6 +378,7 @@ class StudyRecord:
         number, storage_id = self._ids.pop(old_id)
         self._ids[new_id] = (number, storage_id)
         self._live[new_id] = self._live.pop(old_id)
+        return True
 
     def replaces(self, trial_id: str) -> list[str]:
         """The Tune trial ids the study trial of ``trial_id`` had before (:meth:`rekey`);
@@ -430,11 +428,12 @@ class RaySearcher(_TuneSearcher):
         return 1.0
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        if self.lost:  # a trial the restored Tune lost: run it again under this id
+        while self.lost:  # a trial the restored Tune lost: run it again under this id
             old_id, config, source = self.lost.pop(0)
-            self.core.adopt(trial_id, config, {"source": source, "run_again_from": old_id}, draw=True)
-            self.record.rekey(old_id, trial_id)
-            return {k: config.get(k) for k in self.core.space.params}
+            if self.record.rekey(old_id, trial_id):  # else it was finished meanwhile
+                self.core.adopt(trial_id, config, {"source": source, "run_again_from": old_id},
+                                draw=True)
+                return {k: config.get(k) for k in self.core.space.params}
         _, config = self.core.ask(trial_id)
         if self.record is not None:
             extra = self.core.pending[trial_id].get("extra") or {}
