@@ -91,15 +91,24 @@ class Searcher(ABC):
         Raises:
             ValueError: ``trial_id`` is already pending or observed.
         """
-        tid = str(trial_id) if trial_id is not None else f"t{self.n_asked}"
-        if tid in self.pending or any(o.trial_id == tid for o in self.observations):
-            raise ValueError(f"trial id {tid!r} was already asked")
+        tid = self._new_id(trial_id if trial_id is not None else f"t{self.n_asked}")
         config, extra = self._suggest(tid)
         config = self._clip(config)
+        self._add_pending(tid, config, extra)
+        return tid, dict(config)
+
+    def _new_id(self, trial_id) -> str:
+        """``trial_id`` as a string. Raises: ValueError: it is already pending or observed."""
+        tid = str(trial_id)
+        if tid in self.pending or any(o.trial_id == tid for o in self.observations):
+            raise ValueError(f"trial id {tid!r} was already asked")
+        return tid
+
+    def _add_pending(self, tid: str, config: Mapping[str, Any], extra) -> None:
+        """Record ``config`` as asked and pending under ``tid``."""
         self.n_asked += 1
         self.pending[tid] = {"config": dict(config), "x": list(self.space.encode(config)),
                              "extra": extra}
-        return tid, dict(config)
 
     def adopt(self, trial_id: str, config: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
               *, draw: bool = False) -> None:
@@ -116,13 +125,9 @@ class Searcher(ABC):
         Raises:
             ValueError: ``trial_id`` is already pending or observed.
         """
-        tid = str(trial_id)
-        if tid in self.pending or any(o.trial_id == tid for o in self.observations):
-            raise ValueError(f"trial id {tid!r} was already asked")
+        tid = self._new_id(trial_id)
         drawn_extra = self._suggest(tid)[1] if draw else {}
-        self.n_asked += 1
-        self.pending[tid] = {"config": dict(config), "x": list(self.space.encode(config)),
-                             "extra": {**(drawn_extra or {}), **(extra or {})}}
+        self._add_pending(tid, config, {**(drawn_extra or {}), **(extra or {})})
 
     def tell(self, trial_id: str, metrics: Mapping[str, float] | None, *, fidelity: float = 1.0,
              error: bool = False, config: Mapping[str, Any] | None = None) -> None:
