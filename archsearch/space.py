@@ -339,6 +339,21 @@ class _UnitCube:
     def modes(self) -> list[str]:
         return [o.mode for o in self.objectives]
 
+    def constraint_values(self, metrics: dict[str, Any]) -> dict[str, float]:
+        """Optuna-style constraint values of ``self.constraints`` (feasible when <= 0), one per
+        bound: ``METRIC.max`` is ``value - max``, ``METRIC.min`` is ``min - value`` (0 when
+        the metric is unknown; NaN/inf: infeasible, not an error)."""
+        out = {}
+        for k, b in (self.constraints or {}).items():
+            v = metrics.get(k)
+            if v is not None and not math.isfinite(float(v)):
+                v = math.inf if b.max is not None else -math.inf
+            if b.max is not None:
+                out[f"{k}.max"] = 0.0 if v is None else float(v) - b.max
+            if b.min is not None:
+                out[f"{k}.min"] = 0.0 if v is None else b.min - float(v)
+        return out
+
 
 class ParamSpace(_UnitCube, _Strict):
     """A search space over any named params and metrics: what the searcher cores work on when

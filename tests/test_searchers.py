@@ -235,6 +235,42 @@ def test_ray_adapter_runs_again_a_trial_the_restored_tune_lost(tmp_path):
     assert trials[1].params == {k: v for k, v in lost.items() if v is not None}
 
 
+def test_ray_adapter_runs_again_a_trial_enqueued_but_never_asked_for(tmp_path, monkeypatch):
+    """``StudyRecord.open`` enqueues a trial, then asks for it: a driver that dies between
+    the two leaves a WAITING study trial. The resumed search runs it again like a lost
+    RUNNING one, instead of failing it and proposing a new config."""
+    import optuna
+
+    from archsearch.runs import RunDir
+    from archsearch.search.adapters.ray import RaySearcher
+
+    run = RunDir(tmp_path / "r")
+    run.trials_dir.mkdir(parents=True)
+    alg = RaySearcher(build("random"), epochs=1, storage=run.optuna_url, study_name=run.name)
+    alg.suggest("a")
+    alg.save(str(tmp_path / "s.pkl"))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the driver dies right after the enqueue
+
+    monkeypatch.setattr(alg.record.study, "ask", killed)
+    with pytest.raises(KeyboardInterrupt):
+        alg.suggest("b")
+    study = optuna.load_study(study_name=run.name, storage=run.optuna_url)
+    assert [t.state.name for t in study.trials] == ["RUNNING", "WAITING"]
+    lost = study.trials[1].system_attrs["fixed_params"]
+
+    resumed = RaySearcher(build("random"), epochs=1, storage=run.optuna_url, study_name=run.name)
+    resumed.restore(str(tmp_path / "s.pkl"))
+    config = resumed.suggest("c")
+    assert {k: v for k, v in config.items() if v is not None} == lost
+    resumed.on_trial_complete("c", {**quality(lost), "flops_per_sample": 1e6, "epoch": 1})
+    trials = optuna.load_study(study_name=run.name, storage=run.optuna_url).trials
+    assert [(t.user_attrs["trial_id"], t.state.name) for t in trials] == [
+        ("a", "RUNNING"), ("c", "COMPLETE")]  # no FAIL, no extra trial
+    assert trials[1].user_attrs["replaces"] == ["b"] and trials[1].params == lost
+
+
 @pytest.mark.slow
 @pytest.mark.ray
 def test_single_objective_search_through_the_cli_with_ahto(tmp_path):

@@ -88,6 +88,10 @@ def test_trials_cut_by_the_time_budget_are_stopped_not_failed(tmp_path, ray_sess
     assert all(1 <= len(t["history"]) < 500 and t["error"] is None for t in trials)
     study = optuna.load_study(study_name="budget-run", storage=RunDir(res.run_dir).optuna_url)
     assert [t.state.name for t in study.trials] == ["PRUNED", "PRUNED"]
+    # with their constraint values, as an ASHA-stopped trial has them (TINY_SPACE's bound)
+    slack = {r["trial_id"]: r["metrics"]["params_trainable"] - 400000 for r in trials}
+    assert {t.user_attrs["trial_id"]: t.system_attrs["constraints"] for t in study.trials} == {
+        tid: [value] for tid, value in slack.items()}
     assert res.summary["n_failed"] == 0 and res.summary["n_trials"] == 2
 
 

@@ -205,18 +205,9 @@ class Searcher(ABC):
         return True
 
     def constraint_values(self, metrics: Mapping[str, float]) -> dict[str, float]:
-        """Optuna-style constraint values (feasible when <= 0), one per bound: ``METRIC.max``
-        is ``value - max``, ``METRIC.min`` is ``min - value`` (0 when the metric is unknown)."""
-        out = {}
-        for k, (lo, hi) in self.constraints.items():
-            v = metrics.get(k)
-            if v is not None and not math.isfinite(float(v)):
-                v = math.inf if hi is not None else -math.inf  # NaN/inf: infeasible, not an error
-            if hi is not None:
-                out[f"{k}.max"] = 0.0 if v is None else float(v) - hi
-            if lo is not None:
-                out[f"{k}.min"] = 0.0 if v is None else lo - float(v)
-        return out
+        """Optuna-style constraint values (feasible when <= 0): the space's
+        ``constraint_values``."""
+        return self.space.constraint_values(metrics)
 
     def known_feasible(self, config: Mapping[str, Any]) -> bool:
         """Whether ``config`` satisfies the constraints the cost function can check (True if

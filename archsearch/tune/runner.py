@@ -360,13 +360,14 @@ def reconcile(run: RunDir, trials: int) -> None:
                 record.fail(rec["trial_id"], LOST_REASON)
 
 
-def stop_unfinished(run: RunDir, epochs: int, time_budget_s: float) -> None:
+def stop_unfinished(run: RunDir, space: SearchSpace, time_budget_s: float) -> None:
     """Finish the trials a search's ``budget.time_budget_s`` cut off. Ray Tune stops them
     (TERMINATED in its own state, so a resume does not continue them) without telling the
     callbacks or the searcher, which would leave their records and Optuna trials RUNNING. A
     trial that reported >= 1 epoch becomes ``STOPPED`` (a valid point with fewer epochs, like
-    an ASHA stop) and its Optuna trial ``PRUNED``; one that reported none becomes ``ERROR``
-    and ``FAIL``, saying the time budget stopped it."""
+    an ASHA stop) and its Optuna trial ``PRUNED`` with its constraint values, as the searcher
+    records an ASHA-stopped trial; one that reported none becomes ``ERROR`` and ``FAIL``,
+    saying the time budget stopped it."""
     from archsearch.search.adapters.ray import StudyRecord
 
     record = StudyRecord(run.optuna_url, run.name) if run.optuna_db.is_file() else None
@@ -385,7 +386,8 @@ def stop_unfinished(run: RunDir, epochs: int, time_budget_s: float) -> None:
             continue
         if done:
             record.finish(rec["trial_id"], rec["metrics"], state="PRUNED",
-                          fidelity=min(1.0, done / max(1, epochs)))
+                          fidelity=min(1.0, done / max(1, space.budget.epochs)),
+                          constraints=space.constraint_values(rec["metrics"]))
         else:
             record.fail(rec["trial_id"], rec["error"])
 
@@ -396,7 +398,7 @@ def _finish(launch: Launch, reports: str | Path) -> RunResult:
     b = launch.space.budget
     spent = launch.prior_wall + (time.time() - launch.t0)
     if b.time_budget_s is not None and spent >= b.time_budget_s:  # Tune's stopper fired
-        stop_unfinished(launch.run, b.epochs, b.time_budget_s)
+        stop_unfinished(launch.run, launch.space, b.time_budget_s)
     reconcile(launch.run, b.trials)
     launch.spec.wall_seconds = launch.prior_wall + (time.time() - launch.t0)
     launch.run.write_spec(launch.spec)

@@ -63,7 +63,8 @@ the restored searcher state, so Tune continues it and later results land on the 
 trial; ``resumed`` is incremented) or **run again**: it was suggested after Tune's last
 experiment save (Tune saves every >= 10 s and after trial checkpoints, and copies the save to
 storage in the background), so the restored Tune does not know it and asks for a new trial in
-its place. The adapter answers those asks with the lost configs first, in trial order: the
+its place. So is a study trial still ``WAITING`` (the driver stopped between the enqueue and
+the ask of ``open``). The adapter answers those asks with the lost configs first, in trial order: the
 core adopts the config under the new Tune trial id (:meth:`Searcher.adopt`, drawing and
 discarding a proposal so that its state moves on as when it first proposed the trial), and the same
 study trial takes the new id (the old one is appended to ``replaces``, ``resumed`` + 1). The
@@ -96,9 +97,11 @@ from archsearch.search.base import Searcher
 #: _constrained_optimization._CONSTRAINTS_KEY``; named ones are ``constraints:KEY``).
 _CONSTRAINTS_KEY = "constraints"
 
-#: ``error`` of a study trial enqueued by a driver that stopped before it asked for it.
-NOT_RESUMED = ("lost: the driver stopped between enqueueing this trial and asking for it; the "
-               "searcher proposes a new trial instead")
+#: ``error`` of a WAITING study trial that :meth:`StudyRecord.open` finds before its own (one
+#: that a resumed search did not take over: not enqueued by archsearch, or a new search that
+#: did not resume the one that enqueued it).
+NOT_RESUMED = ("lost: enqueued but never asked for (a driver stopped in between and the search "
+               "was not resumed); the searcher proposes a new trial instead")
 #: ``error`` of a failed trial when no error line reached the record.
 NO_MESSAGE = "failed (Ray Tune gave no error message)"
 
@@ -343,7 +346,8 @@ class StudyRecord:
         """After a resume: each RUNNING study trial whose Tune trial is in ``pending`` (the
         restored searcher's pending trials, which Tune continues) is re-attached (``resumed``
         + 1). The other RUNNING ones were lost by the restored Tune and stay RUNNING, to be
-        run again (:meth:`rekey`). Returns ``(reattached, lost)``: Tune trial ids, and for
+        run again (:meth:`rekey`), as are the WAITING ones that :meth:`open` enqueued before
+        the driver stopped (they become RUNNING here). Returns ``(reattached, lost)``: Tune trial ids, and for
         each lost trial, in trial order, ``(trial_id, params, proposed_by)``."""
         import optuna
 
@@ -352,6 +356,13 @@ class StudyRecord:
         pending = set(pending)
         reattached, lost = [], []
         self._ids, self._live = None, {}
+        # ``open`` enqueues then asks: a driver that died in between left its trial WAITING.
+        # Ask for it now (``ask`` takes the oldest WAITING trial) to run it again too.
+        dists = self.space.to_optuna()
+        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            if t.user_attrs.get("trial_id") is None:  # not ours: ``open`` fails it
+                break
+            self.study.ask({k: dists[k] for k in t.system_attrs.get("fixed_params", {})})
         for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             tid = t.user_attrs.get("trial_id")
             if tid in pending:
