@@ -184,7 +184,7 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
                       dht_reward: str = "ce", dht_routing: str = "once",
                       dht_stop_fit: str = "train", dht_stop_rule: str = "regression",
                       dht_stop_quality: str = "prob", dht_stop_context: str = "exit",
-                      dp_exit_loss: str | None = None) -> dict[str, dict]:
+                      dp_exit_loss: str | None = None, dht_exits_from_step: int = 0) -> dict[str, dict]:
     """The protocols of the dht and dp rows of one variant, ``{"dht": ..., "dp": ...}``: the
     options enter a protocol only when they differ from the defaults (so rows of every variant
     keep their own keys), and only the protocol of the kind they change: ``exit_heads`` (a
@@ -201,7 +201,9 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
     quality at an exit is 1 if the exit's class is the deepest exit's, not that class's
     probability) and ``dht_stop_context`` (``trajectory``: the cascade decides from the exit's
     confidence and its agreement with the last exits, not from the pooled state) dht;
-    ``dp_exit_loss`` (default: ``exit_loss``) the dp rows' own ``exit_loss``."""
+    ``dp_exit_loss`` (default: ``exit_loss``) the dp rows' own ``exit_loss``;
+    ``dht_exits_from_step`` (> 0: the dht rows train only the deepest exit before that step,
+    DeeBERT's two stages) dht."""
     base = dict(protocol)
     if exit_heads:
         base["exit_heads"] = True
@@ -225,6 +227,8 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
         dht["dht_stop_quality"] = dht_stop_quality
     if dht_stop_context != "exit":
         dht["dht_stop_context"] = dht_stop_context
+    if dht_exits_from_step:
+        dht["dht_exits_from_step"] = int(dht_exits_from_step)
     if dp_exit_loss is not None:
         dp.pop("exit_loss", None)
         if dp_exit_loss != "mean":
@@ -554,7 +558,7 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
     kind = spec["kind"]
     if kind != "static" and p.get("exit_heads"):
         cfg["exit_heads"] = True
-    for key in ("exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule", "dht_stop_quality", "dht_stop_context"):
+    for key in VARIANT_KEYS[1:-1]:  # exit_heads above; dp_forward is not a config key
         if kind != "static" and p.get(key):
             cfg[key] = p[key]
     if kind == "static":
@@ -667,6 +671,12 @@ def plot(s: dict, path: Path) -> None:
 
 
 #: The fine-tuning budget every row of one summary shares (``protocol_from``'s settings).
+#: The protocol keys of a dht / dp variant (:func:`dynamic_protocols`): rows belong to a variant
+#: when these are equal; all but ``exit_heads`` (set apart) and ``dp_forward`` (a code version)
+#: are trial-config keys.
+VARIANT_KEYS = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr",
+                "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule",
+                "dht_stop_quality", "dht_stop_context", "dht_exits_from_step", "dp_forward")
 BUDGET_KEYS = ("max_len", "lr", "batch_size", "epochs", "train_samples", "dht_warmup_steps")
 
 
@@ -676,7 +686,7 @@ def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None,
     :data:`BUDGET_KEYS` must equal its; ``None``: every row): the static rows and the dht / dp
     rows of one variant (``variant``: the options of :func:`dynamic_protocols`; a row belongs to
     it when its protocol has the same values of those options)."""
-    keys = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr", "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule", "dht_stop_quality", "dht_stop_context", "dp_forward")
+    keys = VARIANT_KEYS
     want = {k: {o: p.get(o) for o in keys} for k, p in dynamic_protocols({}, **variant).items()}
 
     def same_budget(r: dict) -> bool:
@@ -771,6 +781,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dht-stop-context", choices=["exit", "trajectory"], default="exit",
                     help="dht cascade rows: decide at an exit from the pooled state's projection and the exit's "
                          "confidence (default), or from its confidence and agreement with the last exits (trajectory)")
+    ap.add_argument("--dht-exits-from-step", type=int, default=0,
+                    help="dht rows: train only the deepest exit before this step, then every exit "
+                         "(DeeBERT's two stages; default 0: every exit from the start)")
     ap.add_argument("--dp-predictor-lr", type=float, default=None,
                     help="dp rows: the depth predictor's own learning rate (default: the fine-tuning lr)")
     ap.add_argument("--kinds", nargs="+", choices=["static", "dht", "dp"], default=["static", "dht", "dp"],
@@ -787,7 +800,8 @@ def main(argv: list[str] | None = None) -> None:
                    dht_min_heads=args.dht_min_heads, dht_reward=args.dht_reward,
                    dht_routing=args.dht_routing, dht_stop_fit=args.dht_stop_fit,
                    dht_stop_rule=args.dht_stop_rule, dht_stop_quality=args.dht_stop_quality,
-                   dht_stop_context=args.dht_stop_context, dp_exit_loss=args.dp_exit_loss)
+                   dht_stop_context=args.dht_stop_context, dp_exit_loss=args.dp_exit_loss,
+                   dht_exits_from_step=args.dht_exits_from_step)
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)

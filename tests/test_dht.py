@@ -302,6 +302,34 @@ def test_all_exits_training_makes_the_exit_1_loss_fall():
     assert dht.updates == 40 and (np.diagonal(dht.lin.A, axis1=1, axis2=2).sum(1) > 17 + 40).all()
 
 
+def test_exits_from_step_trains_only_the_deepest_exit_before_that_step():
+    """``dht_exits_from_step`` (DeeBERT's two stages): before the step, the loss is the deepest
+    exit's alone (the exit heads get no gradient) and the warm-up does not end; from it on,
+    every exit trains."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
+                            dropout=0.0, n_classes=2)
+    model = Transformer(cfg).train()
+    dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 1, "exit_heads": True,
+                            "dht_exits_from_step": 3}, {"seed": 0})
+    grads = []
+    for step in range(5):
+        xb, mb, yb = synthetic_task(seed=step + 1)
+        model.zero_grad()
+        loss = dht.training_loss(xb, mb, yb, torch.nn.functional.cross_entropy)
+        loss.backward()
+        head = model.exit_heads["1"].weight.grad
+        grads.append(0.0 if head is None else float(head.abs().sum()))
+        dht.after_step(loss.item())
+        if step < 3:
+            assert dht.warming_up
+            deepest = torch.nn.functional.cross_entropy(model(xb, mb), yb)
+            assert float(loss) == pytest.approx(float(deepest), rel=1e-5)
+    assert grads[:3] == [0.0, 0.0, 0.0] and grads[3] > 0 and grads[4] > 0
+    with pytest.raises(ValueError, match="dht_exits_from_step"):
+        DHTGating(Transformer(cfg), {"dht_exits_from_step": -1}, {"seed": 0})
+
+
 def test_per_sample_rewards_update_exactly_the_depth_arms_each_sample_reached(tiny):
     model, x, mask = tiny
     dht = DHTGating(model, {"n_fixed": 1, "dht_epsilon": 0.0}, {"seed": 0}, decay=1.0)

@@ -94,7 +94,10 @@ an exit from the projection of the pooled state there, the exit's max probabilit
 ``trajectory``: from the exit's max probability and entropy, whether its class equals the last
 one or two exits', and the previous exit's max probability; :meth:`DHTGating._stop_context`).
 Programmatic (``settings["fixed"]``): ``dht_price_lr`` (0.05), ``dht_epsilon`` (0.05),
-``dht_warmup_max_steps``, ``dht_calibration_rows`` (2048). Depth limits are clamped into
+``dht_warmup_max_steps``, ``dht_calibration_rows`` (2048), ``dht_exits_from_step`` (0: the
+shallower exits join the loss from this training step on, and the warm-up counts from there;
+before it only the deepest exit trains -- DeeBERT's two stages, Xin et al. 2020 §3.2, without
+freezing the backbone in the second). Depth limits are clamped into
 ``[n_fixed, n_layers]`` (a searched ``max_layers`` may exceed a searched ``n_layers``), and
 ``min_layers`` to at most ``max_layers``.
 
@@ -227,6 +230,9 @@ class DHTGating(GatingStrategy):
         self.epsilon = float(cfg.get("dht_epsilon", 0.05))
         if not 0 <= self.epsilon <= 1:
             raise ValueError(f"dht_epsilon must be in [0, 1], got {self.epsilon}")
+        self.exits_from = int(cfg.get("dht_exits_from_step") or 0)
+        if self.exits_from < 0:
+            raise ValueError(f"dht_exits_from_step must be >= 0, got {self.exits_from}")
         self.warmup_max = int(cfg.get("dht_warmup_max_steps") or 10 * self.warmup)
         self.patience = max(self.warmup, 10)
         self.calibration_rows = int(cfg.get("dht_calibration_rows") or 2048)
@@ -497,7 +503,8 @@ class DHTGating(GatingStrategy):
         exits, hid = self._run_exits(h, pad, deep, [None] * (deep - self.n_fixed), hidden=True)  # {depth: logits}
         teacher = exits[deep]
         deep_loss, shallow_loss = all_exit_loss([exits[d] for d in self.depths], y, loss_fn, self.exit_loss)
-        total = deep_loss + shallow_loss
+        # two stages (``dht_exits_from_step``): plain fine-tuning of the deepest exit first
+        total = deep_loss + shallow_loss if self.steps >= self.exits_from else deep_loss
         with torch.no_grad():
             full_ce = torch.stack([per_sample_ce(exits[d], y) for d in self.depths], 1)  # (B, K)
             correct = (teacher.argmax(-1) == y).float()
@@ -537,8 +544,9 @@ class DHTGating(GatingStrategy):
         self.acc_ema = acc if self.acc_ema is None else 0.9 * self.acc_ema + 0.1 * acc
         if self.acc_ema > self.acc_best + 0.01:
             self.acc_best, self.acc_best_step = self.acc_ema, self.steps
-        if self.warming_up and self.steps >= self.warmup and (
-                self.steps - self.acc_best_step >= self.patience or self.steps >= self.warmup_max):
+        start = self.exits_from  # the warm-up counts from the step the shallower exits join
+        if self.warming_up and self.steps >= start + self.warmup and (
+                self.steps - self.acc_best_step >= self.patience or self.steps >= start + self.warmup_max):
             self.takeover_step = self.steps
 
     def after_step(self, loss: float) -> None:
