@@ -207,7 +207,8 @@ class Budget(_Strict):
 class _UnitCube:
     """What a searcher core needs of a space (mixed into :class:`ParamSpace` and
     :class:`SearchSpace`): conditions, Optuna and Ray Tune distributions, the unit-cube
-    encoding. Uses ``self.params`` and ``self.objectives``."""
+    encoding, constraint values. Uses ``self.params``, ``self.objectives`` and
+    ``self.constraints``."""
 
     # ------------------------------------------------------------------ conditions
     def active(self, key: str, config: dict[str, Any]) -> bool:

@@ -31,9 +31,10 @@ Protocol (every row has the same fine-tuning budget and goes through the trainab
   calibrated on the validation split (bisection) so the FLOPs fraction lands on the row's
   budget; reported under the row's ``confidence``. Its FLOPs count the blocks run (the exit
   heads read on the way, 2 x 384 x 2 FLOPs each, are left out like every exit head here).
-  Not run: DeeBERT's two-stage variant (fine-tune, then train the exits) and heavier weights on
-  deeper exits -- the all-exit loss weights live in archsearch/dynamic, not here; the
-  ``exit_acc`` of exit 6 against the static depth-6 row shows what joint training costs.
+  DeeBERT's two stages (fine-tune, then train the exits; ``--dht-exits-from-step``) were probed
+  once (docs/design.md: worse); heavier weights on deeper exits were not run -- the all-exit
+  loss weights live in archsearch/dynamic, not here; the ``exit_acc`` of exit 6 against the
+  static depth-6 row shows what joint training costs.
 * Per row: test accuracy, measured ``flops_per_sample`` and its ratio to the full static model on
   the same test batches, the accuracy of every exit of the multi-exit models (``exit_acc``;
   exit 6 = the full-depth accuracy of the variant -- joint all-exit training costs the deepest
