@@ -241,10 +241,13 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
     return {"dht": dht, "dp": dp}
 
 
-def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN, **variant) -> list[dict]:
+def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN, seeds_other: int = 1,
+              **variant) -> list[dict]:
     """The rows of the benchmark, most important first (module docstring). ``variant``: the
     options of :func:`dynamic_protocols` (the dht / dp rows' protocol says them, so they are
-    rows of their own); the static rows are the same for every variant."""
+    rows of their own); the static rows are the same for every variant. ``seeds_other``: seeds
+    of the dht / dp rows at the budgets other than :data:`MAIN_BUDGET`; the rows of seeds
+    1, 2... come after all the others, so a larger value only appends rows."""
     dyn = dynamic_protocols(protocol, **variant)
 
     def r(kind, seed, budget=None, depth=None):
@@ -260,6 +263,8 @@ def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN, **variant)
         if b != MAIN_BUDGET:
             rows += [r("dht", 0, b), r("dp", 0, b)]
     rows += [r("static", s, depth=N_LAYERS) for s in seeds_main[1:]]
+    for s in range(1, seeds_other):
+        rows += [r(kind, s, b) for b in budgets if b != MAIN_BUDGET for kind in ("dht", "dp")]
     return rows
 
 
@@ -557,9 +562,7 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
     cfg = {"init_from": ckpt, "lr": p["lr"], "dropout": 0.1, "weight_decay": 0.01,
            "warmup_steps": max(1, steps // 10)}
     kind = spec["kind"]
-    if kind != "static" and p.get("exit_heads"):
-        cfg["exit_heads"] = True
-    for key in VARIANT_KEYS[1:-1]:  # exit_heads above; dp_forward is not a config key
+    for key in CONFIG_KEYS:
         if kind != "static" and p.get(key):
             cfg[key] = p[key]
     if kind == "static":
@@ -672,12 +675,14 @@ def plot(s: dict, path: Path) -> None:
 
 
 #: The fine-tuning budget every row of one summary shares (``protocol_from``'s settings).
-#: The protocol keys of a dht / dp variant (:func:`dynamic_protocols`): rows belong to a variant
-#: when these are equal; all but ``exit_heads`` (set apart) and ``dp_forward`` (a code version)
-#: are trial-config keys.
-VARIANT_KEYS = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr",
-                "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule",
-                "dht_stop_quality", "dht_stop_context", "dht_exits_from_step", "dp_forward")
+#: The protocol keys of a dht / dp variant that are trial-config keys, copied into a dynamic
+#: row's config when set.
+CONFIG_KEYS = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision", "predictor_lr",
+               "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule",
+               "dht_stop_quality", "dht_stop_context", "dht_exits_from_step")
+#: All protocol keys of a dht / dp variant (:func:`dynamic_protocols`): rows belong to a variant
+#: when these are equal. ``dp_forward`` names a code version, not a config key.
+VARIANT_KEYS = (*CONFIG_KEYS, "dp_forward")
 BUDGET_KEYS = ("max_len", "lr", "batch_size", "epochs", "train_samples", "dht_warmup_steps")
 
 
@@ -750,6 +755,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train-samples", type=int, default=None, help="training subset (default: whole split)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-rows", type=int, default=None, help="stop after this many new rows")
+    ap.add_argument("--seeds-other", type=int, default=1,
+                    help="seeds of the dht / dp rows at the budgets other than 0.5 (default %(default)s; "
+                         "0.5 has 3)")
     ap.add_argument("--exit-heads", action="store_true",
                     help="dht / dp rows with a classifier per exit (exit_heads: true); static rows are shared")
     ap.add_argument("--exit-loss", choices=["mean", "sum", "equal"], default="mean",
@@ -806,7 +814,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)
-        plan = [r for r in plan_rows(protocol, **variant) if r["kind"] in args.kinds]
+        plan = [r for r in plan_rows(protocol, seeds_other=args.seeds_other, **variant)
+                if r["kind"] in args.kinds]
         if args.quick:  # full static, one cut, dht and dp at 0.5: every code path, < 2 minutes
             plan = [r for r in plan if r["seed"] == 0 and (r["depth"] in (1, N_LAYERS) or r["budget"] == MAIN_BUDGET)]
         print(f"{len(plan)} rows planned, {len(data.train)} training rows, "

@@ -135,6 +135,10 @@ def test_resumable_skip_and_row_order(dd, tmp_path):
     assert len(calls) == 18 and len(set(calls)) == 18
     other = dd.plan_rows({**proto, "epochs": 2})  # another protocol is not "done"
     assert len(dd.run_pending(other[:1], path, run_one)) == 1
+    more = dd.plan_rows(proto, seeds_other=2)  # seed 1 at 0.33 and 0.7: 4 rows appended
+    assert more[:18] == plan and {(r["kind"], r["budget"], r["seed"]) for r in more[18:]} == {
+        (k, b, 1) for k in ("dht", "dp") for b in (0.33, 0.7)}
+    assert [dd.row_key(r) for r in dd.run_pending(more, path, run_one)] == [dd.row_key(r) for r in more[18:]]
 
 
 def test_exit_heads_rows_share_the_static_rows_and_are_their_own_dynamic_rows(dd, tmp_path):

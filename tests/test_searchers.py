@@ -169,6 +169,15 @@ def test_unknown_trial_and_searcher_errors():
         make("bogus", s.space)
 
 
+def test_feasible_agrees_with_the_constraint_values_and_rejects_nan():
+    s = build("random")
+    assert s.feasible({"params_trainable": 60000.0}) and s.feasible({"accuracy": 0.7})  # unknown: no verdict
+    assert not s.feasible({"params_trainable": 60001.0})
+    for bad in (math.nan, math.inf):  # a broken cost metric must not pass as feasible
+        assert not s.feasible({"params_trainable": bad})
+        assert s.constraint_values({"params_trainable": bad})["params_trainable.max"] > 0
+
+
 def test_ray_adapter_suggest_complete_save_restore(tmp_path):
     import optuna
 

@@ -195,14 +195,9 @@ class Searcher(ABC):
         return [s * float(metrics[k]) for k, s in zip(self.metrics, self.signs)]
 
     def feasible(self, metrics: Mapping[str, float]) -> bool:
-        """Whether every constraint whose metric is in ``metrics`` holds."""
-        for k, (lo, hi) in self.constraints.items():
-            v = metrics.get(k)
-            if v is None:
-                continue
-            if (lo is not None and v < lo) or (hi is not None and v > hi):
-                return False
-        return True
+        """Whether every constraint whose metric is in ``metrics`` holds (a NaN or infinite
+        constraint metric is infeasible): all of :meth:`constraint_values` are <= 0."""
+        return all(v <= 0 for v in self.constraint_values(metrics).values())
 
     def constraint_values(self, metrics: Mapping[str, float]) -> dict[str, float]:
         """Optuna-style constraint values (feasible when <= 0): the space's
