@@ -34,7 +34,11 @@ Protocol (every row has the same fine-tuning budget and goes through the trainab
   DeeBERT's two stages (fine-tune, then train the exits; ``--dht-exits-from-step``) were probed
   once (docs/design.md: worse); heavier weights on deeper exits were not run -- the all-exit
   loss weights live in archsearch/dynamic, not here; the ``exit_acc`` of exit 6 against the
-  static depth-6 row shows what joint training costs.
+  static depth-6 row shows what joint training costs. ``--distill-teacher``: the exits distil
+  toward the static depth-6 model of the row's seed (trained once, as that static row, and kept
+  under ``--teachers``; DynaBERT's teacher, Hou et al. 2020 sec. 2.2) instead of toward their
+  own deepest exit; such a row records the teacher's accuracy and fine-tuning seconds under
+  ``teacher`` (a cost the static curve does not pay).
 * Per row: test accuracy, measured ``flops_per_sample`` and its ratio to the full static model on
   the same test batches, the accuracy of every exit of the multi-exit models (``exit_acc``;
   exit 6 = the full-depth accuracy of the variant -- joint all-exit training costs the deepest
@@ -110,6 +114,11 @@ RESULTS = HERE / "results"
 N_LAYERS = 6
 BUDGETS = [0.33, 0.5, 0.7]
 MAIN_BUDGET = 0.5
+#: A dht / dp protocol's ``distill_teacher`` value: the teacher is the static depth-6 model
+#: (plain fine-tuning) of the row's seed and budget, trained once by :func:`teacher_file`.
+TEACHER = "static6"
+#: Where :func:`teacher_file` keeps the teachers' weights (``--teachers``).
+TEACHERS = Path(os.environ.get("TMPDIR", "/tmp")) / "dynamic_depth_teachers"
 #: The dp rows' training forward: before stop 28 the depth predictor's RevPC forward ran
 #: MiniLM's post-LN blocks as pre-LN blocks (archsearch/dynamic/depth_predictor.py); those rows
 #: have no ``dp_forward`` key and are no row of any variant now.
@@ -185,7 +194,8 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
                       dht_reward: str = "ce", dht_routing: str = "once",
                       dht_stop_fit: str = "train", dht_stop_rule: str = "regression",
                       dht_stop_quality: str = "prob", dht_stop_context: str = "exit",
-                      dp_exit_loss: str | None = None, dht_exits_from_step: int = 0) -> dict[str, dict]:
+                      dp_exit_loss: str | None = None, dht_exits_from_step: int = 0,
+                      distill_teacher: bool = False) -> dict[str, dict]:
     """The protocols of the dht and dp rows of one variant, ``{"dht": ..., "dp": ...}``: the
     options enter a protocol only when they differ from the defaults (so rows of every variant
     keep their own keys), and only the protocol of the kind they change: ``exit_heads`` (a
@@ -204,10 +214,13 @@ def dynamic_protocols(protocol: dict, exit_heads: bool = False, exit_loss: str =
     confidence and its agreement with the last exits, not from the pooled state) dht;
     ``dp_exit_loss`` (default: ``exit_loss``) the dp rows' own ``exit_loss``;
     ``dht_exits_from_step`` (> 0: the dht rows train only the deepest exit before that step,
-    DeeBERT's two stages) dht."""
+    DeeBERT's two stages) dht; ``distill_teacher`` (the exits distil toward the static depth-6
+    model of the row's seed, :func:`teacher_file`) both kinds."""
     base = dict(protocol)
     if exit_heads:
         base["exit_heads"] = True
+    if distill_teacher:
+        base["distill_teacher"] = TEACHER
     if exit_loss != "mean":
         base["exit_loss"] = exit_loss
     dht, dp = dict(base), dict(base)
@@ -549,11 +562,38 @@ def wall_ratios(paths: dict[str, Callable], full: Callable, test, rounds: int) -
     return res
 
 
-def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
-    """Train and measure one row (module docstring)."""
+def teacher_file(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS) -> tuple[Path, dict]:
+    """The weights of the teacher of a ``distill_teacher`` row: the static depth-6 model trained
+    exactly as the static row of the same seed and budget (so it is that row's model), trained
+    once and kept in ``teachers`` (``{"model": state_dict}``, the layout of ``TrialLoop.save``).
+    Returns ``(path, {"accuracy": test accuracy, "train_seconds": s})``."""
+    import hashlib
+
     import torch
 
-    from archsearch.models import costs
+    budget = {k: spec["protocol"].get(k) for k in BUDGET_KEYS}
+    key = hashlib.sha256(json.dumps([ckpt, budget, spec["seed"]], sort_keys=True).encode()).hexdigest()[:12]
+    path, info_path = teachers / f"static6_{key}.pt", teachers / f"static6_{key}.json"
+    if path.exists() and info_path.exists():
+        return path, json.loads(info_path.read_text())
+    static = {"kind": "static", "depth": N_LAYERS, "budget": None, "seed": spec["seed"],
+              "protocol": {k: v for k, v in spec["protocol"].items() if k not in VARIANT_KEYS}}
+    loop = train_row(static, ckpt, data, threads)
+    info = {"accuracy": loop.evaluate("test")["accuracy"], "train_seconds": loop.train_seconds,
+            "seed": spec["seed"], "budget": budget}
+    teachers.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": loop.model.state_dict()}, tmp)
+    os.replace(tmp, path)
+    info_path.write_text(json.dumps(info))
+    return path, info
+
+
+def train_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS):
+    """The row's trial loop after training (module docstring: every row goes through
+    :class:`~archsearch.tune.trainable.TrialLoop`)."""
+    import torch
+
     from archsearch.tune.trainable import TrialLoop
 
     torch.set_num_threads(threads)
@@ -572,7 +612,14 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
     else:
         cfg.update(gating="depth_predictor", flops_budget=spec["budget"], min_layers=1,
                    depth_warmup_steps=p["dht_warmup_steps"])
+    teacher = None
+    if kind != "static" and p.get("distill_teacher"):
+        if p["distill_teacher"] != TEACHER:
+            raise ValueError(f"distill_teacher: unknown teacher {p['distill_teacher']!r} (known: {TEACHER!r})")
+        path, teacher = teacher_file(spec, ckpt, data, threads, teachers)
+        cfg["distill_teacher"] = str(path)
     loop = TrialLoop(cfg, data, {"epochs": p["epochs"], "batch_size": p["batch_size"], "seed": spec["seed"]})
+    loop.teacher_info = teacher
     if kind == "static" and spec["depth"] != N_LAYERS:
         loop.gating.force_depth = int(spec["depth"])
     t0 = time.perf_counter()
@@ -580,6 +627,17 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
         loop.train_epoch()
     print(f"  trained {kind} budget={spec['budget']} depth={spec['depth']} seed={spec['seed']} "
           f"in {time.perf_counter() - t0:.0f}s", flush=True)
+    return loop
+
+
+def run_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS) -> dict:
+    """Train and measure one row (module docstring)."""
+    import torch
+
+    from archsearch.models import costs
+
+    loop = train_row(spec, ckpt, data, threads, teachers)
+    kind, p = spec["kind"], spec["protocol"]
     m = loop.evaluate("test")
     model, g = loop.model, loop.gating
     model.eval()
@@ -591,6 +649,8 @@ def run_row(spec: dict, ckpt: str, data, threads: int) -> dict:
            "train_seconds": loop.train_seconds, "steps": loop.step,
            "gating_metrics": {k: v for k, v in m.items() if k.startswith(("dht_", "depth_", "exit_", "expected",
                                                                           "mean_exit", "train_expected"))}}
+    if loop.teacher_info is not None:  # the teacher's own accuracy and fine-tuning time
+        row["teacher"] = loop.teacher_info
     cache: dict = {}
 
     def flops_fn(T, k):
@@ -681,8 +741,9 @@ CONFIG_KEYS = ("exit_heads", "exit_loss", "dht_exit_context", "depth_supervision
                "min_heads", "dht_reward", "dht_routing", "dht_stop_fit", "dht_stop_rule",
                "dht_stop_quality", "dht_stop_context", "dht_exits_from_step")
 #: All protocol keys of a dht / dp variant (:func:`dynamic_protocols`): rows belong to a variant
-#: when these are equal. ``dp_forward`` names a code version, not a config key.
-VARIANT_KEYS = (*CONFIG_KEYS, "dp_forward")
+#: when these are equal. ``dp_forward`` names a code version and ``distill_teacher`` a teacher (:data:`TEACHER`), not
+#: config keys.
+VARIANT_KEYS = (*CONFIG_KEYS, "dp_forward", "distill_teacher")
 BUDGET_KEYS = ("max_len", "lr", "batch_size", "epochs", "train_samples", "dht_warmup_steps")
 
 
@@ -755,6 +816,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train-samples", type=int, default=None, help="training subset (default: whole split)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-rows", type=int, default=None, help="stop after this many new rows")
+    ap.add_argument("--distill-teacher", action="store_true",
+                    help="dht / dp exits distil toward the static depth-6 model of their seed (DynaBERT-style), "
+                         "not toward their own deepest exit")
+    ap.add_argument("--teachers", type=Path, default=TEACHERS,
+                    help="where the teachers' weights are kept (default %(default)s)")
     ap.add_argument("--seeds-other", type=int, default=1,
                     help="seeds of the dht / dp rows at the budgets other than 0.5 (default %(default)s; "
                          "0.5 has 3)")
@@ -810,7 +876,7 @@ def main(argv: list[str] | None = None) -> None:
                    dht_routing=args.dht_routing, dht_stop_fit=args.dht_stop_fit,
                    dht_stop_rule=args.dht_stop_rule, dht_stop_quality=args.dht_stop_quality,
                    dht_stop_context=args.dht_stop_context, dp_exit_loss=args.dp_exit_loss,
-                   dht_exits_from_step=args.dht_exits_from_step)
+                   dht_exits_from_step=args.dht_exits_from_step, distill_teacher=args.distill_teacher)
     if args.command == "run":
         protocol = protocol_from(args)
         ckpt, data = load_data(protocol)
@@ -820,7 +886,8 @@ def main(argv: list[str] | None = None) -> None:
             plan = [r for r in plan if r["seed"] == 0 and (r["depth"] in (1, N_LAYERS) or r["budget"] == MAIN_BUDGET)]
         print(f"{len(plan)} rows planned, {len(data.train)} training rows, "
               f"{math.ceil(len(data.train) / protocol['batch_size'])} steps per epoch", flush=True)
-        run_pending(plan, args.data, lambda spec: run_row(spec, ckpt, data, args.threads), args.max_rows)
+        run_pending(plan, args.data, lambda spec: run_row(spec, ckpt, data, args.threads, args.teachers),
+                    args.max_rows)
     summarize(args.data, args.out, protocol=protocol_from(args), **variant)
     print(f"done in {time.perf_counter() - t0:.0f}s")
 

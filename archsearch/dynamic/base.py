@@ -31,6 +31,7 @@ Shapes: ``x`` ``B x T`` token ids; ``mask`` ``B x T`` bool (True = real token) o
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -72,8 +73,45 @@ def distill(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     return F.kl_div(s, t, log_target=True, reduction="batchmean")
 
 
+def load_teacher(cfg: dict[str, Any], loop: "TrialContext | None") -> "nn.Module | None":
+    """The fine-tuned teacher of the exits' distillation (trial-config key ``distill_teacher``:
+    a ``state.pt`` written by :meth:`archsearch.tune.trainable.TrialLoop.save`, or a file holding
+    the model's ``state_dict``, of a full-depth model of the trial's ``init_from`` architecture),
+    frozen and in eval mode; ``None`` without the key. As in DynaBERT (Hou et al. 2020, sec. 2.2),
+    every sub-network learns from a separately fine-tuned full model instead of from its own
+    deepest exit. Read with ``torch.load(weights_only=True)``.
+
+    Raises:
+        ValueError: the key is set without ``init_from`` or outside a trial loop, or the file is
+            missing, unreadable or holds another architecture's weights (names the file).
+    """
+    path = cfg.get("distill_teacher")
+    if not path:
+        return None
+    if not cfg.get("init_from") or loop is None:
+        raise ValueError("distill_teacher needs init_from (the teacher's architecture) and a trial loop")
+    from archsearch.models.pretrained import transformer_for_data
+
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
+        raise ValueError(f"distill_teacher: cannot read {path} ({e.__class__.__name__})") from None
+    state = state.get("model", state) if isinstance(state, dict) else state
+    teacher = transformer_for_data(str(cfg["init_from"]), loop.data, dropout=0.0)
+    try:
+        teacher.load_state_dict(state)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"distill_teacher: {path} does not hold a full {cfg['init_from']} model "
+                         f"({str(e).splitlines()[0][:120]})") from None
+    teacher.to(loop.device).eval()
+    for q in teacher.parameters():
+        q.requires_grad_(False)
+    return teacher
+
+
 def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
-                  reduction: str = "mean") -> tuple[torch.Tensor, torch.Tensor]:
+                  reduction: str = "mean", teacher: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Training loss of a multi-exit model (issue 14): ``(CE of the deepest exit, shallow term)``
     with the shallow term ``(CE_k + KD_k) / 2`` per shallower exit ``k``, ``KD_k`` =
     :func:`distill` toward the detached deepest exit (in-place distillation with the sandwich
@@ -84,10 +122,15 @@ def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
     shallower exit, each exit's CE weighing as much as the deepest's, as in the equal-weight
     exit losses of DeeBERT / PABEE, Xin et al. 2020 sec. 3; Zhou et al. 2020 sec. 3.2).
 
+    With ``teacher`` (the logits of a separately fine-tuned model, :func:`load_teacher`),
+    every ``KD_k`` targets it instead of the deepest exit, and the deepest exit's term is
+    ``(CE + KD) / 2`` too.
+
     Args:
         exits: logits of every exit, shallowest first, deepest last (each ``B x C`` or
             ``B x T x V``).
         y: ``B`` labels or ``B x T`` targets.
+        teacher: ``None`` or logits shaped like each exit's.
 
     Returns:
         two scalars (nats); the second is 0 with a single exit.
@@ -99,8 +142,11 @@ def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
         raise ValueError(f"exit_loss must be one of {EXIT_LOSSES}, got {reduction!r}")
     if not exits:
         raise ValueError("all_exit_loss needs at least one exit")
-    teacher = exits[-1]
-    deep = loss_fn(teacher, y)
+    if teacher is None:
+        teacher = exits[-1]
+        deep = loss_fn(teacher, y)
+    else:
+        deep = (loss_fn(exits[-1], y) + distill(exits[-1], teacher)) / 2
     if len(exits) == 1:
         return deep, deep.new_zeros(())
     shallow = sum((loss_fn(e, y) + distill(e, teacher)) / 2 for e in exits[:-1])

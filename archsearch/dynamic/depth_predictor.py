@@ -66,7 +66,9 @@ initialisation in one epoch, so every sample gets the same depth distribution),
 its depth distribution at the shallowest exit that agrees with the deepest,
 :meth:`DepthPredictorGating.agreement_targets`; needs ``depth_all_exits``), ``exit_loss``
 (``mean`` or ``sum``: how the shallower exits' losses combine,
-:func:`~archsearch.dynamic.base.all_exit_loss`).
+:func:`~archsearch.dynamic.base.all_exit_loss`). Programmatic: ``distill_teacher`` (a
+fine-tuned full model's ``state.pt``: the exits distil toward it;
+:func:`~archsearch.dynamic.base.load_teacher`).
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from archsearch.dynamic.bandits import DualPrice, calibrate_monotone
-from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, all_exit_loss, exit_loss_setting
+from archsearch.dynamic.base import (GatingStrategy, LossFn, TrialContext, all_exit_loss, exit_loss_setting,
+                                     load_teacher)
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
 
@@ -193,6 +196,7 @@ class DepthPredictorGating(GatingStrategy):
         self.price = DualPrice(self.flops_budget, lr=float(cfg.get("depth_price_lr") or 0.05), init=self.gamma)
         self.all_exits = bool(cfg.get("depth_all_exits", True))
         self.exit_loss = exit_loss_setting(cfg)
+        self.teacher = load_teacher(cfg, loop)  # ``distill_teacher``: KD from a fine-tuned model
         self.supervision = float(cfg.get("depth_supervision") or 0.0)
         if self.supervision < 0 or (self.supervision > 0 and not self.all_exits):
             raise ValueError(f"depth_supervision must be >= 0 and needs depth_all_exits, got {self.supervision}")
@@ -289,8 +293,17 @@ class DepthPredictorGating(GatingStrategy):
         """All exits of the unscaled full model (:meth:`exit_logits`): ``(CE of the deepest exit,
         mean_k (CE_k + KD_k) / 2 over the shallower exits)`` (scalars, nats; the second is 0 with
         a single allowed depth; summed instead of averaged with ``exit_loss: sum``, at full weight with ``equal``;
-        :func:`~archsearch.dynamic.base.all_exit_loss`)."""
-        return all_exit_loss(self.exit_logits(x, mask), y, loss_fn, self.exit_loss)
+        :func:`~archsearch.dynamic.base.all_exit_loss`; with ``distill_teacher``, the KD terms
+        target the teacher)."""
+        return all_exit_loss(self.exit_logits(x, mask), y, loss_fn, self.exit_loss,
+                             teacher=self._teacher_logits(x, mask))
+
+    def _teacher_logits(self, x, mask) -> torch.Tensor | None:
+        """``B x C`` logits of the ``distill_teacher`` model (no gradient), or ``None``."""
+        if self.teacher is None:
+            return None
+        with torch.no_grad():
+            return self.teacher(x, mask)
 
     @staticmethod
     def agreement_targets(exits: list[torch.Tensor]) -> torch.Tensor:
@@ -332,7 +345,8 @@ class DepthPredictorGating(GatingStrategy):
         loss = loss_fn(logits, y) + self.gamma * penalty
         if self.all_exits:
             exits = self.exit_logits(x, mask)
-            deep, shallow = all_exit_loss(exits, y, loss_fn, self.exit_loss)
+            deep, shallow = all_exit_loss(exits, y, loss_fn, self.exit_loss,
+                                          teacher=self._teacher_logits(x, mask))
             loss = loss + deep + shallow
             if self.supervision > 0:  # per-sample depth labels (deliverable 4, optional)
                 target = self.agreement_targets([e.detach() for e in exits])  # (B,)

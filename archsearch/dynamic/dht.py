@@ -97,7 +97,9 @@ Programmatic (``settings["fixed"]``): ``dht_price_lr`` (0.05), ``dht_epsilon`` (
 ``dht_warmup_max_steps``, ``dht_calibration_rows`` (2048), ``dht_exits_from_step`` (0: the
 shallower exits join the loss from this training step on, and the warm-up counts from there;
 before it only the deepest exit trains -- DeeBERT's two stages, Xin et al. 2020 §3.2, without
-freezing the backbone in the second). Depth limits are clamped into
+freezing the backbone in the second), ``distill_teacher`` (a fine-tuned full model's
+``state.pt``: every exit, the deepest included, distils toward it instead of toward the deepest
+exit; :func:`~archsearch.dynamic.base.load_teacher`). Depth limits are clamped into
 ``[n_fixed, n_layers]`` (a searched ``max_layers`` may exceed a searched ``n_layers``), and
 ``min_layers`` to at most ``max_layers``.
 
@@ -117,7 +119,8 @@ import torch.nn.functional as F
 
 from archsearch.dynamic.bandits import (TRAJECTORY_DIM, UCB1, CombinatorialTS, DualPrice, LinearStopping, LinUCB,
                                         calibrate_price, trajectory_context)
-from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, all_exit_loss, distill, exit_loss_setting
+from archsearch.dynamic.base import (GatingStrategy, LossFn, TrialContext, all_exit_loss, distill, exit_loss_setting,
+                                     load_teacher)
 from archsearch.models import costs
 from archsearch.space import KEY_CHOICES
 
@@ -233,6 +236,7 @@ class DHTGating(GatingStrategy):
         self.exits_from = int(cfg.get("dht_exits_from_step") or 0)
         if self.exits_from < 0:
             raise ValueError(f"dht_exits_from_step must be >= 0, got {self.exits_from}")
+        self.teacher = load_teacher(cfg, loop)  # ``distill_teacher``: KD from a fine-tuned model
         self.warmup_max = int(cfg.get("dht_warmup_max_steps") or 10 * self.warmup)
         self.patience = max(self.warmup, 10)
         self.calibration_rows = int(cfg.get("dht_calibration_rows") or 2048)
@@ -501,13 +505,18 @@ class DHTGating(GatingStrategy):
         B, T = x.shape[0], x.shape[1]
         deep = self.depths[-1]
         exits, hid = self._run_exits(h, pad, deep, [None] * (deep - self.n_fixed), hidden=True)  # {depth: logits}
-        teacher = exits[deep]
-        deep_loss, shallow_loss = all_exit_loss([exits[d] for d in self.depths], y, loss_fn, self.exit_loss)
+        if self.teacher is None:
+            teacher, external = exits[deep], None
+        else:
+            with torch.no_grad():
+                teacher = external = self.teacher(x, mask)  # (B, C)
+        deep_loss, shallow_loss = all_exit_loss([exits[d] for d in self.depths], y, loss_fn, self.exit_loss,
+                                                teacher=external)
         # two stages (``dht_exits_from_step``): plain fine-tuning of the deepest exit first
         total = deep_loss + shallow_loss if self.steps >= self.exits_from else deep_loss
         with torch.no_grad():
             full_ce = torch.stack([per_sample_ce(exits[d], y) for d in self.depths], 1)  # (B, K)
-            correct = (teacher.argmax(-1) == y).float()
+            correct = (exits[deep].argmax(-1) == y).float()
             acc = float(correct.mean())
         t0 = time.perf_counter()
         # contexts: after block n_fixed (route once), or at every exit of the deepest path (cascade)
