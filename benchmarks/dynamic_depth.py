@@ -82,6 +82,13 @@ fine-tuning budget share the JSONL; ``summarize`` reads only those of the budget
 incomplete, give it ``--out`` outside ``benchmarks/results`` so the reported JSONs keep the last
 complete budget.
 
+The reported variant (the ``command`` in ``benchmarks/results/dht.json``) is not the CLI
+defaults above: it adds an exit head per depth (``--exit-heads``), summed exit losses
+(``--exit-loss sum``), the cascade router (``--dht-routing cascade`` with ``--dht-exit-context
+--dht-reward prob --dht-min-heads 12 --dht-stop-fit validation --dht-stop-rule tuned
+--dht-stop-quality match --dht-stop-context trajectory``), the depth predictor's per-sample
+label and own lr (``--dp-supervision 1.0 --dp-predictor-lr 1e-3``), and ``--epochs 2``.
+
 Commands (the lead runs it alone on the machine)::
 
     nice -n 10 python benchmarks/dynamic_depth.py run          # all rows, then summarize
