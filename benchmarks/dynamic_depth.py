@@ -124,6 +124,9 @@ MAIN_BUDGET = 0.5
 #: A dht / dp protocol's ``distill_teacher`` value: the teacher is the static depth-6 model
 #: (plain fine-tuning) of the row's seed and budget, trained once by :func:`teacher_file`.
 TEACHER = "static6"
+#: Row kinds that run a fixed depth: plain static cuts, and (``distill_teacher``) static cuts
+#: distilled from the teacher.
+STATIC_KINDS = ("static", "static_kd")
 #: Where :func:`teacher_file` keeps the teachers' weights (``--teachers``).
 TEACHERS = Path(os.environ.get("TMPDIR", "/tmp")) / "dynamic_depth_teachers"
 #: The dp rows' training forward: before stop 28 the depth predictor's RevPC forward ran
@@ -267,16 +270,22 @@ def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN, seeds_othe
     options of :func:`dynamic_protocols` (the dht / dp rows' protocol says them, so they are
     rows of their own); the static rows are the same for every variant. ``seeds_other``: seeds
     of the dht / dp rows at the budgets other than :data:`MAIN_BUDGET`; the rows of seeds
-    1, 2... come after all the others, so a larger value only appends rows."""
+    1, 2... come after all the others, so a larger value only appends rows. With
+    ``distill_teacher``, ``static_kd`` rows too: the static cuts 1..5 fine-tuned with the same
+    teacher (``(CE + KD) / 2``), the fair static baseline of a distilled dynamic model."""
     dyn = dynamic_protocols(protocol, **variant)
+    dyn["static"] = protocol
+    kd = bool(dyn["dht"].get("distill_teacher"))
+    dyn["static_kd"] = {**protocol, "distill_teacher": TEACHER}
 
     def r(kind, seed, budget=None, depth=None):
-        return {"kind": kind, "budget": budget, "depth": depth, "seed": seed,
-                "protocol": protocol if kind == "static" else dyn[kind]}
+        return {"kind": kind, "budget": budget, "depth": depth, "seed": seed, "protocol": dyn[kind]}
 
     rows = [r("static", 0, depth=N_LAYERS)]
     rows += [r("static", 0, depth=k) for k in range(1, N_LAYERS)]
     rows += [r("dht", 0, MAIN_BUDGET), r("dp", 0, MAIN_BUDGET)]
+    if kd:  # the static cuts distilled from the same teacher, at the budgets' depths first
+        rows += [r("static_kd", 0, depth=k) for k in (3, 2, 4)]
     for s in seeds_main[1:]:
         rows += [r("dht", s, MAIN_BUDGET), r("dp", s, MAIN_BUDGET)]
     for b in budgets:
@@ -285,6 +294,8 @@ def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN, seeds_othe
     rows += [r("static", s, depth=N_LAYERS) for s in seeds_main[1:]]
     for s in range(1, seeds_other):
         rows += [r(kind, s, b) for b in budgets if b != MAIN_BUDGET for kind in ("dht", "dp")]
+    if kd:
+        rows += [r("static_kd", 0, depth=k) for k in (1, 5)]
     return rows
 
 
@@ -330,17 +341,24 @@ def _std(xs):
 def summarize_rows(rows: list[dict]) -> dict[str, Any]:
     """Every summary number from the rows: ``{"dht": {...}, "dp": {...}, "table": [...],
     "static_curve": [...], "depth_histograms": {...}}``; a key whose rows are missing is None."""
-    static = {}
-    for r in rows:
-        if r["kind"] == "static":
-            static.setdefault(int(r["depth"]), []).append(r)
-    curve = [{"depth": d, "flops_ratio": _mean([r["flops_ratio"] for r in rs]),
-              "accuracy": _mean([r["accuracy"] for r in rs]),
-              "wall_ratio_b32": _mean([r.get("wall_ratio_b32") for r in rs]),
-              "wall_ratio_b1": _mean([r.get("wall_ratio_b1") for r in rs]), "seeds": len(rs)}
-             for d, rs in sorted(static.items())]
+    def static_curve(kind):
+        by_depth = {}
+        for r in rows:
+            if r["kind"] == kind:
+                by_depth.setdefault(int(r["depth"]), []).append(r)
+        return [{"depth": d, "flops_ratio": _mean([r["flops_ratio"] for r in rs]),
+                 "accuracy": _mean([r["accuracy"] for r in rs]),
+                 "wall_ratio_b32": _mean([r.get("wall_ratio_b32") for r in rs]),
+                 "wall_ratio_b1": _mean([r.get("wall_ratio_b1") for r in rs]), "seeds": len(rs)}
+                for d, rs in sorted(by_depth.items())], by_depth
+
+    curve, static = static_curve("static")
     pts = [(c["flops_ratio"], c["accuracy"]) for c in curve]
     full = _mean([r["accuracy"] for r in static.get(N_LAYERS, [])])
+    # the distilled cuts, with the teacher (= the full static model) as their depth 6
+    kd_curve = static_curve("static_kd")[0]
+    kd_pts = sorted([(c["flops_ratio"], c["accuracy"]) for c in kd_curve]
+                    + ([pts[-1]] if kd_curve and curve and curve[-1]["depth"] == N_LAYERS else []))
 
     def sel(kind, budget):
         return [r for r in rows if r["kind"] == kind and r.get("budget") is not None
@@ -348,6 +366,9 @@ def summarize_rows(rows: list[dict]) -> dict[str, Any]:
 
     def gain(r):
         return 100 * (r["accuracy"] - interp_curve(pts, r["flops_ratio"])) if pts else None
+
+    def gain_kd(r):
+        return 100 * (r["accuracy"] - interp_curve(kd_pts, r["flops_ratio"])) if len(kd_pts) > 1 else None
 
     def drop(rs):
         a = _mean([r["accuracy"] for r in rs])
@@ -363,6 +384,7 @@ def summarize_rows(rows: list[dict]) -> dict[str, Any]:
                 "accuracy_std": _std([r["accuracy"] for r in rs]),
                 "acc_drop_pts": drop(rs), "flops_ratio": _mean([r["flops_ratio"] for r in rs]),
                 "gain_over_static_pts": _mean([gain(r) for r in rs]),
+                "gain_over_static_kd_pts": _mean([gain_kd(r) for r in rs]),
                 "wall_ratio_b32": _mean([r.get("wall_ratio_b32") for r in rs]),
                 "wall_ratio_b1": _mean([r.get("wall_ratio_b1") for r in rs]),
                 "full_depth_accuracy": _mean([r.get("exit_acc", {}).get(str(N_LAYERS)) for r in rs]),
@@ -401,7 +423,7 @@ def summarize_rows(rows: list[dict]) -> dict[str, Any]:
         "dp_gain_over_static_pts": _mean([gain(r) for r in p5]),
         "dp_depth_entropy_bits": _mean([entropy_bits(r["depth_hist"]) for r in p5]),
     }
-    return {"dht": dht, "dp": dp, "full_static_accuracy": full, "static_curve": curve,
+    return {"dht": dht, "dp": dp, "full_static_accuracy": full, "static_curve": curve, "static_kd_curve": kd_curve,
             "table": table, "depth_histograms": hists}
 
 
@@ -610,10 +632,10 @@ def train_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHE
            "warmup_steps": max(1, steps // 10)}
     kind = spec["kind"]
     for key in CONFIG_KEYS:
-        if kind != "static" and p.get(key):
+        if kind in ("dht", "dp") and p.get(key):
             cfg[key] = p[key]
-    if kind == "static":
-        cfg["gating"] = "static" if spec["depth"] == N_LAYERS else "dht"
+    if kind in STATIC_KINDS:
+        cfg["gating"] = "static" if spec["depth"] == N_LAYERS and kind == "static" else "dht"
     elif kind == "dht":
         cfg.update(gating="dht", flops_budget=spec["budget"], dht_warmup_steps=p["dht_warmup_steps"])
     else:
@@ -627,7 +649,7 @@ def train_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHE
         cfg["distill_teacher"] = str(path)
     loop = TrialLoop(cfg, data, {"epochs": p["epochs"], "batch_size": p["batch_size"], "seed": spec["seed"]})
     loop.teacher_info = teacher
-    if kind == "static" and spec["depth"] != N_LAYERS:
+    if kind in STATIC_KINDS and cfg["gating"] == "dht":
         loop.gating.force_depth = int(spec["depth"])
     t0 = time.perf_counter()
     while loop.epoch < p["epochs"]:
@@ -666,7 +688,7 @@ def run_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS
         return cache[(T, k)]
 
     paths: dict[str, Callable] = {}
-    if kind == "static":
+    if kind in STATIC_KINDS:
         k = int(spec["depth"])
         row["depth_hist"] = {str(k): 1.0}
         paths["row"] = lambda x, mk, k=k: static_forward(model, x, mk, k)
@@ -720,6 +742,10 @@ def plot(s: dict, path: Path) -> None:
         ax.plot([p[xk] for p in c], [100 * p["accuracy"] for p in c], "k.-", label="static cuts 1..6")
         for p in c:
             ax.annotate(str(p["depth"]), (p[xk], 100 * p["accuracy"]), fontsize=7)
+        kd = [p for p in s.get("static_kd_curve") or [] if p.get(xk) is not None]
+        if kd:
+            ax.plot([p[xk] for p in kd], [100 * p["accuracy"] for p in kd], "x--", color="gray",
+                    label="static cuts distilled from the full model")
         for t in s["table"]:
             mk = "o" if t["row"].startswith("dht") else "s"
             col = "tab:red" if t["row"].startswith("dht") else "tab:blue"
@@ -766,15 +792,21 @@ def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None,
     def same_budget(r: dict) -> bool:
         return protocol is None or all(r.get("protocol", {}).get(k) == protocol.get(k) for k in BUDGET_KEYS)
 
-    rows = [r for r in read_rows(data_path) if same_budget(r) and (
-        r["kind"] == "static" or {o: r.get("protocol", {}).get(o) for o in keys} == want[r["kind"]])]
+    kd = want["dht"].get("distill_teacher")
+
+    def ours(r: dict) -> bool:
+        if r["kind"] in STATIC_KINDS:  # the distilled cuts only with a distilled variant
+            return r["kind"] == "static" or r.get("protocol", {}).get("distill_teacher") == kd
+        return {o: r.get("protocol", {}).get(o) for o in keys} == want[r["kind"]]
+
+    rows = [r for r in read_rows(data_path) if same_budget(r) and ours(r)]
     if not rows:  # never overwrite existing results with an empty summary
         raise SystemExit(f"no rows in {data_path}: nothing to summarize")
     s = summarize_rows(rows)
     print(f"{'row':<12} {'seeds':>5} {'acc':>7} {'drop':>6} {'FLOPs x':>7} {'gain':>6} {'b32 x':>6} "
           f"{'b1 x':>6} {'full-d':>7} {'H bits':>6} {'conf acc':>8} {'conf F':>6}")
-    for c in s["static_curve"]:
-        print(f"{'static L' + str(c['depth']):<12} {c['seeds']:>5} {c['accuracy']:>7.4f} {'':>6} "
+    for name, c in [("static L", c) for c in s["static_curve"]] + [("kd static L", c) for c in s["static_kd_curve"]]:
+        print(f"{name + str(c['depth']):<12} {c['seeds']:>5} {c['accuracy']:>7.4f} {'':>6} "
               f"{c['flops_ratio']:>7.3f} {'':>6} {c['wall_ratio_b32'] or 0:>6.3f} {c['wall_ratio_b1'] or 0:>6.3f}")
 
     def f(v, spec):
@@ -793,6 +825,7 @@ def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None,
                       wall_s=wall_s if wall_s is not None else sum(r.get("row_wall_s") or 0 for r in rows),
                       protocol=__doc__.split("\n\n")[1].strip(), rows_file=str(data_path))
     rest = {"full_static_accuracy": s["full_static_accuracy"], "static_curve": s["static_curve"],
+            **({"static_kd_curve": s["static_kd_curve"]} if s["static_kd_curve"] else {}),
             "table": s["table"], "depth_histograms": s["depth_histograms"], "n_rows": len(rows),
             "script": "benchmarks/dynamic_depth.py"}
     out_dir = Path(out_dir)
@@ -868,7 +901,8 @@ def main(argv: list[str] | None = None) -> None:
                          "(DeeBERT's two stages; default 0: every exit from the start)")
     ap.add_argument("--dp-predictor-lr", type=float, default=None,
                     help="dp rows: the depth predictor's own learning rate (default: the fine-tuning lr)")
-    ap.add_argument("--kinds", nargs="+", choices=["static", "dht", "dp"], default=["static", "dht", "dp"],
+    ap.add_argument("--kinds", nargs="+", choices=["static", "static_kd", "dht", "dp"],
+                    default=["static", "static_kd", "dht", "dp"],
                     help="run only the planned rows of these kinds (default: all; the summary reads every row)")
     ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 3 steps per row, 4 rows; "
                     "refuses the default --data/--out")

@@ -206,6 +206,36 @@ def test_minilm_search_minutes_to_beat_tfidf():
     assert not s["within_10_min"]
 
 
+def test_distilled_variant_plans_and_compares_with_distilled_static_cuts(dd, tmp_path):
+    """``--distill-teacher`` plans ``static_kd`` cuts (3, 2, 4 after the first 0.5 rows; 1, 5
+    last) and its summary reads them as their own curve (the teacher = the full static model
+    closes it at 1.0), apart from the plain static curve, which other variants keep."""
+    proto = {"epochs": 1, "train_samples": None}
+    plan = dd.plan_rows(proto, exit_heads=True, distill_teacher=True)
+    kinds = [(r["kind"], r["depth"] or r["budget"]) for r in plan]
+    assert kinds[6:11] == [("dht", 0.5), ("dp", 0.5), ("static_kd", 3), ("static_kd", 2), ("static_kd", 4)]
+    assert kinds[-2:] == [("static_kd", 1), ("static_kd", 5)] and len(plan) == 23
+    assert all(r["protocol"]["distill_teacher"] == dd.TEACHER for r in plan if r["kind"] != "static")
+    assert not any("distill_teacher" in r["protocol"] for r in plan if r["kind"] == "static")
+    rows = [r for r in fake_rows() if r["kind"] == "static"]
+    kd_proto = {"epochs": 1, "distill_teacher": dd.TEACHER}
+    rows.append({**rows[2], "kind": "static_kd", "accuracy": 0.83, "protocol": kd_proto})  # depth 3 at 0.5
+    rows.append({**rows[0], "kind": "dht", "budget": 0.5, "depth": None, "accuracy": 0.845, "flops_ratio": 0.75,
+                 "depth_hist": {"3": 1, "6": 1}, "protocol": {**kd_proto, "exit_heads": True}})
+    data = tmp_path / "runs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = dd.summarize_rows(rows)
+    assert [c["depth"] for c in s["static_curve"]] == [1, 2, 3, 4, 5, 6]
+    assert [c["depth"] for c in s["static_kd_curve"]] == [3]
+    (t,) = s["table"]  # static 0.835 at 0.75; distilled: halfway between 0.83 and the teacher's 0.86
+    assert t["gain_over_static_pts"] == pytest.approx(1.0) and t["gain_over_static_kd_pts"] == pytest.approx(0.0)
+    dd.summarize(data, tmp_path / "kd", exit_heads=True, distill_teacher=True)
+    assert json.loads((tmp_path / "kd" / "dht.json").read_text())["static_kd_curve"][0]["accuracy"] == 0.83
+    dd.summarize(data, tmp_path / "plain", exit_heads=True)  # a plain variant reads only the static rows
+    plain = json.loads((tmp_path / "plain" / "dht.json").read_text())
+    assert "static_kd_curve" not in plain and plain["table"] == [] and plain["n_rows"] == 8
+
+
 @pytest.mark.slow
 def test_teacher_is_the_static_row_of_its_seed_trained_once(dd, tmp_path):
     """``--distill-teacher``: the teacher is the static depth-6 model of the row's seed and budget

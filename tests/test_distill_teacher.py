@@ -95,3 +95,23 @@ def test_a_bad_teacher_file_is_one_line_naming_it(setup):
     with pytest.raises(ValueError, match="needs init_from"):
         DHTGating(transformer_for_data(str(root / "bert"), data), {"distill_teacher": str(root / "state.pt")},
                   {"seed": 0}, loop=loop)
+
+
+def test_a_static_cut_with_a_teacher_learns_half_from_it(setup):
+    """The distilled static cut (``force_depth`` with ``distill_teacher``): ``(CE + KD) / 2`` of
+    the cut's own logits toward the teacher's."""
+    from archsearch.dynamic.base import distill
+    from archsearch.dynamic.dht import DHTGating
+    from archsearch.models.pretrained import transformer_for_data
+
+    root, data, teacher, loop = setup
+    x, mask = padded_batch(0, 120)
+    y = torch.tensor([0, 1, 2, 1])
+    student = transformer_for_data(str(root / "bert"), data, dropout=0.0).eval()
+    g = DHTGating(student, {"init_from": str(root / "bert"), "distill_teacher": str(root / "state.pt")},
+                  {"seed": 0}, loop=loop)
+    g.force_depth = 2
+    with torch.no_grad():
+        cut = student(x, mask, n_layers=2)
+        want = (F.cross_entropy(cut, y) + distill(cut, teacher(x, mask))) / 2
+        torch.testing.assert_close(g.training_loss(x, mask, y, F.cross_entropy), want)

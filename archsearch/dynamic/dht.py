@@ -496,11 +496,17 @@ class DHTGating(GatingStrategy):
         exit, ``(CE + KD) / 2`` of each shallower exit, averaged) and, after the take-over,
         ``(CE + KD) / 2`` of each sample's routed exit (weighted by group size). Records
         per-sample exit losses for :meth:`after_step`. With ``force_depth``: ``loss_fn`` of that
-        path only."""
+        path only (with ``distill_teacher``: ``(CE + KD) / 2`` toward the teacher). With
+        ``distill_teacher``, every KD term targets the teacher's logits, the deepest exit's too."""
         self._pending = None
         if self.force_depth is not None:
             h, pad = self._trunk(x, mask, self.force_depth)
-            return loss_fn(self._run_group(h, pad, self._plan(h, pad, greedy=False)[0]), y)
+            logits = self._run_group(h, pad, self._plan(h, pad, greedy=False)[0])
+            if self.teacher is None:
+                return loss_fn(logits, y)
+            with torch.no_grad():
+                target = self.teacher(x, mask)  # (B, C)
+            return (loss_fn(logits, y) + distill(logits, target)) / 2
         h, pad = self._trunk(x, mask)
         B, T = x.shape[0], x.shape[1]
         deep = self.depths[-1]
