@@ -24,7 +24,10 @@ Protocol (every row has the same fine-tuning budget and goes through the trainab
      all exits trained, ``depth_warmup_steps`` 50 like DHT's warm-up: full depth, every exit,
      before the predictor's scaled forward takes over);
   5. seeds 1 and 2 of dht@0.5 and dp@0.5; 6. dht and dp at budgets 0.33 and 0.7, seed 0;
-  7. ``static`` depth 6 seeds 1 and 2 (the full-static accuracy is the mean of its seeds).
+  7. ``static`` depth 6 seeds 1 and 2 (the full-static accuracy is the mean of its seeds);
+  8. with ``--seeds-other N``: seeds 1..N-1 of dht and dp at 0.33 and 0.7. With
+     ``--distill-teacher``: ``static_kd`` cuts at depths 3, 2, 4 right after the seed-0 rows at
+     0.5, and depths 1 and 5 last.
 * Confidence-threshold early exit (DeeBERT-style, the simplest dynamic baseline) is measured on
   the SAME multi-exit model of every dht / dp row (no extra training): a sample leaves at the
   first exit (the shared head after block k) whose max softmax probability reaches a threshold,
@@ -384,7 +387,6 @@ def summarize_rows(rows: list[dict]) -> dict[str, Any]:
                 "accuracy_std": _std([r["accuracy"] for r in rs]),
                 "acc_drop_pts": drop(rs), "flops_ratio": _mean([r["flops_ratio"] for r in rs]),
                 "gain_over_static_pts": _mean([gain(r) for r in rs]),
-                "gain_over_static_kd_pts": _mean([gain_kd(r) for r in rs]),
                 "wall_ratio_b32": _mean([r.get("wall_ratio_b32") for r in rs]),
                 "wall_ratio_b1": _mean([r.get("wall_ratio_b1") for r in rs]),
                 "full_depth_accuracy": _mean([r.get("exit_acc", {}).get(str(N_LAYERS)) for r in rs]),
@@ -396,6 +398,8 @@ def summarize_rows(rows: list[dict]) -> dict[str, Any]:
                 "confidence_wall_ratio_b32": _mean([c.get("wall_ratio_b32") for c in conf]),
                 "confidence_wall_ratio_b1": _mean([c.get("wall_ratio_b1") for c in conf]),
             })
+            if len(kd_pts) > 1:  # only a distilled variant has the distilled curve
+                table[-1]["gain_over_static_kd_pts"] = _mean([gain_kd(r) for r in rs])
             hists[f"{kind}@{b}"] = [r["depth_hist"] for r in rs]
     hists["confidence@dht0.5"] = [r["confidence"]["depth_hist"] for r in sel("dht", MAIN_BUDGET)
                                   if r.get("confidence")]
@@ -611,10 +615,12 @@ def teacher_file(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEA
     info = {"accuracy": loop.evaluate("test")["accuracy"], "train_seconds": loop.train_seconds,
             "seed": spec["seed"], "budget": budget}
     teachers.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(".pt.tmp")
     torch.save({"model": loop.model.state_dict()}, tmp)
     os.replace(tmp, path)
-    info_path.write_text(json.dumps(info))
+    tmp = info_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, info_path)  # the weights first, then the info: both or a retrain
     return path, info
 
 
@@ -821,7 +827,10 @@ def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None,
     dht, dp = with_targets(s["dht"]), with_targets(s["dp"])
     print(json.dumps({**s["dht"], **s["dp"]}, indent=1))
     commits = sorted({r["commit"] for r in rows}) or None
-    prov = provenance(commits=commits, seeds={"main_budget": SEEDS_MAIN, "other": [0]},
+    seeds = {b: sorted({int(r["seed"]) for r in rows if r["kind"] in ("dht", "dp") and r.get("budget") == b})
+             for b in BUDGETS}
+    prov = provenance(commits=commits, seeds={"main_budget": seeds[MAIN_BUDGET],
+                                              "other": sorted({x for b in BUDGETS if b != MAIN_BUDGET for x in seeds[b]})},
                       wall_s=wall_s if wall_s is not None else sum(r.get("row_wall_s") or 0 for r in rows),
                       protocol=__doc__.split("\n\n")[1].strip(), rows_file=str(data_path))
     rest = {"full_static_accuracy": s["full_static_accuracy"], "static_curve": s["static_curve"],

@@ -41,7 +41,7 @@ def test_all_exit_loss_with_a_teacher_distils_every_exit_toward_it():
     exits = [torch.randn(5, 3, generator=g) for _ in range(3)]
     teacher, y = torch.randn(5, 3, generator=g), torch.tensor([0, 1, 2, 0, 1])
     deep, shallow = all_exit_loss(exits, y, F.cross_entropy, "sum", teacher=teacher)
-    torch.testing.assert_close(deep, (F.cross_entropy(exits[2], y) + distill(exits[2], teacher)) / 2)
+    torch.testing.assert_close(deep, F.cross_entropy(exits[2], y) + distill(exits[2], teacher))
     torch.testing.assert_close(shallow, sum((F.cross_entropy(e, y) + distill(e, teacher)) / 2 for e in exits[:2]))
     own_deep, own_shallow = all_exit_loss(exits, y, F.cross_entropy, "sum")  # toward the deepest exit
     torch.testing.assert_close(own_deep, F.cross_entropy(exits[2], y))
@@ -58,25 +58,27 @@ def test_strategies_load_a_frozen_teacher_and_its_logits_enter_the_loss(setup, g
     cls = DHTGating if gating == "dht" else DepthPredictorGating
     x, mask = padded_batch(0, 120)
     y = torch.tensor([0, 1, 2, 1])
-    losses = {}
-    for name in (None, "state.pt"):
+    cfg = {"init_from": str(root / "bert"), "exit_heads": True, "min_layers": 1, "n_fixed": 1,
+           "dht_warmup_steps": 5}
+    states = []
+    for extra in ({}, {"distill_teacher": str(root / "state.pt")}):
         torch.manual_seed(0)
         student = transformer_for_data(str(root / "bert"), data, dropout=0.0).train()
-        cfg = {"init_from": str(root / "bert"), "exit_heads": True, "min_layers": 1, "n_fixed": 1,
-               "dht_warmup_steps": 5, "distill_teacher": None if name is None else str(root / name)}
-        g = cls(student, cfg, {"seed": 0}, loop=loop)
-        loss = g.training_loss(x, mask, y, F.cross_entropy)
-        losses[name] = float(loss.detach())
-        if name is None:
-            assert g.teacher is None
-            continue
-        with torch.no_grad():  # the file's weights, frozen, in eval mode
-            torch.testing.assert_close(g.teacher(x, mask), teacher(x, mask))
-        assert not g.teacher.training and not any(q.requires_grad for q in g.teacher.parameters())
-        loss.backward()
-        assert all(q.grad is None for q in g.teacher.parameters())
-        assert any(q.grad is not None for q in student.parameters())
-    assert losses[None] != pytest.approx(losses["state.pt"])  # same student and batch, other targets
+        g = cls(student, {**cfg, **extra}, {"seed": 0}, loop=loop)
+        states.append((torch.random.get_rng_state(), student.state_dict(), g))
+    (rng0, sd0, plain), (rng1, sd1, g) = states
+    assert plain.teacher is None and torch.equal(rng0, rng1)  # loading the teacher draws no random number
+    assert all(torch.equal(sd0[k], sd1[k]) for k in sd0)  # the same student, exit heads included
+    with torch.no_grad():  # the file's weights, frozen, in eval mode
+        torch.testing.assert_close(g.teacher(x, mask), teacher(x, mask))
+    assert not g.teacher.training and not any(q.requires_grad for q in g.teacher.parameters())
+    loss = g.training_loss(x, mask, y, F.cross_entropy)
+    loss.backward()
+    assert all(q.grad is None for q in g.teacher.parameters())
+    assert any(q.grad is not None for q in g.model.parameters())
+    with_teacher = float(loss.detach())
+    g.teacher = None  # the same strategy, model and batch: only the KD targets change
+    assert float(g.training_loss(x, mask, y, F.cross_entropy).detach()) != pytest.approx(with_teacher)
 
 
 def test_a_bad_teacher_file_is_one_line_naming_it(setup):

@@ -97,7 +97,8 @@ def load_teacher(cfg: dict[str, Any], loop: "TrialContext | None") -> "nn.Module
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
         raise ValueError(f"distill_teacher: cannot read {path} ({e.__class__.__name__})") from None
     state = state.get("model", state) if isinstance(state, dict) else state
-    teacher = transformer_for_data(str(cfg["init_from"]), loop.data, dropout=0.0)
+    with torch.random.fork_rng(devices=[]):  # the trial's own random stream stays as without a teacher
+        teacher = transformer_for_data(str(cfg["init_from"]), loop.data, dropout=0.0)
     try:
         teacher.load_state_dict(state)
     except (RuntimeError, TypeError) as e:
@@ -124,7 +125,7 @@ def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
 
     With ``teacher`` (the logits of a separately fine-tuned model, :func:`load_teacher`),
     every ``KD_k`` targets it instead of the deepest exit, and the deepest exit's term is
-    ``(CE + KD) / 2`` too.
+    ``CE + KD`` (its CE keeps its weight relative to the shallower exits').
 
     Args:
         exits: logits of every exit, shallowest first, deepest last (each ``B x C`` or
@@ -146,7 +147,7 @@ def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
         teacher = exits[-1]
         deep = loss_fn(teacher, y)
     else:
-        deep = (loss_fn(exits[-1], y) + distill(exits[-1], teacher)) / 2
+        deep = loss_fn(exits[-1], y) + distill(exits[-1], teacher)
     if len(exits) == 1:
         return deep, deep.new_zeros(())
     shallow = sum((loss_fn(e, y) + distill(e, teacher)) / 2 for e in exits[:-1])

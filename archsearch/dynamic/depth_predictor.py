@@ -196,6 +196,8 @@ class DepthPredictorGating(GatingStrategy):
         self.price = DualPrice(self.flops_budget, lr=float(cfg.get("depth_price_lr") or 0.05), init=self.gamma)
         self.all_exits = bool(cfg.get("depth_all_exits", True))
         self.exit_loss = exit_loss_setting(cfg)
+        if cfg.get("distill_teacher") and not self.all_exits:
+            raise ValueError("distill_teacher needs depth_all_exits (the teacher trains the exits)")
         self.teacher = load_teacher(cfg, loop)  # ``distill_teacher``: KD from a fine-tuned model
         self.supervision = float(cfg.get("depth_supervision") or 0.0)
         if self.supervision < 0 or (self.supervision > 0 and not self.all_exits):

@@ -518,7 +518,7 @@ class DHTGating(GatingStrategy):
                 teacher = external = self.teacher(x, mask)  # (B, C)
         deep_loss, shallow_loss = all_exit_loss([exits[d] for d in self.depths], y, loss_fn, self.exit_loss,
                                                 teacher=external)
-        # two stages (``dht_exits_from_step``): plain fine-tuning of the deepest exit first
+        # two stages (``dht_exits_from_step``): the deepest exit alone first
         total = deep_loss + shallow_loss if self.steps >= self.exits_from else deep_loss
         with torch.no_grad():
             full_ce = torch.stack([per_sample_ce(exits[d], y) for d in self.depths], 1)  # (B, K)
