@@ -611,7 +611,7 @@ def teacher_file(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEA
         return path, json.loads(info_path.read_text())
     static = {"kind": "static", "depth": N_LAYERS, "budget": None, "seed": spec["seed"],
               "protocol": {k: v for k, v in spec["protocol"].items() if k not in VARIANT_KEYS}}
-    loop = train_row(static, ckpt, data, threads)
+    loop, _ = train_row(static, ckpt, data, threads)
     info = {"accuracy": loop.evaluate("test")["accuracy"], "train_seconds": loop.train_seconds,
             "seed": spec["seed"], "budget": budget}
     teachers.mkdir(parents=True, exist_ok=True)
@@ -625,8 +625,10 @@ def teacher_file(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEA
 
 
 def train_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS):
-    """The row's trial loop after training (module docstring: every row goes through
-    :class:`~archsearch.tune.trainable.TrialLoop`)."""
+    """``(loop, teacher_info)``: the row's trial loop after training (module docstring: every
+    row goes through :class:`~archsearch.tune.trainable.TrialLoop`) and, for a
+    ``distill_teacher`` row, the teacher's ``{"accuracy", "train_seconds", ...}``
+    (:func:`teacher_file`; ``None`` otherwise)."""
     import torch
 
     from archsearch.tune.trainable import TrialLoop
@@ -654,7 +656,6 @@ def train_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHE
         path, teacher = teacher_file(spec, ckpt, data, threads, teachers)
         cfg["distill_teacher"] = str(path)
     loop = TrialLoop(cfg, data, {"epochs": p["epochs"], "batch_size": p["batch_size"], "seed": spec["seed"]})
-    loop.teacher_info = teacher
     if kind in STATIC_KINDS and cfg["gating"] == "dht":
         loop.gating.force_depth = int(spec["depth"])
     t0 = time.perf_counter()
@@ -662,7 +663,7 @@ def train_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHE
         loop.train_epoch()
     print(f"  trained {kind} budget={spec['budget']} depth={spec['depth']} seed={spec['seed']} "
           f"in {time.perf_counter() - t0:.0f}s", flush=True)
-    return loop
+    return loop, teacher
 
 
 def run_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS) -> dict:
@@ -671,7 +672,7 @@ def run_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS
 
     from archsearch.models import costs
 
-    loop = train_row(spec, ckpt, data, threads, teachers)
+    loop, teacher = train_row(spec, ckpt, data, threads, teachers)
     kind, p = spec["kind"], spec["protocol"]
     m = loop.evaluate("test")
     model, g = loop.model, loop.gating
@@ -684,8 +685,8 @@ def run_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS
            "train_seconds": loop.train_seconds, "steps": loop.step,
            "gating_metrics": {k: v for k, v in m.items() if k.startswith(("dht_", "depth_", "exit_", "expected",
                                                                           "mean_exit", "train_expected"))}}
-    if loop.teacher_info is not None:  # the teacher's own accuracy and fine-tuning time
-        row["teacher"] = loop.teacher_info
+    if teacher is not None:  # the teacher's own accuracy and fine-tuning time
+        row["teacher"] = teacher
     cache: dict = {}
 
     def flops_fn(T, k):

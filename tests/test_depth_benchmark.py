@@ -249,13 +249,14 @@ def test_teacher_is_the_static_row_of_its_seed_trained_once(dd, tmp_path):
     assert dyn["distill_teacher"] == dd.TEACHER
     spec = {"kind": "dht", "budget": 0.5, "depth": None, "seed": 0, "protocol": dyn}
     path, info = dd.teacher_file(spec, ckpt, data, 2, tmp_path)
-    static = dd.train_row({"kind": "static", "depth": dd.N_LAYERS, "budget": None, "seed": 0, "protocol": proto},
-                          ckpt, data, 2)
+    static, none = dd.train_row({"kind": "static", "depth": dd.N_LAYERS, "budget": None, "seed": 0,
+                                 "protocol": proto}, ckpt, data, 2)
+    assert none is None
     assert info["accuracy"] == static.evaluate("test")["accuracy"]
     mtime = path.stat().st_mtime_ns
     assert dd.teacher_file(spec, ckpt, data, 2, tmp_path) == (path, info) and path.stat().st_mtime_ns == mtime
-    loop = dd.train_row(spec, ckpt, data, 2, tmp_path)
-    assert loop.gating.teacher is not None and loop.teacher_info == info
+    loop, got = dd.train_row(spec, ckpt, data, 2, tmp_path)
+    assert loop.gating.teacher is not None and got == info
     with pytest.raises(ValueError, match="unknown teacher"):
         dd.train_row({**spec, "protocol": {**dyn, "distill_teacher": "other"}}, ckpt, data, 2, tmp_path)
 

@@ -110,6 +110,15 @@ def load_teacher(cfg: dict[str, Any], loop: "TrialContext | None") -> "nn.Module
     return teacher
 
 
+def teacher_logits(teacher: "nn.Module | None", x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """``B x C`` logits of the :func:`load_teacher` model for token ids ``x`` (``B x T``) and
+    padding mask ``mask`` (``B x T``), computed without gradient; ``None`` without a teacher."""
+    if teacher is None:
+        return None
+    with torch.no_grad():
+        return teacher(x, mask)
+
+
 def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
                   reduction: str = "mean", teacher: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -81,7 +81,7 @@ from torch import nn
 
 from archsearch.dynamic.bandits import DualPrice, calibrate_monotone
 from archsearch.dynamic.base import (GatingStrategy, LossFn, TrialContext, all_exit_loss, exit_loss_setting,
-                                     load_teacher)
+                                     load_teacher, teacher_logits)
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
 
@@ -298,14 +298,7 @@ class DepthPredictorGating(GatingStrategy):
         :func:`~archsearch.dynamic.base.all_exit_loss`; with ``distill_teacher``, the KD terms
         target the teacher)."""
         return all_exit_loss(self.exit_logits(x, mask), y, loss_fn, self.exit_loss,
-                             teacher=self._teacher_logits(x, mask))
-
-    def _teacher_logits(self, x, mask) -> torch.Tensor | None:
-        """``B x C`` logits of the ``distill_teacher`` model (no gradient), or ``None``."""
-        if self.teacher is None:
-            return None
-        with torch.no_grad():
-            return self.teacher(x, mask)
+                             teacher=teacher_logits(self.teacher, x, mask))
 
     @staticmethod
     def agreement_targets(exits: list[torch.Tensor]) -> torch.Tensor:
@@ -348,7 +341,7 @@ class DepthPredictorGating(GatingStrategy):
         if self.all_exits:
             exits = self.exit_logits(x, mask)
             deep, shallow = all_exit_loss(exits, y, loss_fn, self.exit_loss,
-                                          teacher=self._teacher_logits(x, mask))
+                                          teacher=teacher_logits(self.teacher, x, mask))
             loss = loss + deep + shallow
             if self.supervision > 0:  # per-sample depth labels (deliverable 4, optional)
                 target = self.agreement_targets([e.detach() for e in exits])  # (B,)

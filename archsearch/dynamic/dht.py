@@ -120,7 +120,7 @@ import torch.nn.functional as F
 from archsearch.dynamic.bandits import (TRAJECTORY_DIM, UCB1, CombinatorialTS, DualPrice, LinearStopping, LinUCB,
                                         calibrate_price, trajectory_context)
 from archsearch.dynamic.base import (GatingStrategy, LossFn, TrialContext, all_exit_loss, distill, exit_loss_setting,
-                                     load_teacher)
+                                     load_teacher, teacher_logits)
 from archsearch.models import costs
 from archsearch.space import KEY_CHOICES
 
@@ -502,20 +502,16 @@ class DHTGating(GatingStrategy):
         if self.force_depth is not None:
             h, pad = self._trunk(x, mask, self.force_depth)
             logits = self._run_group(h, pad, self._plan(h, pad, greedy=False)[0])
-            if self.teacher is None:
+            target = teacher_logits(self.teacher, x, mask)  # (B, C) or None
+            if target is None:
                 return loss_fn(logits, y)
-            with torch.no_grad():
-                target = self.teacher(x, mask)  # (B, C)
             return (loss_fn(logits, y) + distill(logits, target)) / 2
         h, pad = self._trunk(x, mask)
         B, T = x.shape[0], x.shape[1]
         deep = self.depths[-1]
         exits, hid = self._run_exits(h, pad, deep, [None] * (deep - self.n_fixed), hidden=True)  # {depth: logits}
-        if self.teacher is None:
-            teacher, external = exits[deep], None
-        else:
-            with torch.no_grad():
-                teacher = external = self.teacher(x, mask)  # (B, C)
+        external = teacher_logits(self.teacher, x, mask)  # (B, C) or None
+        teacher = exits[deep] if external is None else external
         deep_loss, shallow_loss = all_exit_loss([exits[d] for d in self.depths], y, loss_fn, self.exit_loss,
                                                 teacher=external)
         # two stages (``dht_exits_from_step``): the deepest exit alone first
