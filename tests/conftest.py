@@ -245,6 +245,20 @@ def tiny_run(tmp_path_factory, ray_session, cache_dir):
 # ------------------------------------------------------------------------------------------
 
 
+def load_benchmark(name: str):
+    """The script ``benchmarks/<name>.py`` loaded as a module (benchmarks are scripts, not a
+    package): ``load_benchmark("length_adaptive").summarize(...)``. ``benchmarks/`` goes on
+    ``sys.path`` first, since the scripts import their sibling ``common.py``."""
+    import importlib.util
+
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

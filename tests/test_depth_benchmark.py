@@ -4,24 +4,20 @@ rows, its helpers, the resumable skip and the row order; and search_spaces/minil
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def dd():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports its sibling common.py
-    spec = importlib.util.spec_from_file_location("bench_dynamic_depth", ROOT / "benchmarks" / "dynamic_depth.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("dynamic_depth")
 
 
 STATIC_ACC = [0.73, 0.76, 0.81, 0.83, 0.84, 0.86]
@@ -190,10 +186,7 @@ def test_minilm_budget_space_validates():
 def test_minilm_search_minutes_to_beat_tfidf():
     """benchmarks/minilm_search.py (deliverable 6): the first end time strictly above the
     baseline, in minutes; unknown values skipped; None when nothing beats it."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("bench_minilm_search", ROOT / "benchmarks" / "minilm_search.py")
-    ms = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ms)
+    ms = load_benchmark("minilm_search")
     recs = [(600.0, 0.80), (300.0, 0.79), (None, 0.95), (450.0, None), (540.0, 0.81), (120.0, 0.70)]
     assert ms.minutes_to_beat(recs, 0.79) == pytest.approx(9.0)  # 300 s ties the baseline: not a beat
     assert ms.minutes_to_beat(recs, 0.9) is None and ms.minutes_to_beat([], 0.5) is None

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from archsearch.runs import RunDir
-from conftest import TINY_SPACE, cli_command
+from conftest import TINY_SPACE, cli_command, load_benchmark
 
 #: Trials long enough (3 epochs, one at a time) to be interrupted part-way.
 TINY = {**TINY_SPACE, "name": "faults",
@@ -206,16 +206,6 @@ def test_orphaned_running_trial_is_recorded_as_failed_not_dropped(tmp_path):
         ("a", optuna.trial.TrialState.COMPLETE), ("b", optuna.trial.TrialState.FAIL)]
 
 
-def _fault_bench():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "faults.py"
-    spec = importlib.util.spec_from_file_location("bench_faults", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _finished_run(root: Path, n: int) -> RunDir:
     """A run directory as a finished search leaves it: n records, n Optuna trials."""
     import optuna
@@ -237,7 +227,7 @@ def test_fault_benchmark_count_catches_a_resume_that_skips_a_trial(tmp_path):
     """The benchmark's check on a correct run finds nothing; on the broken variant (a resume
     that skipped one trial: its record and its Optuna trial gone) it reports it lost; a trial
     recorded twice is reported duplicated. A check that cannot fail would pass all three."""
-    faults = _fault_bench()
+    faults = load_benchmark("faults")
     run = _finished_run(tmp_path, 4)
     ok = faults.count(run.path, expected=4)
     assert (ok["lost"], ok["duplicated"], ok["completed"]) == (0, 0, 4)

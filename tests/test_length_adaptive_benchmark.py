@@ -4,23 +4,19 @@ protocol of a row is recognised, so a rerun resumes after it instead of training
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def la():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports its sibling common.py
-    spec = importlib.util.spec_from_file_location("bench_length_adaptive", ROOT / "benchmarks" / "length_adaptive.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("length_adaptive")
 
 
 def _rows(la, **kw):

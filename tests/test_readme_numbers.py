@@ -2,14 +2,13 @@
 result files, so no number in it can drift from its JSON (standard library only, fast)."""
 
 import difflib
-import importlib.util
 import json
 from pathlib import Path
 
+from conftest import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("summarize", ROOT / "benchmarks" / "summarize.py")
-summarize = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(summarize)
+summarize = load_benchmark("summarize")
 
 
 def test_readme_measured_section_is_what_summarize_writes():

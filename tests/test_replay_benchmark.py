@@ -5,25 +5,19 @@ sees feasible trials as feasible), trials-to-95% and the summary keys."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_benchmark
+
 FAST = {"n_init": 3, "num_restarts": 1, "raw_samples": 16, "maxiter": 10, "mc_samples": 16, "gp_maxiter": 30}
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports its sibling common.py
-    spec = importlib.util.spec_from_file_location("bench_searchers_v2", ROOT / "benchmarks" / "searchers.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("searchers")
 
 
 @pytest.fixture(scope="module")

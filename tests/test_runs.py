@@ -2,16 +2,12 @@
 the pre-launch constraint check on the same cost function the trials report."""
 
 import copy
-import importlib.util
 import json
 import warnings
-from pathlib import Path
 
 import pytest
 
-from conftest import TINY_SPACE, tiny_space_file
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import TINY_SPACE, load_benchmark, tiny_space_file
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +76,6 @@ def test_resume_restores_fixed_trials_and_gpus_from_the_run_spec(tiny, tmp_path)
 
 
 # ---------------------------------------------------------------------- one searcher path
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("bench_searchers", ROOT / "benchmarks" / "searchers.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 class _TinyProblem:
     """A benchmark problem over the tiny space: constant metrics, known costs as the CLI's."""
 
@@ -124,7 +113,7 @@ def test_benchmark_and_cli_build_the_searcher_with_the_same_call(tiny, monkeypat
 
     monkeypatch.setattr(search, "make", spy)
     build_core(name, space, data, seed=3)                      # what `archsearch search` builds
-    _load_benchmark().run_one(_TinyProblem(space, data), name, 3, budget=1)   # what it compares
+    load_benchmark("searchers").run_one(_TinyProblem(space, data), name, 3, budget=1)   # what it compares
     assert len(calls) == 2
     (a_args, a_kw, a_fn, a), (b_args, b_kw, b_fn, b) = calls
     assert a_args[0] == b_args[0] == name and a_kw == b_kw and a_fn == b_fn == "function"

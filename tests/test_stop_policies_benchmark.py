@@ -4,24 +4,16 @@ rows they are calibrated on."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def sp():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports its sibling common.py
-    spec = importlib.util.spec_from_file_location("bench_stop_policies", ROOT / "benchmarks" / "stop_policies.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("stop_policies")
 
 
 def exits_dump(n: int, seed: int) -> dict:
