@@ -593,6 +593,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seed {seed}: {json.dumps(row['rows'], indent=None)[:2000]}", flush=True)
     per_seed = [done[s] for s in args.seeds]
     summary, met = summarize(per_seed)
+    import torch
+
+    torch.set_num_threads(args.threads)  # the wall-clock stage ran at 1; the machine line records training's
     prov = provenance(commits=[r["commit"] for r in per_seed], seeds=args.seeds,
                       wall_s=sum(r["seconds"]["total"] for r in per_seed),
                       torch_threads=args.threads, protocol=protocol(args.ld_steps, args.drop_rule, args.ld_from))

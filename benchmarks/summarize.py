@@ -150,7 +150,8 @@ def _machine(m: Any) -> str:
     if m.get("python"):
         parts.append(f"Python {m['python']}")
     if m.get("torch"):
-        threads = f" ({m['torch_threads']} threads)" if m.get("torch_threads") is not None else ""
+        n = m.get("torch_threads")
+        threads = "" if n is None else f" ({n} thread{'' if n == 1 else 's'})"
         parts.append(f"torch {m['torch']}{threads}")
     return ", ".join(parts)
 
