@@ -103,7 +103,13 @@ equal-steps control, the "full" row, fine-tunes that model ``ld_steps`` more ste
 (``full_long*_x2.pt``), so both have trained ``STD_STEPS + 2 * ld_steps`` steps. The model
 LengthDrop started from is a row too (``full_{STD_STEPS + ld_steps}_steps``). ``ld_from`` enters
 the protocol and the adaptive model's files (``*_fromfull_v2``). ``--result`` writes the
-summary elsewhere than the reported ``length_adaptive.json``.
+summary to another file than ``length_adaptive.json``.
+
+Reported: ``length_adaptive.json`` is the paper's recipe, two seeds,
+``python benchmarks/length_adaptive.py --ld-steps 600 --ld-from full --seeds 0 1``; the same
+two seeds of LengthDrop from the 300-step model are ``length_adaptive_from_short.json``
+(``--ld-steps 600 --seeds 0 1 --result benchmarks/results/length_adaptive_from_short.json``).
+With every seed's row already in the runs file, either command only rewrites its summary.
 
 Run: ``nice -n 10 python benchmarks/length_adaptive.py`` (``--seeds 0 1 2`` for more seeds;
 ``--ld-steps 600`` for two epochs of LengthDrop; ``--smoke``: tiny sizes, < 2 min, writes
