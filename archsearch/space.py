@@ -51,30 +51,13 @@ METRICS: dict[str, str] = {
     "train_seconds": "min",
 }
 
-#: Config keys the trainable understands; anything else in ``params``/``fixed`` is an error.
+#: Model and optimiser keys the trainable reads itself. ``gating`` / ``tying`` name a registered
+#: strategy (:mod:`archsearch.dynamic`), and every other key of ``params``/``fixed`` must be a
+#: field of the ``Settings`` of a strategy the space can pick (validated there, see
+#: :meth:`SearchSpace._check_params`); anything else is an error.
 MODEL_KEYS = {
     "n_layers", "d_model", "n_heads", "d_ffn", "d_ffn_mult", "dropout", "lr", "weight_decay",
-    "batch_size", "warmup_steps", "gating", "dht_lambda", "min_layers", "max_layers",
-    "min_heads", "gamma", "tying", "tying_k", "length_drop_p", "layer_drop_p", "init_from",
-    "label_smoothing",
-    "tying_every", "tying_max_distinct",
-    "evolution_iterations", "evolution_mutations", "evolution_crossovers", "evolution_val_samples",
-    "dht_warmup_steps", "n_fixed", "flops_budget", "exit_heads", "exit_loss",
-    "dht_exit_context", "depth_supervision", "predictor_lr", "dht_reward", "dht_routing",
-    "dht_stop_fit", "dht_stop_rule", "dht_stop_quality", "dht_stop_context", "length_drop_rule",
-}
-
-#: the allowed values of the trial-config keys that take one of a few words: checked before
-#: launch (a bad value otherwise fails every trial); the strategies read them from here.
-KEY_CHOICES: dict[str, tuple[str, ...]] = {
-    "exit_loss": ("mean", "sum", "equal"),
-    "dht_reward": ("ce", "prob"),
-    "dht_routing": ("once", "cascade"),
-    "dht_stop_fit": ("train", "validation"),
-    "dht_stop_rule": ("regression", "tuned", "confidence"),
-    "dht_stop_quality": ("prob", "match"),
-    "dht_stop_context": ("exit", "trajectory"),
-    "length_drop_rule": ("significance", "prefix"),
+    "batch_size", "warmup_steps", "label_smoothing", "init_from", "gating", "tying",
 }
 
 Scalar = Union[int, float, str, bool]
@@ -394,25 +377,7 @@ class SearchSpace(_UnitCube, _Strict):
     @model_validator(mode="after")
     def _check_params(self):
         names = set(self.params)
-        for key in list(self.params) + list(self.fixed):
-            if key not in MODEL_KEYS:
-                raise _FieldError(
-                    f"params.{key}" if key in self.params else f"fixed.{key}",
-                    f"unknown parameter {key!r}; known: {', '.join(sorted(MODEL_KEYS))}",
-                )
-        for key, allowed in KEY_CHOICES.items():
-            vals = [(f"fixed.{key}", self.fixed[key])] if key in self.fixed else []
-            p = self.params.get(key)
-            if p is not None and not isinstance(p, CategoricalParam):
-                raise _FieldError(f"params.{key}", f"must be categorical with choices from {list(allowed)}")
-            if p is not None:
-                vals += [(f"params.{key}.choices", v) for v in p.choices]
-            for field, v in vals:
-                if v not in allowed:
-                    raise _FieldError(field, f"{v!r} is not one of {list(allowed)}")
-                if key == "dht_routing" and v == "cascade" and self.task == "lm":
-                    raise _FieldError(field, "cascade is for classification (task: lm reads a "
-                                             "vocabulary-sized exit head at every exit)")
+        self._check_strategy_keys()
         both = names & set(self.fixed)
         if both:
             raise _FieldError(f"fixed.{sorted(both)[0]}", "is both searched (params) and fixed")
@@ -438,6 +403,52 @@ class SearchSpace(_UnitCube, _Strict):
         if len(modes) != len(self.objectives):
             raise _FieldError("objectives", "an objective is listed twice")
         return self
+
+    def _values(self, key: str) -> list[tuple[str, Any]]:
+        """``(field, value)`` of every value the space can give ``key``: the fixed value, a
+        categorical's choices, or an int/float param's ``low`` and ``high``."""
+        if key in self.fixed:
+            return [(f"fixed.{key}", self.fixed[key])]
+        p = self.params.get(key)
+        if p is None:
+            return []
+        if isinstance(p, CategoricalParam):
+            return [(f"params.{key}.choices", v) for v in p.choices]
+        return [(f"params.{key}.low", p.low), (f"params.{key}.high", p.high)]
+
+    def _check_strategy_keys(self) -> None:
+        """``gating``/``tying`` values name registered strategies, and every other non-model key
+        is a ``Settings`` field of a strategy the space can pick, with a value each such
+        strategy's ``Settings`` accepts (:mod:`archsearch.dynamic`: the registry)."""
+        from archsearch.dynamic import GATING, TYING, settings_owners, strategy_class
+
+        picks: dict[str, set[str]] = {}
+        for kind, table, default in (("gating", GATING, "static"), ("tying", TYING, "none")):
+            vals = self._values(kind) or [(kind, default)]
+            for field, v in vals:
+                if v not in table:
+                    raise _FieldError(field, f"unknown {kind} {v!r}; known: {', '.join(table)}")
+            picks[kind] = {v for _, v in vals}
+        owners = settings_owners()
+        for key in list(self.params) + list(self.fixed):
+            where = f"params.{key}" if key in self.params else f"fixed.{key}"
+            if key in MODEL_KEYS:
+                continue
+            if key not in owners:
+                known = sorted(MODEL_KEYS | set(owners))
+                raise _FieldError(where, f"unknown parameter {key!r}; known: {', '.join(known)}")
+            mine = [(k, n) for k, n in owners[key] if n in picks[k]]
+            if not mine:
+                names = ", ".join(f"{k}: {n}" for k, n in owners[key])
+                can = ", ".join(f"{k}: {n}" for k in picks for n in sorted(picks[k]))
+                raise _FieldError(where, f"{key!r} is a setting of {names}, which this space never "
+                                         f"picks (it picks {can})")
+            for field, v in self._values(key):
+                for kind, name in mine:
+                    try:
+                        strategy_class(kind, name).Settings.from_config({key: v}, task=self.task)
+                    except ValueError as e:
+                        raise _FieldError(field, f"{kind} {name}: {str(e).removeprefix(key + ': ')}") from None
 
     def pinned(self, config: dict[str, Any]) -> "SearchSpace":
         """This space with each param in ``config`` pinned to its value (a one-choice

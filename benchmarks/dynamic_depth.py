@@ -535,7 +535,7 @@ def confidence_exit(model, val_batches, test_batches, budget: float, flops_fn) -
     """Calibrate the threshold on validation to ``budget`` (FLOPs fraction), score on test."""
     import torch
 
-    from archsearch.dynamic.bandits import calibrate_monotone
+    from archsearch.dynamic.budget import calibrate_monotone
 
     val = _exit_tables(model, val_batches)
 

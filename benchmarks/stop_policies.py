@@ -134,7 +134,7 @@ def split_tables(d, split: str, cost_of) -> dict[str, np.ndarray]:
 def trajectory(t: dict) -> np.ndarray:
     """``N x K x 6`` trajectory contexts, exit by exit as ``DHTGating._stop_context`` builds
     them (:func:`archsearch.dynamic.bandits.trajectory_context`)."""
-    from archsearch.dynamic.bandits import trajectory_context
+    from archsearch.dynamic.stopping import trajectory_context
 
     out, prev = [], None
     for k in range(t["p"].shape[1]):
@@ -152,7 +152,8 @@ def play(t: dict, exits: np.ndarray) -> tuple[float, float, np.ndarray]:
 
 def policy_exits(name: str, val: dict, test: dict, budget: float) -> np.ndarray:
     """Test exits of policy ``name`` fitted and calibrated on ``val`` to ``budget``."""
-    from archsearch.dynamic.bandits import LinearStopping, calibrate_monotone, calibrate_price
+    from archsearch.dynamic.budget import calibrate_monotone, calibrate_price
+    from archsearch.dynamic.stopping import LinearStopping
 
     if name == "shared_threshold":
         def first(t, thr):

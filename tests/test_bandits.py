@@ -6,16 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from archsearch.dynamic.bandits import (
-    UCB1,
-    CombinatorialTS,
-    DualPrice,
-    LinearStopping,
-    LinUCB,
-    calibrate_monotone,
-    calibrate_price,
-    trajectory_context,
-)
+from archsearch.dynamic.bandits import UCB1, CombinatorialTS, LinUCB
+from archsearch.dynamic.budget import DualPrice, calibrate_monotone, calibrate_price
+from archsearch.dynamic.stopping import LinearStopping, trajectory_context
 
 
 def linear_problem(seed=0, K=4, d=6):

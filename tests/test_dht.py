@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from archsearch.dynamic import gating_class
-from archsearch.dynamic.dht import TRAJECTORY_DIM, DHTGating
+from archsearch.dynamic.dht import DHTGating
+from archsearch.dynamic.stopping import TRAJECTORY_DIM
 from archsearch.models import costs
 from archsearch.models.transformer import MultiHeadAttention, Transformer, TransformerConfig
 

@@ -35,7 +35,7 @@ def setup(tmp_path_factory):
 
 
 def test_all_exit_loss_with_a_teacher_distils_every_exit_toward_it():
-    from archsearch.dynamic.base import all_exit_loss, distill
+    from archsearch.dynamic.exits import all_exit_loss, distill
 
     g = torch.Generator().manual_seed(0)
     exits = [torch.randn(5, 3, generator=g) for _ in range(3)]
@@ -102,7 +102,7 @@ def test_a_bad_teacher_file_is_one_line_naming_it(setup):
 def test_a_static_cut_with_a_teacher_learns_half_from_it(setup):
     """The distilled static cut (``force_depth`` with ``distill_teacher``): ``(CE + KD) / 2`` of
     the cut's own logits toward the teacher's."""
-    from archsearch.dynamic.base import distill
+    from archsearch.dynamic.exits import distill
     from archsearch.dynamic.dht import DHTGating
     from archsearch.models.pretrained import transformer_for_data
 

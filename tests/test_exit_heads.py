@@ -69,7 +69,7 @@ def test_strategies_create_exit_heads_only_when_asked(cls, cfg, depths):
 def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_use_it():
     import torch.nn.functional as F
 
-    from archsearch.dynamic.base import all_exit_loss, distill
+    from archsearch.dynamic.exits import all_exit_loss, distill
 
     torch.manual_seed(1)
     exits = [torch.randn(5, 3) for _ in range(4)]

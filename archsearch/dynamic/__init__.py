@@ -18,6 +18,7 @@ GATING = {
     "dht": "archsearch.dynamic.dht:DHTGating",
     "depth_predictor": "archsearch.dynamic.depth_predictor:DepthPredictorGating",
     "length_drop": "archsearch.dynamic.length_drop:LengthDropGating",
+    "confidence_exit": "archsearch.dynamic.confidence_exit:ConfidenceExitGating",
 }
 
 #: ``tying:`` value -> "module:Class" implementing :class:`archsearch.dynamic.base.TyingController`.
@@ -47,3 +48,34 @@ def gating_class(name: str):
 def tying_class(name: str):
     """The :class:`~archsearch.dynamic.base.TyingController` subclass for ``tying: name``."""
     return _resolve(TYING, "tying", name)
+
+
+def strategy_class(kind: str, name: str):
+    """``gating_class(name)`` for ``kind="gating"``, ``tying_class(name)`` for ``"tying"``."""
+    return gating_class(name) if kind == "gating" else tying_class(name)
+
+
+def settings_owners() -> dict[str, list[tuple[str, str]]]:
+    """Every trial-config key a strategy declares in its ``Settings`` -> the ``(kind, name)``
+    of the strategies that declare it (``kind`` is ``"gating"`` or ``"tying"``): the keys a
+    search space may set beside the model and optimiser keys (imports every strategy)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for kind, table in (("gating", GATING), ("tying", TYING)):
+        for name in table:
+            for key in strategy_class(kind, name).Settings.model_fields:
+                out.setdefault(key, []).append((kind, name))
+    return out
+
+
+def settings_tables() -> str:
+    """The markdown tables of every registered strategy's settings, gatings first (what README.md
+    and docs/design.md show between their ``settings-tables`` markers)."""
+    from archsearch.dynamic.settings import settings_table
+
+    parts = []
+    for kind, table in (("gating", GATING), ("tying", TYING)):
+        for name in table:
+            cls = strategy_class(kind, name)
+            if cls.Settings.model_fields:
+                parts.append(settings_table(f"{kind}: {name}", cls.Settings))
+    return "\n".join(parts)

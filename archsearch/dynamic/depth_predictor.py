@@ -66,9 +66,9 @@ initialisation in one epoch, so every sample gets the same depth distribution),
 its depth distribution at the shallowest exit that agrees with the deepest,
 :meth:`DepthPredictorGating.agreement_targets`; needs ``depth_all_exits``), ``exit_loss``
 (``mean`` or ``sum``: how the shallower exits' losses combine,
-:func:`~archsearch.dynamic.base.all_exit_loss`). Programmatic: ``distill_teacher`` (a
+:func:`~archsearch.dynamic.exits.all_exit_loss`). Programmatic: ``distill_teacher`` (a
 fine-tuned full model's ``state.pt``: the exits distil toward it;
-:func:`~archsearch.dynamic.base.load_teacher`).
+:func:`~archsearch.dynamic.exits.load_teacher`).
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from archsearch.dynamic.bandits import DualPrice, calibrate_monotone
-from archsearch.dynamic.base import (GatingStrategy, LossFn, TrialContext, all_exit_loss, exit_loss_setting,
-                                     load_teacher, teacher_logits)
+from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
+from archsearch.dynamic.budget import DualPrice, calibrate_monotone
+from archsearch.dynamic.exits import all_exit_loss, load_teacher, teacher_logits
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
 
@@ -156,7 +156,7 @@ class DepthPredictorGating(GatingStrategy):
             outside ``(0, 1]``,
             ``exit_threshold`` outside ``(0, 1]``, negative ``depth_supervision`` (or positive
             without ``depth_all_exits``), ``exit_loss`` not in
-            :data:`~archsearch.dynamic.base.EXIT_LOSSES`.
+            :data:`~archsearch.dynamic.exits.EXIT_LOSSES`.
 
     Attributes:
         threshold: the exit threshold inference uses (0.5 = the median; set by
@@ -195,7 +195,7 @@ class DepthPredictorGating(GatingStrategy):
             raise ValueError(f"flops_budget must be in (0, 1], got {self.flops_budget}")
         self.price = DualPrice(self.flops_budget, lr=float(cfg.get("depth_price_lr") or 0.05), init=self.gamma)
         self.all_exits = bool(cfg.get("depth_all_exits", True))
-        self.exit_loss = exit_loss_setting(cfg)
+        self.exit_loss = str(cfg.get("exit_loss") or "mean")
         if cfg.get("distill_teacher") and not self.all_exits:
             raise ValueError("distill_teacher needs depth_all_exits (the teacher trains the exits)")
         self.teacher = load_teacher(cfg, loop)  # ``distill_teacher``: KD from a fine-tuned model
@@ -295,7 +295,7 @@ class DepthPredictorGating(GatingStrategy):
         """All exits of the unscaled full model (:meth:`exit_logits`): ``(CE of the deepest exit,
         mean_k (CE_k + KD_k) / 2 over the shallower exits)`` (scalars, nats; the second is 0 with
         a single allowed depth; summed instead of averaged with ``exit_loss: sum``, at full weight with ``equal``;
-        :func:`~archsearch.dynamic.base.all_exit_loss`; with ``distill_teacher``, the KD terms
+        :func:`~archsearch.dynamic.exits.all_exit_loss`; with ``distill_teacher``, the KD terms
         target the teacher)."""
         return all_exit_loss(self.exit_logits(x, mask), y, loss_fn, self.exit_loss,
                              teacher=teacher_logits(self.teacher, x, mask))

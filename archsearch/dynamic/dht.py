@@ -13,7 +13,7 @@ issue 14 (docs/design.md, DHT section). Per training batch:
 3. All exits are trained: the batch runs the deepest allowed path (all heads) and the shared
    output head reads every allowed depth ``min_layers..max_layers`` (one classifier per exit,
    shared weights, or one per exit with ``exit_heads: true``). Loss
-   (:func:`~archsearch.dynamic.base.all_exit_loss`): ``CE(deepest) + mean_k (CE_k + KD_k) / 2``
+   (:func:`~archsearch.dynamic.exits.all_exit_loss`): ``CE(deepest) + mean_k (CE_k + KD_k) / 2``
    over the shallower exits (``exit_loss: sum``: summed instead of averaged; ``equal``: ``CE_k + KD_k`` summed),
    ``KD_k = KL(softmax(deepest, detached) || softmax(exit k))`` -- in-place distillation with the
    sandwich rule (deepest + shallowest + every exit in between; Yu & Huang 2019, "Universally
@@ -44,7 +44,7 @@ issue 14 (docs/design.md, DHT section). Per training batch:
    block's running baseline.
 6. The price: with ``flops_budget`` (fraction of the full model's FLOPs, e.g. 0.25..1) the
    price follows dual ascent every step, ``lambda <- max(0, lambda + eta * (FLOPs fraction -
-   flops_budget))`` (:class:`~archsearch.dynamic.bandits.DualPrice`, ``eta = dht_price_lr``),
+   flops_budget))`` (:class:`~archsearch.dynamic.budget.DualPrice`, ``eta = dht_price_lr``),
    with the batch's FLOPs fraction of the routed paths (during the warm-up: of the paths the
    bandit would choose). ``dht_lambda`` is only the initial price (and the fixed price when no
    ``flops_budget`` is given, the old behaviour).
@@ -59,7 +59,7 @@ issue 14 (docs/design.md, DHT section). Per training batch:
 Routing exit by exit (``dht_routing: cascade``; default ``once`` = steps 2 and 4 above): at every
 exit ``k`` a stop / continue decision from the context *there* (the projection of the pooled
 hidden state at exit ``k``, exit ``k``'s max probability and normalised entropy, a 1: 19 dims),
-:class:`~archsearch.dynamic.bandits.LinearStopping` at the price: stop iff ``s_k(x) - lambda *
+:class:`~archsearch.dynamic.stopping.LinearStopping` at the price: stop iff ``s_k(x) - lambda *
 c_k > v_k(x) - lambda * w_k(x)``, with ``s_k`` the predicted quality of stopping and ``v_k`` /
 ``w_k`` the predicted quality / FLOPs fraction of the exit reached by continuing. It is fitted by
 backward induction (least-squares Monte Carlo, Longstaff & Schwartz 2001) on every exit of the
@@ -86,7 +86,7 @@ Config keys (trial config, docs/design.md MODEL_KEYS): ``flops_budget`` (None = 
 on the calibration rows, quality = agreement with the deepest exit, no labels), ``dht_stop_rule``
 (``regression``; ``tuned``: each exit's threshold on the predicted advantage is chosen on the
 fitting rows by direct search; ``confidence``: a threshold per exit on the exit's own max
-probability, fitted the same way; :class:`~archsearch.dynamic.bandits.LinearStopping`),
+probability, fitted the same way; :class:`~archsearch.dynamic.stopping.LinearStopping`),
 ``dht_stop_quality`` (``prob``; with ``dht_stop_fit: validation``, the quality an exit scores on
 a calibration row: ``prob`` = its probability of the deepest exit's class, ``match`` = 1 if its
 class is the deepest exit's, else 0), ``dht_stop_context`` (``exit``: the cascade decides at
@@ -99,7 +99,7 @@ shallower exits join the loss from this training step on, and the warm-up counts
 before it only the deepest exit trains -- DeeBERT's two stages, Xin et al. 2020 §3.2, without
 freezing the backbone in the second), ``distill_teacher`` (a fine-tuned full model's
 ``state.pt``: every exit, the deepest included, distils toward it instead of toward the deepest
-exit; :func:`~archsearch.dynamic.base.load_teacher`). Depth limits are clamped into
+exit; :func:`~archsearch.dynamic.exits.load_teacher`). Depth limits are clamped into
 ``[n_fixed, n_layers]`` (a searched ``max_layers`` may exceed a searched ``n_layers``), and
 ``min_layers`` to at most ``max_layers``.
 
@@ -117,23 +117,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from archsearch.dynamic.bandits import (TRAJECTORY_DIM, UCB1, CombinatorialTS, DualPrice, LinearStopping, LinUCB,
-                                        calibrate_price, trajectory_context)
-from archsearch.dynamic.base import (GatingStrategy, LossFn, TrialContext, all_exit_loss, distill, exit_loss_setting,
-                                     load_teacher, teacher_logits)
+from archsearch.dynamic.bandits import UCB1, CombinatorialTS, LinUCB
+from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
+from archsearch.dynamic.budget import DualPrice, calibrate_price
+from archsearch.dynamic.exits import all_exit_loss, distill, load_teacher, per_sample_ce, teacher_logits
+from archsearch.dynamic.stopping import TRAJECTORY_DIM, LinearStopping, trajectory_context
 from archsearch.models import costs
 from archsearch.space import KEY_CHOICES
 
 CONTEXT_DIM = 16
-
-def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy per sample (nats): ``B x C`` logits and ``B`` labels, or ``B x T x V`` and
-    ``B x T`` targets (mean over the sample's tokens) -> ``B``."""
-    if logits.dim() == 3:
-        ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
-        return ce.view(y.shape).mean(dim=1)  # (B,)
-    return F.cross_entropy(logits, y, reduction="none")  # (B,)
-
 
 class DHTGating(GatingStrategy):
     """Per-sample depth and per-group head gating by bandits under a FLOPs budget (see the module
@@ -158,7 +150,7 @@ class DHTGating(GatingStrategy):
             bandits are not updated while forced). ``None`` = bandit choices.
         force_heads: with ``force_depth``: one head-index list (or ``None`` = all) per gated
             block ``n_fixed..force_depth-1``.
-        price: the :class:`~archsearch.dynamic.bandits.DualPrice` of a FLOPs fraction used in
+        price: the :class:`~archsearch.dynamic.budget.DualPrice` of a FLOPs fraction used in
             training (``price.price`` = lambda).
         eval_price: the price inference uses (set by :meth:`calibrate`; ``None`` = the training
             price).
@@ -171,7 +163,7 @@ class DHTGating(GatingStrategy):
         ValueError: ``n_fixed`` outside ``[0, n_layers]``, ``min_heads`` outside
             ``[1, n_heads]``, negative ``dht_lambda`` or ``dht_warmup_steps``,
             ``flops_budget`` outside ``(0, 1]``, ``dht_epsilon`` outside ``[0, 1]``, ``exit_loss``
-            not in :data:`~archsearch.dynamic.base.EXIT_LOSSES`, ``dht_reward`` not ``ce`` / ``prob``,
+            not in :data:`~archsearch.dynamic.exits.EXIT_LOSSES`, ``dht_reward`` not ``ce`` / ``prob``,
             ``dht_routing`` not ``once`` / ``cascade`` (or ``cascade`` for ``task: lm``),
             ``dht_stop_fit`` / ``dht_stop_rule`` / ``dht_stop_quality`` / ``dht_stop_context``
             not one of their :data:`~archsearch.space.KEY_CHOICES`.
@@ -193,7 +185,7 @@ class DHTGating(GatingStrategy):
         self.depths = list(range(lo, hi + 1))  # LinUCB arms
         if bool(cfg.get("exit_heads", False)):
             model.add_exit_heads(self.depths)  # an own classifier per exit (classification)
-        self.exit_loss = exit_loss_setting(cfg)
+        self.exit_loss = str(cfg.get("exit_loss") or "mean")
         self.min_heads = int(cfg.get("min_heads") or 1)
         if not 1 <= self.min_heads <= H:
             raise ValueError(f"min_heads must be in [1, n_heads={H}], got {self.min_heads}")

@@ -77,12 +77,11 @@ from archsearch.dynamic.length_config import (
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
 from archsearch.models.transformer import Block, Transformer, TransformerConfig
-from archsearch.space import KEY_CHOICES
 
 #: LayerDrop probability (each block skipped in a random sub-model).
 DEFAULT_LAYER_DROP_P = 0.2
 #: Which tokens an encoder block keeps (config key ``length_drop_rule``; :func:`_drop_block`).
-DROP_RULES = KEY_CHOICES["length_drop_rule"]  # ("significance", "prefix")
+DROP_RULES = ("significance", "prefix")
 
 
 # ---------------------------------------------------------------------------------- FLOPs
