@@ -39,17 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from archsearch.errors import UserError
 
-#: Metric names (docs/design.md), with the direction that makes each one "better".
-METRICS: dict[str, str] = {
-    "accuracy": "max",
-    "val_loss": "min",
-    "perplexity": "min",
-    "flops_per_sample": "min",
-    "params_total": "min",
-    "params_trainable": "min",
-    "latency_ms": "min",
-    "train_seconds": "min",
-}
+#: Metric names (docs/design.md), with the direction that makes each one "better": a live
+#: view of :data:`archsearch.metrics.METRICS`, the one table of metrics.
+from archsearch.metrics import DIRECTIONS as METRICS
 
 #: Model and optimiser keys the trainable reads itself. ``gating`` / ``tying`` name a registered
 #: strategy (:mod:`archsearch.dynamic`), and every other key of ``params``/``fixed`` must be a

@@ -276,7 +276,7 @@ def truncate(x, mask, cap: int):
 def run_variant(model, x, mask, variant):
     """Logits and executed lengths of one batch. ``variant``: ``("full", None)``,
     ``("adaptive", length_config, rule)`` or ``("truncation", cap)``."""
-    from archsearch.dynamic.length_drop import length_drop_forward
+    from archsearch.dynamic.length_forward import length_drop_forward
 
     kind, arg, *rule = variant
     if kind == "adaptive":
@@ -291,7 +291,7 @@ def evaluate(model, batches, variant) -> tuple[float, float]:
     (FLOPs: what each padded batch executed, analytic)."""
     import torch
 
-    from archsearch.dynamic.length_drop import length_config_flops
+    from archsearch.dynamic.length_forward import length_config_flops
 
     model.eval()
     correct = n = 0
@@ -307,7 +307,7 @@ def evaluate(model, batches, variant) -> tuple[float, float]:
 
 def truncation_cap(model, batches, budget_flops: float) -> int:
     """Largest ``cap`` whose mean executed FLOPs on ``batches`` fit ``budget_flops``."""
-    from archsearch.dynamic.length_drop import length_config_flops
+    from archsearch.dynamic.length_forward import length_config_flops
 
     L = model.config.n_layers
 
@@ -359,7 +359,8 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     from archsearch.data import prepare
     from archsearch.dynamic.evolution import EvolutionarySearch
     from archsearch.dynamic.length_config import smallest_length_config
-    from archsearch.dynamic.length_drop import LengthDropGating, length_config_flops
+    from archsearch.dynamic.length_drop import LengthDropGating
+    from archsearch.dynamic.length_forward import length_config_flops
     from archsearch.tune.trainable import TrialLoop
 
     torch.set_num_threads(threads)

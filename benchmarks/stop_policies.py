@@ -22,11 +22,14 @@ Protocol:
   policy's number at 0.5x is its test accuracy interpolated at 0.5 test FLOPs on its own
   accuracy-vs-FLOPs curve over the budgets (so that policies are compared at equal FLOPs), and
   also its test accuracy at the validation budget 0.5 itself (``at_budget``).
-* Policies (the fitted ones are :class:`archsearch.dynamic.bandits.LinearStopping`, fitted by
+* Policies (the fitted ones are :class:`archsearch.dynamic.stopping.LinearStopping`, fitted by
   backward induction at a price, exactly as DHT's calibration fits them):
 
   - ``shared_threshold``: a row stops at the first exit whose max probability reaches one
-    threshold (DeeBERT, Xin et al. 2020, §2) -- the ``confidence`` baseline of dynamic_depth.py;
+    threshold (DeeBERT, Xin et al. 2020, §2) -- the rule of ``gating: confidence_exit``
+    (:class:`archsearch.dynamic.confidence_exit.ConfidenceExitGating`) and the ``confidence``
+    baseline of dynamic_depth.py. Every policy's exits come from
+    :func:`archsearch.dynamic.exits.first_stop` (the offline twin of the cascade);
   - ``confidence_prob``: a threshold per exit on the max probability (``dht_stop_rule:
     confidence``), an exit's quality = its probability of the deepest exit's class (what DHT
     fitted before stop 27, ``dht_stop_quality: prob``);
@@ -133,7 +136,7 @@ def split_tables(d, split: str, cost_of) -> dict[str, np.ndarray]:
 
 def trajectory(t: dict) -> np.ndarray:
     """``N x K x 6`` trajectory contexts, exit by exit as ``DHTGating._stop_context`` builds
-    them (:func:`archsearch.dynamic.bandits.trajectory_context`)."""
+    them (:func:`archsearch.dynamic.stopping.trajectory_context`)."""
     from archsearch.dynamic.stopping import trajectory_context
 
     out, prev = [], None
@@ -153,13 +156,12 @@ def play(t: dict, exits: np.ndarray) -> tuple[float, float, np.ndarray]:
 def policy_exits(name: str, val: dict, test: dict, budget: float) -> np.ndarray:
     """Test exits of policy ``name`` fitted and calibrated on ``val`` to ``budget``."""
     from archsearch.dynamic.budget import calibrate_monotone, calibrate_price
+    from archsearch.dynamic.exits import first_stop
     from archsearch.dynamic.stopping import LinearStopping
 
-    if name == "shared_threshold":
+    if name == "shared_threshold":  # ConfidenceExitGating's rule, replayed on the stored exits
         def first(t, thr):
-            hit = t["maxp"] >= thr
-            hit[:, -1] = True
-            return hit.argmax(1)
+            return first_stop(t["maxp"] >= thr)
 
         thr, _ = calibrate_monotone(lambda c: play(val, first(val, c))[1], budget, 0.0, 1.0, iters=40,
                                     decreasing=False)

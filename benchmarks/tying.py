@@ -117,11 +117,12 @@ TARGETS = {"tying_params_ratio": "<= 0.35", "tying_perplexity_ratio": "<= 1.03",
 
 def setup(steps: int, eval_blocks: int = EVAL_BLOCKS) -> dict:
     """What a run depends on; rows of another setup are not reused."""
-    from archsearch.dynamic.tying import DEFAULT_EXPLORE_FRAC, DEFAULT_TYING_EVERY
+    from archsearch.dynamic.tying_settings import RLTyingSettings
 
+    rl = RLTyingSettings()  # the defaults the rl runs use
     return {"dataset": "shakespeare (char)", "model": MODEL, "context": CONTEXT, "batch_size": BATCH,
             "steps": steps, "curve_points": CURVE_POINTS, "eval_blocks": eval_blocks,
-            "tying_every": DEFAULT_TYING_EVERY, "tying_explore_frac": DEFAULT_EXPLORE_FRAC}
+            "tying_every": rl.tying_every, "tying_explore_frac": rl.tying_explore_frac}
 
 
 # ---------------------------------------------------------------------------- one run (child)
@@ -162,7 +163,7 @@ def child(variant: str, seed: int, steps: int, fixed_map: list[int] | None,
 
     torch.set_num_threads(1)
     from archsearch.data import prepare
-    from archsearch.dynamic.tying import apply_tying_map, tying_map
+    from archsearch.dynamic.tying_maps import apply_tying_map, tying_map
     from archsearch.tune.trainable import TrialLoop
 
     if steps % CURVE_POINTS:

@@ -128,7 +128,7 @@ def test_pre_launch_check_counts_the_budgeted_gatings(data):
     """A FLOPs bound only a budgeted config meets is not refused (the static smallest
     architecture alone would be); one below every budget is."""
     from archsearch.errors import UserError
-    from archsearch.tune.runner import check_constraints
+    from archsearch.tune.preflight import check_constraints
 
     full = static_reference(data, ARCH)
     check_constraints(budget_space(flops_max=0.3 * full), data)  # low end 0.25 meets it

@@ -1,5 +1,8 @@
-"""Adaptive depth (``gating: depth_predictor``): RevPC, residual scaling, grouped early exit, and a
-real training run through the trainable."""
+"""Adaptive depth (``gating: depth_predictor``): its settings (defaults = the reported recipe), RevPC,
+residual scaling, early exit at the predicted depth, and a real training run through the trainable.
+
+Tests of a behaviour that an older default shows set that value by name (``exit_heads: False``,
+``depth_warmup_steps: 0``...): the defaults changed (issue 34), the ablations stay reachable."""
 
 import dataclasses
 import math
@@ -8,7 +11,9 @@ import pytest
 import torch
 
 from archsearch.dynamic import gating_class
-from archsearch.dynamic.depth_predictor import DepthPredictorGating, revpc
+from archsearch.dynamic.depth_model import revpc
+from archsearch.dynamic.depth_predictor import DepthPredictorGating
+from archsearch.dynamic.depth_settings import DepthPredictorSettings
 from archsearch.models import costs
 from archsearch.models.transformer import Transformer, TransformerConfig
 
@@ -93,7 +98,8 @@ def test_all_p_one_scaled_forward_equals_model_forward(norm_position):
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
 def test_one_hot_depth_scaled_forward_equals_early_exit(norm_position):
     model = make_model(norm_position=norm_position).eval()
-    gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
+    # the scaled forward reads the model's head; early exit reads it too only without exit heads
+    gating = DepthPredictorGating(model, {"gamma": 0.5, "exit_heads": False}, {})
     x, mask = make_batch()
     for depth in (1, 2, 3, 4):
         force_depth(gating, depth)
@@ -103,7 +109,7 @@ def test_one_hot_depth_scaled_forward_equals_early_exit(norm_position):
 
 def test_training_loss_adds_gamma_times_normalised_expected_depth():
     model = make_model().eval()
-    gating = DepthPredictorGating(model, {"gamma": 0.7, "depth_all_exits": False}, {})
+    gating = DepthPredictorGating(model, {"gamma": 0.7, "depth_all_exits": False, "depth_warmup_steps": 0}, {})
     spread_depths(gating)
     x, mask = make_batch()
     y = torch.randint(0, 2, (16,))
@@ -340,7 +346,8 @@ def test_budget_calibration_on_validation_lands_within_005():
 
 def test_gamma_follows_the_budget_by_dual_ascent():
     model = make_model().train()
-    gating = DepthPredictorGating(model, {"flops_budget": 0.3, "gamma": 0.1, "depth_all_exits": False}, {})
+    gating = DepthPredictorGating(model, {"flops_budget": 0.3, "gamma": 0.1, "depth_all_exits": False,
+                                          "depth_warmup_steps": 0}, {})
     x, mask = make_batch()
     y = torch.randint(0, 2, (16,))
     ce = torch.nn.functional.cross_entropy
@@ -349,7 +356,7 @@ def test_gamma_follows_the_budget_by_dual_ascent():
     assert 0.4 < frac < 0.8
     gating.after_step(0.0)
     assert gating.gamma == pytest.approx(0.1 + 0.05 * (frac - 0.3))  # over budget: the price rises
-    free = DepthPredictorGating(model, {"gamma": 0.1}, {})
+    free = DepthPredictorGating(model, {"gamma": 0.1, "depth_warmup_steps": 0}, {})
     free.training_loss(x, mask, y, ce)
     free.after_step(0.0)
     assert free.gamma == 0.1  # no budget: gamma is the fixed, configured weight

@@ -24,6 +24,13 @@ from archsearch.models.transformer import MultiHeadAttention, Transformer, Trans
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: The paper's route-once DHT (arXiv 2312.03038, §3), with every head gateable: the defaults
+#: before the measured ones (DHTSettings), reachable by name. The tests of route-once
+#: mechanics start from it; the cascade tests override the routing keys.
+PAPER = dict(min_heads=1, dht_warmup_steps=100, exit_heads=False, exit_loss="mean",
+             dht_reward="ce", dht_exit_context=False, dht_routing="once", dht_stop_fit="train",
+             dht_stop_rule="regression", dht_stop_quality="prob", dht_stop_context="exit")
+
 
 @pytest.fixture()
 def tiny():
@@ -55,13 +62,34 @@ def flops_counted(fn, model):
     return c.get_total_flops()
 
 
+def test_defaults_are_the_measured_recipe_and_the_old_values_stay_reachable():
+    from archsearch.dynamic.dht import DHTSettings
+
+    s = DHTSettings()
+    assert (s.exit_heads, s.exit_loss, s.dht_exit_context, s.dht_reward, s.min_heads) == (True, "sum", True, "prob", None)
+    assert (s.dht_routing, s.dht_stop_fit, s.dht_stop_rule, s.dht_stop_quality, s.dht_stop_context) == \
+        (None, "validation", "tuned", "match", "trajectory")
+    assert DHTSettings.from_config(PAPER).dht_routing == "once"
+    with pytest.raises(ValueError, match="dht_routing"):
+        DHTSettings.from_config({"dht_routing": "twice"})
+    with pytest.raises(ValueError, match="dht_routing: cascade is for classification"):
+        DHTSettings.from_config({"dht_routing": "cascade"}, task="lm")
+
+
+def test_default_dht_routes_by_cascade_with_all_heads(tiny):
+    model = tiny[0]
+    dht = DHTGating(model, {}, {"seed": 0})
+    assert dht.routing == "cascade" and dht.stopping is not None and dht.min_heads == model.config.n_heads
+    assert dht.flops_budget == 0.5 and dht.warmup == 100  # no trial loop: 100 steps
+
+
 def test_registered_as_gating_dht():
     assert gating_class("dht") is DHTGating
 
 
 def test_gates_forced_open_equal_the_static_model(tiny):
     model, x, mask = tiny
-    dht = DHTGating(model, {"dht_lambda": 0.5}, {"seed": 0})
+    dht = DHTGating(model, {**PAPER, "dht_lambda": 0.5}, {"seed": 0})
     dht.force_depth = 4
     logits, flops = dht.predict(x, mask)
     torch.testing.assert_close(logits, model(x, mask), rtol=0, atol=1e-6)
@@ -77,7 +105,7 @@ def test_forcing_depth_k_executes_exactly_k_layers(tiny, k):
     calls = [0] * 4
     hooks = [b.register_forward_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
              for i, b in enumerate(model.blocks)]
-    dht = DHTGating(model, {}, {"seed": 0})
+    dht = DHTGating(model, dict(PAPER), {"seed": 0})
     dht.force_depth = k
     try:
         logits, flops = dht.predict(x, mask)
@@ -110,7 +138,7 @@ def test_sliced_heads_equal_masked_heads(tiny):
     masked = masked_model.run_layers(h, pad)
     torch.testing.assert_close(sliced, masked, rtol=1e-5, atol=1e-5)
     # and DHT's forced head choice runs exactly that path (n_fixed = 1: block 0 keeps all heads)
-    dht = DHTGating(model, {"n_fixed": 1}, {"seed": 0})
+    dht = DHTGating(model, {**PAPER, "n_fixed": 1}, {"seed": 0})
     dht.force_depth, dht.force_heads = 4, heads[1:]
     torch.testing.assert_close(dht.predict(x, mask)[0],
                                model(x, mask, heads_per_layer=[None, *heads[1:]]), rtol=0, atol=1e-6)
@@ -118,7 +146,7 @@ def test_sliced_heads_equal_masked_heads(tiny):
 
 def make_mixed(model, seed=0):
     """A DHT whose greedy bandits send different samples to different depths and drop heads."""
-    dht = DHTGating(model, {"n_fixed": 1, "min_heads": 1}, {"seed": seed})
+    dht = DHTGating(model, {**PAPER, "n_fixed": 1, "min_heads": 1}, {"seed": seed})
     rng = np.random.default_rng(seed)
     dht.lin.b = 50.0 * rng.normal(size=dht.lin.b.shape)  # arm preferences differ by context
     dht.lin._refresh()
@@ -154,13 +182,13 @@ def test_grouped_inference_equals_per_sample_runs_and_counts_only_executed_flops
 def test_bad_config_raises(tiny):
     model = tiny[0]
     with pytest.raises(ValueError, match="min_heads"):
-        DHTGating(model, {"min_heads": 5}, {})
+        DHTGating(model, {**PAPER, "min_heads": 5}, {})
     with pytest.raises(ValueError, match="n_fixed"):
-        DHTGating(model, {"n_fixed": 5}, {})
+        DHTGating(model, {**PAPER, "n_fixed": 5}, {})
     with pytest.raises(ValueError, match="dht_lambda"):
-        DHTGating(model, {"dht_lambda": -1}, {})
+        DHTGating(model, {**PAPER, "dht_lambda": -1}, {})
     # depth limits are clamped into [n_fixed, n_layers]
-    assert DHTGating(model, {"n_fixed": 2, "min_layers": 1, "max_layers": 9}, {}).depths == [2, 3, 4]
+    assert DHTGating(model, {**PAPER, "n_fixed": 2, "min_layers": 1, "max_layers": 9}, {}).depths == [2, 3, 4]
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +210,7 @@ def train_dht(data, lam, seed=0, **extra):
     from archsearch.tune.trainable import TrialLoop
 
     torch.set_num_threads(1)
-    cfg = {"gating": "dht", "n_layers": 3, "d_model": 32, "n_heads": 4, "dht_lambda": lam,
+    cfg = {**PAPER, "gating": "dht", "n_layers": 3, "d_model": 32, "n_heads": 4, "dht_lambda": lam,
            "dht_warmup_steps": 3, "dht_warmup_max_steps": 8, "warmup_steps": 5, **extra}
     loop = TrialLoop(cfg, data, {"epochs": 1, "batch_size": 32, "seed": seed})
     loop.train_epoch()
@@ -285,7 +313,7 @@ def test_all_exits_training_makes_the_exit_1_loss_fall():
     cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
                             dropout=0.0, n_classes=2)
     model = Transformer(cfg).train()
-    dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 1000}, {"seed": 0})
+    dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 1000}, {"seed": 0})
     x, mask, y = synthetic_task()
     before = [exit_ce(model, x, mask, y, d) for d in (1, 2, 3, 4)]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -311,7 +339,7 @@ def test_exits_from_step_trains_only_the_deepest_exit_before_that_step():
     cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
                             dropout=0.0, n_classes=2)
     model = Transformer(cfg).train()
-    dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 1, "exit_heads": True,
+    dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 1, "exit_heads": True,
                             "dht_exits_from_step": 3}, {"seed": 0})
     grads = []
     for step in range(5):
@@ -328,12 +356,12 @@ def test_exits_from_step_trains_only_the_deepest_exit_before_that_step():
             assert float(loss) == pytest.approx(float(deepest), rel=1e-5)
     assert grads[:3] == [0.0, 0.0, 0.0] and grads[3] > 0 and grads[4] > 0
     with pytest.raises(ValueError, match="dht_exits_from_step"):
-        DHTGating(Transformer(cfg), {"dht_exits_from_step": -1}, {"seed": 0})
+        DHTGating(Transformer(cfg), {**PAPER, "dht_exits_from_step": -1}, {"seed": 0})
 
 
 def test_per_sample_rewards_update_exactly_the_depth_arms_each_sample_reached(tiny):
     model, x, mask = tiny
-    dht = DHTGating(model, {"n_fixed": 1, "dht_epsilon": 0.0}, {"seed": 0}, decay=1.0)
+    dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_epsilon": 0.0, "dht_decay": 1.0}, {"seed": 0})
     dht.takeover_step = 0  # the bandit routes from the first step
     rng = np.random.default_rng(0)
     dht.lin.b = 50.0 * rng.normal(size=dht.lin.b.shape)  # contexts prefer different depths
@@ -373,7 +401,7 @@ def train_steps(dht, model, x, mask, y, n):
 def test_static_depth_forced_run_equals_the_static_model_after_training(tiny):
     model, x, mask = tiny
     model.train()
-    dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 0, "flops_budget": 0.5,
+    dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 0, "flops_budget": 0.5,
                             "dht_warmup_max_steps": 2}, {"seed": 0})
     train_steps(dht, model, x, mask, torch.randint(0, 2, (8,)), 6)
     assert dht.takeover_step is not None and dht.updates == 6
@@ -403,11 +431,13 @@ def test_budget_calibration_on_validation_lands_within_005(small_data):
 
 def test_bad_flops_budget_raises(tiny):
     with pytest.raises(ValueError, match="flops_budget"):
-        DHTGating(tiny[0], {"flops_budget": 0.0}, {})
+        DHTGating(tiny[0], {**PAPER, "flops_budget": 0.0}, {})
     with pytest.raises(ValueError, match="flops_budget"):
-        DHTGating(tiny[0], {"flops_budget": 1.5}, {})
+        DHTGating(tiny[0], {**PAPER, "flops_budget": 1.5}, {})
+    no_budget = DHTGating(tiny[0], dict(PAPER), {})
+    no_budget.flops_budget = None  # programmatic only: a trial always has a budget (default 0.5)
     with pytest.raises(ValueError, match="budget"):
-        DHTGating(tiny[0], {}, {}).calibrate([])
+        no_budget.calibrate([])
 
 
 def test_dht_reward_prob_is_the_true_class_probability_and_bad_values_raise():
@@ -415,11 +445,11 @@ def test_dht_reward_prob_is_the_true_class_probability_and_bad_values_raise():
     model = Transformer(TransformerConfig(vocab_size=50, max_len=8, n_layers=3, d_model=16, n_heads=2,
                                           d_ffn=32, dropout=0.0, task="classification"))
     ce = np.array([0.1, 0.7, 2.5])
-    prob = DHTGating(model, {"dht_reward": "prob"}, {"seed": 0})
+    prob = DHTGating(model, {**PAPER, "dht_reward": "prob"}, {"seed": 0})
     np.testing.assert_allclose(prob._quality(ce, 0.5), np.exp(-ce))
-    np.testing.assert_allclose(DHTGating(model, {}, {"seed": 0})._quality(ce, 0.5), -ce / 0.5)
+    np.testing.assert_allclose(DHTGating(model, dict(PAPER), {"seed": 0})._quality(ce, 0.5), -ce / 0.5)
     with pytest.raises(ValueError, match="dht_reward"):
-        DHTGating(model, {"dht_reward": "acc"}, {"seed": 0})
+        DHTGating(model, {**PAPER, "dht_reward": "acc"}, {"seed": 0})
 
 
 def test_trajectory_stop_context_reads_confidence_and_agreement_with_the_last_exits():
@@ -428,7 +458,7 @@ def test_trajectory_stop_context_reads_confidence_and_agreement_with_the_last_ex
     torch.manual_seed(0)
     model = Transformer(TransformerConfig(vocab_size=50, max_len=8, n_layers=3, d_model=16, n_heads=2,
                                           d_ffn=32, dropout=0.0, task="classification"))
-    g = DHTGating(model, {"dht_routing": "cascade", "dht_stop_context": "trajectory", "min_layers": 1}, {"seed": 0})
+    g = DHTGating(model, {**PAPER, "dht_routing": "cascade", "dht_stop_context": "trajectory", "min_layers": 1}, {"seed": 0})
     assert g.stopping.dim == TRAJECTORY_DIM and g.stopping.score_col == 0
     # 3 samples, classes over exits 1..3: (0, 0, 0), (0, 1, 1), (1, 0, 0)
     logits = {1: torch.tensor([[2.0, 0.0], [1.0, 0.0], [0.0, 3.0]]),
@@ -453,7 +483,7 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
     batched route() on the same contexts, and survives a weights_only checkpoint."""
     model, x, mask = tiny
     model.train()
-    dht = DHTGating(model, {"n_fixed": 1, "dht_warmup_steps": 0, "dht_warmup_max_steps": 2,
+    dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 0, "dht_warmup_max_steps": 2,
                             "flops_budget": 0.5, "dht_routing": "cascade", "min_heads": 4}, {"seed": 0})
     assert dht.context_dim == 19 and dht.stopping is not None
     train_steps(dht, model, x, mask, torch.randint(0, 2, (8,)), 4)
@@ -483,7 +513,7 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
     fresh.eval_price = 0.3
     assert fresh.plan(x, mask) == groups
     with pytest.raises(ValueError, match="dht_routing"):
-        DHTGating(model, {"dht_routing": "twice"}, {})
+        DHTGating(model, {**PAPER, "dht_routing": "twice"}, {})
 
 
 @pytest.mark.parametrize("stop_fit,stop_rule,stop_quality,stop_context", [
@@ -511,13 +541,13 @@ def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, s
     g.stopping.fit(g.eval_price)
     assert np.allclose(theta, g.stopping.theta) == (stop_fit == "train")
     with pytest.raises(ValueError, match="dht_stop_fit"):
-        DHTGating(loop.model, {"dht_stop_fit": "test"}, {})
+        DHTGating(loop.model, {**PAPER, "dht_stop_fit": "test"}, {})
     with pytest.raises(ValueError, match="dht_stop_rule"):
-        DHTGating(loop.model, {"dht_stop_rule": "oracle"}, {})
+        DHTGating(loop.model, {**PAPER, "dht_stop_rule": "oracle"}, {})
     with pytest.raises(ValueError, match="dht_stop_quality"):
-        DHTGating(loop.model, {"dht_stop_quality": "labels"}, {})
+        DHTGating(loop.model, {**PAPER, "dht_stop_quality": "labels"}, {})
     with pytest.raises(ValueError, match="dht_stop_context"):
-        DHTGating(loop.model, {"dht_stop_context": "hidden"}, {})
+        DHTGating(loop.model, {**PAPER, "dht_stop_context": "hidden"}, {})
     if stop_fit == "validation":  # the calibration rows' qualities: the deepest exit scores 1
         x, mask = g.calibration_batches(64)[0]
         h, pad = g._trunk(x, mask)

@@ -23,7 +23,7 @@ from archsearch.dynamic.evolution import (
     mutate,
 )
 from archsearch.dynamic.length_config import smallest_length_config
-from archsearch.dynamic.length_drop import length_config_flops
+from archsearch.dynamic.length_forward import length_config_flops
 from archsearch.models.transformer import TransformerConfig
 
 L, N = 6, 48

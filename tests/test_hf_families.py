@@ -279,7 +279,7 @@ def _space(tmp_path, init_from, *, max_len=32, tokenizer=None):
 ])
 def test_check_init_from_refuses_with_one_line(tmp_path, bad_checkpoints, case, says):
     from archsearch.errors import UserError
-    from archsearch.models.pretrained import check_init_from
+    from archsearch.tune.preflight import check_init_from
 
     space = _space(tmp_path, str(bad_checkpoints / case))
     with pytest.raises(UserError) as e:
@@ -291,7 +291,7 @@ def test_check_init_from_refuses_with_one_line(tmp_path, bad_checkpoints, case, 
 
 def test_check_init_from_knows_roberta_position_limit(tmp_path, bad_checkpoints):
     from archsearch.errors import UserError
-    from archsearch.models.pretrained import check_init_from
+    from archsearch.tune.preflight import check_init_from
 
     check_init_from(_space(tmp_path, str(bad_checkpoints / "roberta"), max_len=38))
     with pytest.raises(UserError, match="takes at most 38 tokens, dataset.max_len is 39"):

@@ -8,7 +8,8 @@ PKG = Path(__file__).resolve().parents[1] / "archsearch"
 
 #: Layer of each top-level part of the package; a module may import its own layer or lower.
 LAYERS = {"cli": 3, "tune": 2, "report": 2, "runs": 1, "search": 1, "dynamic": 1, "space": 1,
-          "data": 1, "models": 0, "hub": 0, "pareto": 0, "errors": 0, "__init__": 0}
+          "data": 1, "models": 0, "hub": 0, "pareto": 0, "errors": 0, "metrics": 0,
+          "__init__": 0}
 
 
 def _modules() -> dict[str, Path]:

@@ -17,12 +17,8 @@ from archsearch.dynamic.length_config import (
     scale_counts,
     smallest_length_config,
 )
-from archsearch.dynamic.length_drop import (
-    LengthDropGating,
-    length_config_flops,
-    length_drop_forward,
-    significance,
-)
+from archsearch.dynamic.length_drop import LengthDropGating
+from archsearch.dynamic.length_forward import length_config_flops, length_drop_forward, significance
 from archsearch.models.costs import count_flops_torch, flops_per_sample
 from archsearch.models.transformer import Transformer, TransformerConfig
 
@@ -254,6 +250,37 @@ def test_prefix_rule_keeps_the_first_tokens_after_they_read_every_token(norm_pos
         length_drop_forward(model, x, mask, cfg, rule="random")
     with pytest.raises(ValueError, match="length_drop_rule"):
         LengthDropGating(model, {"length_drop_rule": "random"}, {"seed": 0})
+
+
+def test_settings_are_typed_documented_and_refuse_bad_keys():
+    """``LengthDropGating.Settings``: every knob the gating reads is a documented field; an
+    unknown key, a rule outside the Literal, ``prefix`` for the LM and out-of-range values are
+    refused with the key in the message; lists (YAML) become tuples; ``None`` keeps defaults."""
+    from archsearch.dynamic.length_forward import DROP_RULES
+
+    S = LengthDropGating.Settings
+    assert set(S.model_fields) == {
+        "length_drop_p", "layer_drop_p", "length_drop_rule", "evolution_iterations",
+        "evolution_mutations", "evolution_crossovers", "evolution_val_samples", "length_budgets"}
+    assert all(f.description for f in S.model_fields.values())
+    assert DROP_RULES == ("significance", "prefix")
+    with pytest.raises(ValueError, match="length_drop_colour"):
+        S.model_validate({"length_drop_colour": 1})  # extra="forbid"
+    with pytest.raises(ValueError, match="^length_drop_rule: "):
+        S.from_config({"length_drop_rule": "middle"})
+    with pytest.raises(ValueError, match="^length_drop_rule: 'prefix' is for classification"):
+        S.from_config({"length_drop_rule": "prefix"}, task="lm")
+    assert S.from_config({"length_drop_rule": "prefix"}, task="classification").length_drop_rule == "prefix"
+    for key, bad in (("length_drop_p", 1.0), ("layer_drop_p", -0.1), ("evolution_iterations", -1),
+                     ("evolution_val_samples", 0), ("length_budgets", [0.5, 1.5]), ("length_budgets", [])):
+        with pytest.raises(ValueError, match=f"^{key}"):
+            S.from_config({key: bad})
+    s = S.from_config({"length_budgets": [0.5, 0.35], "layer_drop_p": None, "lr": 1e-3})
+    assert s.length_budgets == (0.5, 0.35) and s.layer_drop_p == 0.2 and s.length_drop_p == 0.36
+    model = make_model("classification", n_layers=2)
+    with pytest.raises(ValueError, match="length_drop_rule"):
+        LengthDropGating(model, {"length_drop_rule": "middle"}, {"seed": 0})
+    assert LengthDropGating(model, {"length_drop_p": 0.5}, {"seed": 0}).s.length_drop_p == 0.5
 
 
 def test_dropping_gathers_kept_tokens_into_shorter_tensors():

@@ -124,7 +124,7 @@ def _space(tmp_path, ckpt, **changes):
 def test_check_init_from_refuses_a_cut_the_checkpoint_cannot_give(tmp_path, checkpoints, case, field,
                                                                   says):
     from archsearch.errors import UserError
-    from archsearch.models.pretrained import check_init_from
+    from archsearch.tune.preflight import check_init_from
 
     ckpt = str(checkpoints / "bert")
     params = {"lr": {"type": "float", "low": 1e-3, "high": 3e-3}, **case}
@@ -138,7 +138,7 @@ def test_check_init_from_refuses_a_cut_the_checkpoint_cannot_give(tmp_path, chec
 
 def test_check_init_from_accepts_cuts_within_the_checkpoint(tmp_path, checkpoints):
     from archsearch.errors import UserError
-    from archsearch.models.pretrained import check_init_from
+    from archsearch.tune.preflight import check_init_from
 
     ckpt = str(checkpoints / "bert")
     check_init_from(_space(tmp_path, ckpt, params={
@@ -160,7 +160,7 @@ def test_check_init_from_accepts_cuts_within_the_checkpoint(tmp_path, checkpoint
 def test_relative_checkpoint_paths_are_made_absolute_before_launch(tmp_path, monkeypatch):
     """Trials run in their own directories: a relative init_from / tokenizer that exists from
     the command's directory is recorded absolute; a Hub id is left alone."""
-    from archsearch.models.pretrained import absolute_local_paths
+    from archsearch.tune.preflight import absolute_local_paths
     from archsearch.space import parse_space
 
     (tmp_path / "ckpt").mkdir()

@@ -152,7 +152,8 @@ def test_prelaunch_check_uses_the_reported_cost(tmp_path, cache_dir):
     from archsearch.data import prepare_for_space
     from archsearch.errors import UserError
     from archsearch.space import load_space
-    from archsearch.tune.runner import check_constraints, smallest_config, trial_settings
+    from archsearch.tune.preflight import check_constraints, smallest_config
+    from archsearch.tune.runner import trial_settings
     from archsearch.tune.trainable import TrialLoop
 
     spec = copy.deepcopy(TINY_SPACE)
@@ -173,7 +174,7 @@ def test_prelaunch_check_uses_the_reported_cost(tmp_path, cache_dir):
 
 def test_command_line_budget_overrides_are_validated(tiny):
     from archsearch.errors import UserError
-    from archsearch.tune.runner import effective_space
+    from archsearch.tune.preflight import effective_space
 
     space, _ = tiny
     assert effective_space(space, cpus_per_trial=0.5).budget.cpus_per_trial == 0.5

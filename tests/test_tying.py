@@ -9,13 +9,9 @@ import torch
 
 from archsearch.data import prepare
 from archsearch.dynamic import tying_class
-from archsearch.dynamic.tying import (
-    AllTying,
-    EveryKTying,
-    ImprovementReward,
-    RLTying,
-    QNetwork,
-    TyingAgent,
+from archsearch.dynamic.tying import AllTying, EveryKTying, RLTying
+from archsearch.dynamic.tying_agent import ImprovementReward, QNetwork, TyingAgent
+from archsearch.dynamic.tying_maps import (
     apply_tying_map,
     check_map,
     next_map,
@@ -380,3 +376,55 @@ def test_a_budget_of_distinct_blocks_is_never_exceeded_and_bounds_the_td_max():
     assert float(free) > 50 and float(capped) < 50
     with pytest.raises(ValueError, match="tying_max_distinct"):
         RLTying(tiny_model(4), {"tying_max_distinct": 5}, {"epochs": 1})
+
+
+def test_settings_are_declared_validated_and_registered():
+    """Each controller's knobs are its ``Settings`` fields: an unknown key and a bad value are
+    refused with the key in the message, the controllers read them from there, and the registry
+    lists them for the space's key check."""
+    from archsearch.dynamic import settings_owners
+    from archsearch.dynamic.settings import StrategySettings
+
+    with pytest.raises(ValueError, match="tying_evry"):
+        RLTying.Settings(tying_evry=4)
+    with pytest.raises(ValueError, match="tying_every"):
+        RLTying.Settings.from_config({"tying_every": 0})
+    for bad in ({"tying_explore_frac": 1.5}, {"tying_gamma": -0.1}, {"tying_lr": 0.0},
+                {"tying_max_distinct": 0}, {"tying_total_steps": 0}, {"tying_every": "often"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            RLTying.Settings.from_config(bad)
+    with pytest.raises(ValueError, match="^tying_every: "):  # the constructor too, key first
+        RLTying(tiny_model(), {"tying_every": 0}, {"epochs": 1})
+    with pytest.raises(ValueError, match="^tying_max_distinct: "):
+        RLTying(tiny_model(4), {"tying_max_distinct": 5}, {"epochs": 1})
+    s = RLTying.Settings.from_config({"tying_every": 3, "lr": 1.0, "tying_k": 4, "tying_gamma": None})
+    assert s.tying_every == 3 and s.tying_gamma == 0.9  # other strategies' keys and None ignored
+    with pytest.raises(Exception):
+        s.tying_every = 4  # frozen
+    for cls in (RLTying, AllTying, EveryKTying):
+        assert issubclass(cls.Settings, StrategySettings) and cls.Settings is not StrategySettings
+        for key, info in cls.Settings.model_fields.items():
+            assert key.startswith("tying_") and info.description, key  # documented
+    assert list(EveryKTying.Settings.model_fields) == ["tying_k"] and not AllTying.Settings.model_fields
+
+    # the controllers use the settings (no key read from cfg behind their back)
+    rl = RLTying(tiny_model(4), {"tying_every": 5, "tying_total_steps": 100, "tying_explore_frac": 0.5,
+                                 "tying_gamma": 0.5, "tying_lr": 0.01, "tying_hidden": 8,
+                                 "tying_epsilon_end": 0.1, "tying_replay_size": 7,
+                                 "tying_replay_batch": 3, "tying_target_sync": 9}, {"epochs": 1})
+    a = rl.agent
+    assert (rl.every, rl.total_rounds, rl.explore_rounds) == (5, 20, 10)
+    assert (a.gamma, a.epsilon_min, a.buffer.capacity, a.batch_size, a.target_sync) == (0.5, 0.1, 7, 3, 9)
+    assert a.opt.param_groups[0]["lr"] == 0.01 and a.q.net[0].out_features == 8
+    assert a.epsilon_decay == pytest.approx(0.1 ** (1 / 30))
+    d = RLTying(tiny_model(4), {}, {"epochs": 1}).agent  # defaults: the Settings' defaults
+    dflt = RLTying.Settings()
+    assert (d.gamma, d.epsilon_min, d.buffer.capacity, d.batch_size, d.target_sync) == (
+        dflt.tying_gamma, dflt.tying_epsilon_end, dflt.tying_replay_size, dflt.tying_replay_batch,
+        dflt.tying_target_sync)
+    assert EveryKTying(tiny_model(5), {}, {}).k == EveryKTying.Settings().tying_k
+
+    owners = settings_owners()
+    assert owners["tying_every"] == [("tying", "rl")]
+    assert owners["tying_k"] == [("tying", "every_k")]
+    assert set(RLTying.Settings.model_fields) <= set(owners)

@@ -80,6 +80,11 @@ class TrialContext(Protocol):
         :func:`archsearch.models.config.trim_padding`; LM ``B x max_len`` blocks."""
         ...
 
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch (LM: ``settings["steps_per_epoch"]``; classification:
+        ``ceil(train rows / batch size)``)."""
+        ...
+
     def trainable_parameters(self) -> list[nn.Parameter]:
         """Distinct trainable Parameters of the model and of the strategies' extra modules
         (a Parameter shared by tied layers appears once)."""
@@ -94,6 +99,12 @@ class TrialContext(Protocol):
         """Median forward time per sample (ms) of the gating strategy's :meth:`GatingStrategy.predict`
         path on one validation batch of ``settings["latency_batch_size"]``."""
         ...
+
+
+def planned_steps(loop: TrialContext) -> int:
+    """Optimizer steps the trial loop will take in all (``epochs x steps per epoch``): what a
+    strategy's step-count defaults (e.g. a warm-up of 10% of training) are relative to."""
+    return int(loop.settings.get("epochs", 1)) * int(loop.steps_per_epoch())
 
 
 class GatingStrategy:

@@ -7,10 +7,10 @@ section of docs/design.md:
 
 * Every sample runs the first ``n_fixed`` blocks. Its hidden states there, pooled as the
   classifier pools them (mean over non-pad tokens, ``Transformer.pool``), go through a small MLP
-  (:class:`DepthPredictor`) and a softmax over the allowed depths ``n_fixed .. n_layers``:
+  (:class:`~archsearch.dynamic.depth_model.DepthPredictor`) and a softmax over the allowed depths ``n_fixed .. n_layers``:
   ``probs`` (``B x D``, ``D = n_layers - n_fixed + 1``). (Until issue 14 it read the first
   token's state while the classifier mean-pools.)
-* RevPC (:func:`revpc`): ``p_k = sum_{j >= k} probs_j`` (reverse, cumulative sum, reverse back)
+* RevPC (:func:`~archsearch.dynamic.depth_model.revpc`): ``p_k = sum_{j >= k} probs_j`` (reverse, cumulative sum, reverse back)
   is the probability that the depth is at least ``n_fixed + k``, i.e. that block
   ``n_fixed + k`` (1-based) is needed. ``p_0 = 1``.
 * Training (:meth:`DepthPredictorGating.scaled_forward`) scales each residual branch of every
@@ -24,51 +24,39 @@ section of docs/design.md:
   averaged over the batch. Normalising by ``n_layers`` puts the penalty in ``[n_fixed/n_layers,
   1]`` whatever the model depth, so one ``gamma`` means the same trade-off for every depth the
   outer loop picks (the seed's ablation: gamma 0.1 slow, 0.9 fast and less accurate).
-* Every exit is trained (issue 14; ``depth_all_exits``, default on): each step also runs the
-  unscaled full model once and reads the shared output head after every allowed depth; loss
-  ``+ CE(deepest) + mean_k (CE_k + KD_k) / 2`` over the shallower exits, ``KD_k`` the KL
-  divergence from the detached deepest exit (in-place distillation, sandwich rule: Yu & Huang
-  2019, "Universally Slimmable Networks", §3.2-3.3; Kim & Cho 2021, "Length-Adaptive
-  Transformer", §2.2), so that an early exit is worth taking.
-* Budget (issue 14): with ``flops_budget`` (fraction of the full model's FLOPs, (0, 1]) gamma is
-  a price, updated after every step by dual ascent ``gamma <- max(0, gamma + eta * (F -
-  flops_budget))`` with ``F`` the batch's expected FLOPs fraction ``sum_d probs_d *
-  FLOPs(d) / FLOPs(full)`` (``eta = depth_price_lr``, default 0.05; the configured ``gamma`` is
-  the initial price); and before each evaluation (:meth:`DepthPredictorGating.before_evaluate`)
-  the exit threshold is calibrated on validation data so that the executed FLOPs fraction lands
+* Every exit is trained (issue 14; ``depth_all_exits``): each step also runs the unscaled full
+  model once and reads every allowed depth's exit (its own head with ``exit_heads``); loss ``+
+  CE(deepest) +`` the shallower exits' ``(CE_k + KD_k) / 2`` combined by ``exit_loss``
+  (:func:`~archsearch.dynamic.exits.all_exit_loss`: in-place distillation toward the detached
+  deepest exit, or toward ``distill_teacher``, :func:`~archsearch.dynamic.exits.load_teacher`),
+  so that an early exit is worth taking; after the warm-up, ``depth_supervision`` weighs a
+  per-sample label for the predictor (:meth:`DepthPredictorGating.agreement_targets`).
+* Budget (issue 14): with ``flops_budget`` gamma is a price, updated after every step by dual
+  ascent ``gamma <- max(0, gamma + depth_price_lr * (F - flops_budget))`` with ``F`` the batch's
+  expected FLOPs fraction ``sum_d probs_d * FLOPs(d) / FLOPs(full)`` (the configured ``gamma``
+  is the initial price); before each evaluation (:meth:`DepthPredictorGating.before_evaluate`)
+  the exit threshold is calibrated on validation rows so that the executed FLOPs fraction lands
   on the budget (:meth:`DepthPredictorGating.calibrate`, bisection).
 * Inference (:meth:`DepthPredictorGating.predict`): each sample runs block ``n_fixed + k`` while
   ``P(depth >= n_fixed + k) = p_k >= threshold`` -- the median of its predicted depth
-  distribution at the default threshold 0.5 (the arg-max rule used until issue 14 sent every
-  sample to depth 1), or the calibrated threshold under a budget. Samples are grouped by depth
-  and each group runs as one real batch through only its blocks (``Transformer.run_layers`` +
-  ``head_logits``): skipped blocks are not computed.
+  distribution at ``exit_threshold`` 0.5 (the arg-max rule used until issue 14 sent every sample
+  to depth 1), or the calibrated threshold under a budget. The batch then runs as one cascade
+  (:func:`~archsearch.dynamic.exits.run_cascade`): the rows still running go through each block
+  together and leave at their predicted depth; skipped blocks are not computed.
+
+Settings: :class:`~archsearch.dynamic.depth_settings.DepthPredictorSettings` (the strategy's
+:attr:`~DepthPredictorGating.Settings`: every key, its range, unit, source and default, the
+defaults being the recipe of ``benchmarks/results/depth_predictor.json``). The structure
+predictor and RevPC live in :mod:`archsearch.dynamic.depth_model`.
 
 Measured before issue 14 (``benchmarks/depth_predictor.py``, from-scratch d=64, 4 layers, 2
 epochs on rotten_tomatoes_sentences, first-token input, arg-max exit, no exit training): at gamma
 0.1, 0.5 and 0.9 the predictor sent every validation sample to depth 1 (3.2-3.3x faster at batch
-32 with accuracy within 0.2 points, but a static 1-layer model did as well). Not re-measured
-since.
+32 with accuracy within 0.2 points, but a static 1-layer model did as well). Since issue 14:
+``benchmarks/results/depth_predictor.json`` (MiniLM-L6, the settings' defaults).
 
 Classification only (the predictor reads a pooled sequence; a causal LM would need per-token
 exits).
-
-Config keys read from the trial config: ``gamma`` (float >= 0, default 0.5, searchable; the
-initial price under a budget), ``flops_budget`` (None = no budget), ``min_layers`` (=
-``n_fixed``, default 1). Programmatic-only keys (not in the search-space schema; pass them in
-``settings["fixed"]``): ``depth_warmup_steps`` (default 0: training steps with all ``p = 1`` and
-no penalty before the predictor takes over), ``predictor_hidden`` (MLP width, default 64),
-``depth_all_exits`` (default True), ``depth_price_lr`` (0.05), ``exit_threshold`` (0.5),
-``depth_calibration_rows`` (2048), ``predictor_lr`` (default: the trial's ``lr``; the
-predictor is trained from scratch, and at a fine-tuning lr of 5e-5 its MLP barely leaves its
-initialisation in one epoch, so every sample gets the same depth distribution),
-``depth_supervision`` (default 0: the weight of a per-sample label for the predictor, NLL of
-its depth distribution at the shallowest exit that agrees with the deepest,
-:meth:`DepthPredictorGating.agreement_targets`; needs ``depth_all_exits``), ``exit_loss``
-(``mean`` or ``sum``: how the shallower exits' losses combine,
-:func:`~archsearch.dynamic.exits.all_exit_loss`). Programmatic: ``distill_teacher`` (a
-fine-tuned full model's ``state.pt``: the exits distil toward it;
-:func:`~archsearch.dynamic.exits.load_teacher`).
 """
 
 from __future__ import annotations
@@ -81,143 +69,75 @@ from torch import nn
 
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
 from archsearch.dynamic.budget import DualPrice, calibrate_monotone
-from archsearch.dynamic.exits import all_exit_loss, load_teacher, teacher_logits
+from archsearch.dynamic.depth_model import DepthHistogram, DepthPredictor, revpc
+from archsearch.dynamic.depth_settings import DepthPredictorSettings
+from archsearch.dynamic.exits import all_exit_loss, load_teacher, run_cascade, teacher_logits
+from archsearch.dynamic.tying import total_steps
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
 
-
-def revpc(probs: torch.Tensor) -> torch.Tensor:
-    """Reverse cumulative sum (RevPC) of a distribution over depths.
-
-    ``p[..., k] = sum_{j >= k} probs[..., j]``: reverse, cumulative sum, reverse back. For
-    ``probs`` over the depths ``n_fixed .. n_layers``, ``p[..., k]`` is the probability that block
-    ``n_fixed + k`` (1-based) is needed; ``p[..., 0]`` is the total mass (1 for a softmax). The
-    result is non-increasing along the last axis for non-negative ``probs``.
-
-    Args:
-        probs: ``... x D`` tensor of non-negative probabilities (rows sum to 1).
-
-    Returns:
-        ``... x D`` tensor, same dtype.
-
-    Source: Li, Li and Wang, "From Static to Dynamic" (RevPC).
-    """
-    return probs.flip(-1).cumsum(-1).flip(-1)  # (..., D)
-
-
-class DepthPredictor(nn.Module):
-    """The structure predictor: LayerNorm -> Linear -> GELU -> Linear over the allowed depths.
-
-    Args:
-        d_model: width ``d`` of the pooled hidden state.
-        n_depths: number of allowed depths ``D``.
-        hidden: MLP width.
-
-    The output bias is zero at start (uniform ``probs``).
-    """
-
-    def __init__(self, d_model: int, n_depths: int, hidden: int = 64):
-        super().__init__()
-        self.d_model, self.n_depths, self.hidden = d_model, n_depths, hidden
-        self.ln = nn.LayerNorm(d_model)
-        self.fc1 = nn.Linear(d_model, hidden)
-        self.fc2 = nn.Linear(hidden, n_depths)
-        nn.init.normal_(self.fc1.weight, std=0.02)
-        nn.init.zeros_(self.fc1.bias)
-        nn.init.normal_(self.fc2.weight, std=0.02)
-        nn.init.zeros_(self.fc2.bias)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """``B x d`` pooled hidden state -> ``B x D`` logits over depths."""
-        return self.fc2(F.gelu(self.fc1(self.ln(h))))  # (B, D)
-
-    def flops_per_sample(self) -> int:
-        """FLOPs of one prediction (the two matrix multiplies, multiply-add = 2 FLOPs), counted
-        like :func:`archsearch.models.costs.flops_per_sample` (no LayerNorm/GELU/bias)."""
-        return 2 * self.d_model * self.hidden + 2 * self.hidden * self.n_depths
+__all__ = ["DepthPredictor", "DepthPredictorGating", "DepthPredictorSettings", "revpc"]
 
 
 class DepthPredictorGating(GatingStrategy):
     """Per-sample adaptive depth with a learned structure predictor (``gating: depth_predictor``).
 
-    See the module docstring for the algorithm and the config keys.
+    See the module docstring for the algorithm and :attr:`Settings` for the config keys.
 
     Args:
         model: a classification :class:`~archsearch.models.transformer.Transformer`.
-        cfg: the trial config (``gamma``, ``flops_budget``, ``min_layers``, and the
-            programmatic keys of the module docstring).
-        settings: the trial budget (unused).
+        cfg: the trial config (the keys of :attr:`Settings`; ``init_from``, the model key, names
+            the architecture of a ``distill_teacher``).
+        settings: the trial budget (``epochs``, ``batch_size``: the default warm-up's length).
         loop: the :class:`~archsearch.dynamic.base.TrialContext`, or ``None``; when given,
-            :meth:`metrics` runs the predictor on ``loop.eval_batches()``.
+            :meth:`before_evaluate` calibrates on ``loop.eval_batches()`` under a budget, and
+            the default warm-up is 10% of the loop's optimizer steps.
 
     Raises:
-        ValueError: an LM model, ``gamma < 0``, ``min_layers`` outside ``[1, n_layers]``,
-            negative warm-up, ``predictor_hidden < 1``, ``predictor_lr <= 0``, ``flops_budget``
-            outside ``(0, 1]``,
-            ``exit_threshold`` outside ``(0, 1]``, negative ``depth_supervision`` (or positive
-            without ``depth_all_exits``), ``exit_loss`` not in
-            :data:`~archsearch.dynamic.exits.EXIT_LOSSES`.
+        ValueError: an LM model, a value :attr:`Settings` refuses (names the key),
+            ``min_layers`` above ``n_layers``, a ``distill_teacher`` that cannot be loaded.
 
     Attributes:
-        threshold: the exit threshold inference uses (0.5 = the median; set by
+        s: the :class:`~archsearch.dynamic.depth_settings.DepthPredictorSettings` in effect.
+        threshold: the exit threshold inference uses (``exit_threshold``; set by
             :meth:`calibrate`).
-        price: the :class:`~archsearch.dynamic.bandits.DualPrice` whose ``price`` is gamma.
+        price: the :class:`~archsearch.dynamic.budget.DualPrice` whose ``price`` is gamma.
+        warmup_steps: the warm-up in optimizer steps (``depth_warmup_steps`` resolved).
     """
+
+    Settings = DepthPredictorSettings
 
     def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
                  loop: TrialContext | None = None):
-        super().__init__(model, cfg, settings, loop)
         config = model.config
         if config.task != "classification":
             raise ValueError("gating 'depth_predictor' needs a classification model "
-                             f"(first-token pooling), got task {config.task!r}")
+                             f"(the predictor reads the pooled sequence), got task {config.task!r}")
+        super().__init__(model, cfg, settings, loop)
+        s = self.s
         self.n_layers = int(config.n_layers)
-        self.n_fixed = int(cfg.get("min_layers") or 1)
-        if not 1 <= self.n_fixed <= self.n_layers:
-            raise ValueError(f"min_layers (n_fixed) must be in [1, n_layers={self.n_layers}], got {self.n_fixed}")
-        gamma = cfg.get("gamma")
-        self.gamma = 0.5 if gamma is None else float(gamma)
-        if not self.gamma >= 0.0:
-            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
-        self.warmup_steps = int(cfg.get("depth_warmup_steps") or 0)
-        if self.warmup_steps < 0:
-            raise ValueError(f"depth_warmup_steps must be >= 0, got {self.warmup_steps}")
-        plr = cfg.get("predictor_lr")
-        self.extra_lr = None if plr is None else float(plr)  # the trainable's param group for the predictor
-        if self.extra_lr is not None and not self.extra_lr > 0:
-            raise ValueError(f"predictor_lr must be > 0, got {self.extra_lr}")
-        hidden = int(cfg.get("predictor_hidden") or 64)
-        if hidden < 1:
-            raise ValueError(f"predictor_hidden must be >= 1, got {hidden}")
-        budget = cfg.get("flops_budget")
-        self.flops_budget = None if budget is None else float(budget)
-        if self.flops_budget is not None and not 0 < self.flops_budget <= 1:
-            raise ValueError(f"flops_budget must be in (0, 1], got {self.flops_budget}")
-        self.price = DualPrice(self.flops_budget, lr=float(cfg.get("depth_price_lr") or 0.05), init=self.gamma)
-        self.all_exits = bool(cfg.get("depth_all_exits", True))
-        self.exit_loss = str(cfg.get("exit_loss") or "mean")
-        if cfg.get("distill_teacher") and not self.all_exits:
-            raise ValueError("distill_teacher needs depth_all_exits (the teacher trains the exits)")
-        self.teacher = load_teacher(cfg, loop)  # ``distill_teacher``: KD from a fine-tuned model
-        self.supervision = float(cfg.get("depth_supervision") or 0.0)
-        if self.supervision < 0 or (self.supervision > 0 and not self.all_exits):
-            raise ValueError(f"depth_supervision must be >= 0 and needs depth_all_exits, got {self.supervision}")
-        thr = cfg.get("exit_threshold")
-        self.threshold = 0.5 if thr is None else float(thr)
-        if not 0 < self.threshold <= 1:
-            raise ValueError(f"exit_threshold must be in (0, 1], got {self.threshold}")
-        self.calibration_rows = int(cfg.get("depth_calibration_rows") or 2048)
+        self.n_fixed = s.min_layers
+        if self.n_fixed > self.n_layers:
+            raise ValueError(f"min_layers: must be in [1, n_layers={self.n_layers}], got {self.n_fixed}")
+        known = None if loop is None else total_steps(settings, loop, batch_size=cfg.get("batch_size"))
+        self.warmup_steps = s.warmup_steps(known)
+        self.extra_lr = s.predictor_lr  # the trainable's param group for the predictor
+        self.flops_budget = s.flops_budget
+        self.price = DualPrice(self.flops_budget, lr=s.depth_price_lr, init=s.gamma)  # price = gamma
+        self.all_exits, self.exit_loss, self.supervision = s.depth_all_exits, s.exit_loss, s.supervision
+        self.teacher = load_teacher(s.distill_teacher, cfg.get("init_from"), loop)  # KD from a fine-tuned model
+        self.threshold = s.exit_threshold
+        self.calibration_rows = s.depth_calibration_rows
         self.calibrated_fraction: float | None = None
         self.n_depths = self.n_layers - self.n_fixed + 1
-        self.predictor = DepthPredictor(config.d_model, self.n_depths, hidden)
+        self.predictor = DepthPredictor(config.d_model, self.n_depths, s.predictor_hidden)
         device = next(model.parameters()).device
         self.predictor.to(device)
         self.depths = torch.arange(self.n_fixed, self.n_layers + 1, device=device)  # (D,) blocks
-        if self.all_exits and bool(cfg.get("exit_heads", False)):  # trained exits only
+        if self.all_exits and s.exit_heads:  # trained exits only
             model.add_exit_heads(self.depths.tolist())  # an own classifier per exit
         self.steps = 0  # training steps taken (for the warm-up)
-        self._hist = torch.zeros(self.n_depths, dtype=torch.long)  # counts since reset_stats()
-        self._expected_sum = 0.0
+        self.hist = DepthHistogram(self.depths.tolist())  # what predict() did since reset_stats()
         self._last_train = {"expected_depth": float("nan"), "depth_penalty": float("nan")}
 
     # ------------------------------------------------------------------ the interface
@@ -228,14 +148,11 @@ class DepthPredictorGating(GatingStrategy):
     @property
     def gamma(self) -> float:
         """The price of depth (the configured gamma, or its dual-ascent value under a budget)."""
-        return self.price.price if hasattr(self, "price") else self._gamma0
+        return self.price.price
 
     @gamma.setter
     def gamma(self, value: float) -> None:
-        if hasattr(self, "price"):
-            self.price.price = float(value)
-        else:
-            self._gamma0 = float(value)
+        self.price.price = float(value)
 
     def _front(self, x: torch.Tensor, mask: torch.Tensor | None):
         """Embed, run the fixed blocks and predict: ``(h, pad_mask, depth_logits)`` with ``h``
@@ -293,10 +210,9 @@ class DepthPredictorGating(GatingStrategy):
 
     def exit_losses(self, x, mask, y, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
         """All exits of the unscaled full model (:meth:`exit_logits`): ``(CE of the deepest exit,
-        mean_k (CE_k + KD_k) / 2 over the shallower exits)`` (scalars, nats; the second is 0 with
-        a single allowed depth; summed instead of averaged with ``exit_loss: sum``, at full weight with ``equal``;
-        :func:`~archsearch.dynamic.exits.all_exit_loss`; with ``distill_teacher``, the KD terms
-        target the teacher)."""
+        the shallower exits' (CE_k + KD_k) / 2 combined by exit_loss)`` (scalars, nats; the
+        second is 0 with a single allowed depth; :func:`~archsearch.dynamic.exits.all_exit_loss`;
+        with ``distill_teacher``, the KD terms target the teacher)."""
         return all_exit_loss(self.exit_logits(x, mask), y, loss_fn, self.exit_loss,
                              teacher=teacher_logits(self.teacher, x, mask))
 
@@ -310,17 +226,21 @@ class DepthPredictorGating(GatingStrategy):
         agree = preds == preds[:, -1:]  # (B, D), last column all True
         return agree.float().argmax(1)  # first True per row -> (B,)
 
-    def _flops_fractions(self, T: int) -> torch.Tensor:
-        """``D`` FLOPs fractions of the allowed depths at length ``T`` (predictor included)."""
-        full = costs.flops_per_sample(self.model.config, T)
+    def _depth_flops(self, T: int) -> torch.Tensor:
+        """``D`` float64 FLOPs per sample of the allowed depths at length ``T`` (predictor included)."""
         extra = self.predictor.flops_per_sample()
-        return torch.tensor([(costs.flops_per_sample(self.model.config, T, n_layers=int(d)) + extra) / full
+        return torch.tensor([costs.flops_per_sample(self.model.config, T, n_layers=int(d)) + extra
                              for d in self.depths.tolist()], dtype=torch.float64)
+
+    def _flops_fractions(self, T: int) -> torch.Tensor:
+        """``D`` FLOPs fractions of the allowed depths at length ``T`` (of the full model's)."""
+        return self._depth_flops(T) / costs.flops_per_sample(self.model.config, T)
 
     def training_loss(self, x, mask, y, loss_fn: LossFn) -> torch.Tensor:
         """``loss_fn(logits, y) + gamma * mean(E[depth]) / n_layers`` (scalar), plus the all-exit
         term (:meth:`exit_losses`, both parts) when ``depth_all_exits``; during the warm-up
-        (``depth_warmup_steps``) all ``p = 1`` and there is no penalty; after it, with
+        (:attr:`warmup_steps`) all ``p = 1`` and there is no penalty (with ``depth_all_exits``
+        the loss is then the all-exit term alone); after it, with
         ``depth_supervision > 0``, ``+ depth_supervision * NLL(probs, agreement target)``
         (:meth:`agreement_targets` of the detached exits). Records the batch's
         expected FLOPs fraction for the dual ascent in :meth:`after_step`."""
@@ -404,7 +324,7 @@ class DepthPredictorGating(GatingStrategy):
                 _, _, dl = self._front(x, m)
                 T = x.shape[1]
                 full = float(costs.flops_per_sample(self.model.config, T))
-                cached.append((revpc(dl.softmax(-1))[:, 1:].cpu(), self._flops_fractions(T) * full, full, x.shape[0]))
+                cached.append((revpc(dl.softmax(-1))[:, 1:].cpu(), self._depth_flops(T), full, x.shape[0]))
         finally:
             self.model.train(was)
             self.predictor.train(was)
@@ -431,51 +351,41 @@ class DepthPredictorGating(GatingStrategy):
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
         """Inference with per-sample early exit.
 
-        Each sample exits at depth ``k`` = :meth:`exit_index` (the median of its predicted depth
-        distribution, or the calibrated threshold); samples with the same ``k`` run as one batch
-        through blocks ``n_fixed .. k-1`` only (nothing is computed for skipped blocks), then
-        the final LayerNorm and head.
+        Each sample exits at depth ``n_fixed + k``, ``k`` = :meth:`exit_index` (the median of
+        its predicted depth distribution, or the calibrated threshold). The batch runs as one
+        cascade (:func:`~archsearch.dynamic.exits.run_cascade`) over the depths its samples exit
+        at: the rows still running go through each block together, and each row leaves at its
+        own depth through that exit's head; nothing is computed for a row after it leaves.
 
         Args:
             x: ``B x T`` token ids; mask: ``B x T`` bool or ``None``.
 
         Returns:
             ``(logits, flops)``: ``B x C`` logits in the input order, and ``B`` float64 FLOPs
-            executed per sample (``costs.flops_per_sample(config, T, n_layers=k)`` plus the
+            executed per sample (``costs.flops_per_sample(config, T, n_layers=depth)`` plus the
             predictor's own).
         """
         h, pad_mask, depth_logits = self._front(x, mask)
-        probs = depth_logits.softmax(-1)  # (B, D)
         k_idx = self.exit_index(depth_logits)  # (B,) index into depths
-        B, T = x.shape
-        extra = self.predictor.flops_per_sample()
-        groups = torch.unique(k_idx).tolist()
-        self._hist += torch.bincount(k_idx.cpu(), minlength=self.n_depths)
-        self._expected_sum += float(self.expected_depth(probs).sum())
-        if len(groups) == 1:  # one depth for the whole batch: no gather / scatter needed
-            depth = self.n_fixed + int(groups[0])
-            h = self.model.run_layers(h, pad_mask, self.n_fixed, depth)  # (B, T, d)
-            f = costs.flops_per_sample(self.model.config, T, n_layers=depth) + extra
-            return self.model.head_logits(h, pad_mask, depth=depth), torch.full((B,), float(f), dtype=torch.float64)
-        logits = h.new_empty(B, self.model.config.n_classes)  # (B, C)
-        flops = torch.empty(B, dtype=torch.float64)
-        for k in groups:
-            rows = (k_idx == k).nonzero(as_tuple=True)[0]  # (B_k,)
-            depth = self.n_fixed + int(k)
-            pm = None if pad_mask is None else pad_mask[rows]  # (B_k, T)
-            hk = self.model.run_layers(h[rows], pm, self.n_fixed, depth)  # (B_k, T, d)
-            logits[rows] = self.model.head_logits(hk, pm, depth=depth)  # (B_k, C)
-            flops[rows.cpu()] = float(costs.flops_per_sample(self.model.config, T, n_layers=depth) + extra)
-        return logits, flops
+        self.hist.add(k_idx, self.expected_depth(depth_logits.softmax(-1)))
+        exit_depth = self.n_fixed + k_idx  # (B,) blocks
+        used = sorted(torch.unique(exit_depth).tolist())  # the depths some row exits at
+
+        def stop(k, hk, pk, logits, state):  # the rows whose predicted depth is this exit's
+            state = (exit_depth,) if state is None else state  # first exit: every row
+            return state[0] == used[k], state
+
+        logits, _ = run_cascade(self.model, h, pad_mask, used, self.n_fixed, stop)
+        return logits, self._depth_flops(x.shape[1])[k_idx.cpu()]  # (B, C), (B,)
 
     # ------------------------------------------------------------------ reporting
     def reset_stats(self) -> None:
         """Forget the depth counts accumulated by :meth:`predict`."""
-        self._hist.zero_()
-        self._expected_sum = 0.0
+        self.hist.reset()
 
     def depth_stats(self, split=None, batch_size: int = 256) -> dict[str, Any]:
-        """Predicted-depth statistics.
+        """Predicted-depth statistics (:meth:`~archsearch.dynamic.depth_model.DepthHistogram.stats`:
+        ``depth_histogram``, ``expected_depth``, ``mean_exit_depth``).
 
         Args:
             split: a :class:`~archsearch.data.ClassificationSplit` to run the predictor on
@@ -483,44 +393,21 @@ class DepthPredictorGating(GatingStrategy):
                 trimmed by :func:`~archsearch.models.config.trim_padding`), or ``None`` for
                 the counts accumulated by :meth:`predict` since :meth:`reset_stats`.
             batch_size: rows per forward when ``split`` is given.
-
-        Returns:
-            ``{"depth_histogram": {"k": count}, "expected_depth": float, "mean_exit_depth": float}``
-            with depths in blocks (keys are strings so the dict round-trips through JSON);
-            ``expected_depth`` is the mean of ``sum_d d * probs_d``, ``mean_exit_depth`` the
-            mean exit depth actually executed (:meth:`exit_index`).
         """
         if split is None:
-            return self._stats(self._hist.clone(), self._expected_sum)
-        batches = (trim_padding(split.input_ids[i:i + batch_size], split.attention_mask[i:i + batch_size])
-                   for i in range(0, len(split), batch_size))
-        return self._stats_over(batches)
-
-    def _stats_over(self, batches) -> dict[str, Any]:
-        """:meth:`depth_stats` of the predictions on ``batches`` (``(ids, mask)``, ``b x T``)."""
-        hist, exp_sum = torch.zeros(self.n_depths, dtype=torch.long), 0.0
-        was_training = self.model.training
+            return self.hist.stats()
+        hist, was_training, dev = DepthHistogram(self.depths.tolist()), self.model.training, self.depths.device
         self.model.eval()
         try:
             with torch.inference_mode():
-                dev = self.depths.device
-                for ids, m in batches:
-                    _, _, dl = self._front(ids.to(dev), m.to(dev))  # dl: (b, D)
-                    hist += torch.bincount(self.exit_index(dl).cpu(), minlength=self.n_depths)
-                    exp_sum += float(self.expected_depth(dl.softmax(-1)).sum())
+                for i in range(0, len(split), batch_size):
+                    ids, m = trim_padding(split.input_ids[i:i + batch_size], split.attention_mask[i:i + batch_size])
+                    _, _, dl = self._front(ids.to(dev), m.to(dev))  # (b, D)
+                    hist.add(self.exit_index(dl), self.expected_depth(dl.softmax(-1)))
         finally:
             self.model.train(was_training)
             self.predictor.train(was_training)
-        return self._stats(hist, exp_sum)
-
-    def _stats(self, hist: torch.Tensor, exp_sum: float) -> dict[str, Any]:
-        n = int(hist.sum())
-        depths = list(range(self.n_fixed, self.n_layers + 1))
-        return {
-            "depth_histogram": {str(d): int(c) for d, c in zip(depths, hist.tolist())},
-            "expected_depth": exp_sum / n if n else float("nan"),
-            "mean_exit_depth": float(sum(d * c for d, c in zip(depths, hist.tolist())) / n) if n else float("nan"),
-        }
+        return hist.stats()
 
     def metrics(self) -> dict[str, Any]:
         """Per-epoch results: the depth histogram of the samples just evaluated

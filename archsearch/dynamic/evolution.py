@@ -104,7 +104,7 @@ def mutate(gene: Sequence[int], n: int, rng: random.Random, prob: float = 0.5,
     """Resample each layer with probability ``prob`` uniformly in ``[max(l_{i+1}, f_i),
     l'_{i-1}]`` (``l'_{i-1}`` the already-mutated previous layer, ``l'_0 = n``; ``l_{L+1} =
     min_tokens``; ``f`` the floor, default ``min_tokens``), so the result stays non-increasing
-    and never goes below the floor when ``gene`` does not (Kim & Cho 2020, sec. 4)."""
+    and never goes below the floor when ``gene`` does not (Kim & Cho 2021, sec. 4)."""
     g = [int(v) for v in gene]
     fl = [min_tokens] * len(g) if floor is None else [int(v) for v in floor]
     out: list[int] = []
@@ -131,7 +131,7 @@ def crossover(a: Sequence[int], b: Sequence[int]) -> Gene:
 
 
 class EvolutionarySearch:
-    """Evolutionary search of length configurations (Kim & Cho 2020, sec. 4).
+    """Evolutionary search of length configurations (Kim & Cho 2021, sec. 4).
 
     Args:
         evaluate: ``gene -> (metric, flops_per_sample)``; called once per distinct gene.

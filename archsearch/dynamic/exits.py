@@ -8,15 +8,19 @@ runs a batch exit by exit.
   et al. NeurIPS 2020): at each exit the rows still running read their exit's logits, a stop rule
   decides which rows leave, and the rest run the next block as one batch. DHT's cascade, the
   depth predictor's threshold exit, the confidence exit and the benchmarks all run this one.
+* :func:`first_stop` -- its offline twin: the exit each row leaves at, from a table of every
+  exit's stop decisions (``N x K``), for policies replayed on stored exits
+  (``benchmarks/stop_policies.py``, :meth:`~archsearch.dynamic.stopping.LinearStopping.route`)
+  and threshold calibrations.
 
-Shapes: ``h`` ``B x T x d`` hidden states, ``pad`` ``B x T`` bool (True = padding) or ``None``,
-logits ``B x C``.
+Shapes: ``h`` ``B x T x d`` hidden states, ``pad`` ``B x T`` bool (True = real token, as
+``Transformer.padding_mask`` gives it) or ``None``, logits ``B x C``.
 """
 
 from __future__ import annotations
 
 import pickle
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -39,11 +43,11 @@ def distill(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     return F.kl_div(s, t, log_target=True, reduction="batchmean")
 
 
-def load_teacher(cfg: dict[str, Any], loop: "TrialContext | None") -> "nn.Module | None":
-    """The fine-tuned teacher of the exits' distillation (trial-config key ``distill_teacher``:
+def load_teacher(path: str | None, init_from: str | None, loop: "TrialContext | None") -> "nn.Module | None":
+    """The fine-tuned teacher of the exits' distillation (setting ``distill_teacher``, ``path``:
     a ``state.pt`` written by :meth:`archsearch.tune.trainable.TrialLoop.save`, or a file holding
     the model's ``state_dict``, of a full-depth model of the trial's ``init_from`` architecture),
-    frozen and in eval mode; ``None`` without the key. As in DynaBERT (Hou et al. 2020, sec. 2.2),
+    frozen and in eval mode on ``loop.device``; ``None`` without a path. As in DynaBERT (Hou et al. 2020, sec. 2.2),
     every sub-network learns from a separately fine-tuned full model instead of from its own
     deepest exit. Read with ``torch.load(weights_only=True)``.
 
@@ -51,10 +55,9 @@ def load_teacher(cfg: dict[str, Any], loop: "TrialContext | None") -> "nn.Module
         ValueError: the key is set without ``init_from`` or outside a trial loop, or the file is
             missing, unreadable or holds another architecture's weights (names the file).
     """
-    path = cfg.get("distill_teacher")
     if not path:
         return None
-    if not cfg.get("init_from") or loop is None:
+    if not init_from or loop is None:
         raise ValueError("distill_teacher needs init_from (the teacher's architecture) and a trial loop")
     from archsearch.models.pretrained import transformer_for_data
 
@@ -64,11 +67,11 @@ def load_teacher(cfg: dict[str, Any], loop: "TrialContext | None") -> "nn.Module
         raise ValueError(f"distill_teacher: cannot read {path} ({e.__class__.__name__})") from None
     state = state.get("model", state) if isinstance(state, dict) else state
     with torch.random.fork_rng(devices=[]):  # the trial's own random stream stays as without a teacher
-        teacher = transformer_for_data(str(cfg["init_from"]), loop.data, dropout=0.0)
+        teacher = transformer_for_data(str(init_from), loop.data, dropout=0.0)
     try:
         teacher.load_state_dict(state)
     except (RuntimeError, TypeError) as e:
-        raise ValueError(f"distill_teacher: {path} does not hold a full {cfg['init_from']} model "
+        raise ValueError(f"distill_teacher: {path} does not hold a full {init_from} model "
                          f"({str(e).splitlines()[0][:120]})") from None
     teacher.to(loop.device).eval()
     for q in teacher.parameters():
@@ -138,3 +141,117 @@ def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         return ce.view(y.shape).mean(dim=1)  # (B,)
     return F.cross_entropy(logits, y, reduction="none")  # (B,)
+
+
+#: ``stop_rule(k, h, pad, logits, state) -> (stop, state)``: at exit ``k`` (index into the
+#: cascade's ``depths``), for the ``b`` rows still running (``h`` ``b x T x d``, ``pad``
+#: ``b x T`` or ``None``, ``logits`` ``b x C``), which rows stop (``b`` bool tensor, any device)
+#: and the rule's state to carry to the next exit (``None`` or a tuple of per-row tensors /
+#: numpy arrays, which :func:`run_cascade` subsets to the rows that continue).
+StopRule = Callable[[int, torch.Tensor, "torch.Tensor | None", torch.Tensor, Any], "tuple[torch.Tensor, Any]"]
+
+
+def _take(state: Any, keep: torch.Tensor) -> Any:
+    """``state`` (``None`` or a tuple of per-row tensors / numpy arrays) at the rows ``keep``."""
+    if state is None:
+        return None
+    keep_np = None
+    out = []
+    for a in state:
+        if isinstance(a, torch.Tensor):
+            out.append(a[keep.to(a.device)])
+        else:
+            keep_np = keep.cpu().numpy() if keep_np is None else keep_np
+            out.append(a[keep_np])
+    return tuple(out)
+
+
+def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, depths: list[int], start: int,
+                stop_rule: StopRule, heads: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Early exit, exit by exit (DeeBERT, Xin et al. ACL 2020, §3; the cascade of DHT's
+    ``dht_routing: cascade``): at each exit depth the rows still running read that exit's
+    logits (``model.head_logits(h, pad, depth=d)``), ``stop_rule`` decides which of them stop,
+    and the others run the blocks up to the next exit (``model.run_layers``) as one batch; every
+    row still running at the last exit stops there. Nothing is computed for a row after it
+    stops. Decisions stay on ``h``'s device; there is one host synchronisation per exit (the
+    count of rows that stopped). With every exit's decisions known in advance (a rule that
+    reads only its own exit's logits, replayed on stored exits), :func:`first_stop` gives the
+    same exit indices offline: ``first_stop(stop)`` of the ``B x K`` table of ``stop_rule``'s
+    answers.
+
+    Args:
+        model: a :class:`~archsearch.models.transformer.Transformer` (classification).
+        h: ``B x T x d`` hidden states after the first ``start`` blocks.
+        pad: ``B x T`` bool mask from ``model.padding_mask`` (True = real token) or ``None``.
+        depths: the exit depths (blocks run before the exit), ascending, ``depths[0] >= start``.
+        start: blocks already run in ``h``.
+        stop_rule: see :data:`StopRule`.
+        heads: ``heads_per_layer`` for blocks ``start .. depths[-1] - 1`` (one head-index list
+            or ``None`` = all heads per block), or ``None`` = all heads everywhere.
+
+    Returns:
+        ``(logits, exit_index)``: ``B x C`` logits of each row's exit, and ``B`` int64 indices
+        into ``depths`` (on ``h``'s device).
+
+    Raises:
+        ValueError: ``depths`` empty, not ascending, or starting below ``start``.
+    """
+    if not depths or depths[0] < start or any(b <= a for a, b in zip(depths, depths[1:])):
+        raise ValueError(f"depths must be ascending and >= start={start}, got {depths}")
+
+    def blocks(a: int, b: int) -> list | None:
+        return None if heads is None else list(heads[a - start:b - start])
+
+    B, K = h.shape[0], len(depths)
+    if depths[0] > start:
+        h = model.run_layers(h, pad, start, depths[0], heads_per_layer=blocks(start, depths[0]))
+    rows = torch.arange(B, device=h.device)
+    exit_index = torch.full((B,), K - 1, dtype=torch.long, device=h.device)
+    out, state = None, None
+    for k, d in enumerate(depths):
+        lg = model.head_logits(h, pad, depth=d)  # (b, C)
+        if out is None:
+            out = lg.new_empty((B,) + tuple(lg.shape[1:]))
+        if k == K - 1:
+            out[rows] = lg
+            break
+        stop, state = stop_rule(k, h, pad, lg, state)
+        stop = stop.to(device=h.device, dtype=torch.bool)  # (b,)
+        n_stop = int(stop.sum())  # the one host synchronisation of this exit
+        if n_stop:
+            out[rows[stop]] = lg[stop]
+            exit_index[rows[stop]] = k
+            if n_stop == len(rows):
+                break
+            keep = ~stop
+            rows, h = rows[keep], h[keep]
+            pad = None if pad is None else pad[keep]
+            state = _take(state, keep)
+        h = model.run_layers(h, pad, d, depths[k + 1], heads_per_layer=blocks(d, depths[k + 1]))
+    return out, exit_index
+
+
+def first_stop(stop):
+    """The exit each row leaves at, offline (the twin of :func:`run_cascade` for rules whose
+    decisions at every exit are known in advance, e.g. replayed on stored exits): the first
+    exit ``k`` whose decision says stop, or the last exit ``K - 1`` when none does (the last
+    exit always stops; a decision after a row's exit is never read, as in the cascade).
+
+    Args:
+        stop: ``N x K`` bools (row ``i`` would stop at exit ``k``): a numpy array or a torch
+            tensor (any device); not modified.
+
+    Returns:
+        ``N`` int64 exit indices in ``[0, K)``: a numpy array for a numpy input, else a tensor
+        on ``stop``'s device.
+
+    Raises:
+        ValueError: ``stop`` not 2-D or with no exit (``K = 0``).
+    """
+    if not isinstance(stop, torch.Tensor):
+        return first_stop(torch.as_tensor(stop)).numpy()
+    if stop.dim() != 2 or stop.shape[1] < 1:
+        raise ValueError(f"first_stop needs an N x K table with K >= 1, got shape {tuple(stop.shape)}")
+    hit = stop.to(torch.bool).clone()  # (N, K)
+    hit[:, -1] = True
+    return hit.to(torch.int32).argmax(1).long()  # argmax: the first maximal index

@@ -3,7 +3,7 @@ the smallest and the constant-ratio configurations, per-sample kept counts.
 
 Shared by :mod:`archsearch.dynamic.length_drop` (training and inference) and
 :mod:`archsearch.dynamic.evolution` (the search over configurations). Source: Kim & Cho,
-"Length-Adaptive Transformer", arXiv 2010.07003, sec. 3-4.
+"Length-Adaptive Transformer", ACL 2021, arXiv 2010.07003, sec. 3-4.
 
 **Length configuration.** A tuple ``(l_1, ..., l_L)`` (one int per block, non-increasing,
 ``l_i >= min_tokens``, ``l_1 <= n``) in tokens *of a full sequence of ``n = max_len`` tokens*:
@@ -20,8 +20,10 @@ from collections.abc import Sequence
 
 import torch
 
-#: LengthDrop probability ``p`` (Kim & Cho 2020).
-DEFAULT_P = 0.2
+#: The paper's LengthDrop bound ``p`` (Kim & Cho 2021, sec. 3.1, over 12-layer BERT-base): the
+#: default of the functions below; ``gating: length_drop`` has its own default,
+#: :class:`archsearch.dynamic.length_drop.LengthDropSettings` ``length_drop_p``.
+PAPER_P = 0.2
 #: Fewest tokens a block keeps (or all real ones, if fewer).
 MIN_TOKENS = 2
 
@@ -52,10 +54,10 @@ def check_length_config(length_config: Sequence[int], n_layers: int, n: int,
     return cfg
 
 
-def smallest_length_config(n_layers: int, n: int, p: float = DEFAULT_P,
+def smallest_length_config(n_layers: int, n: int, p: float = PAPER_P,
                            min_tokens: int = MIN_TOKENS) -> tuple[int, ...]:
     """The smallest LengthDrop sub-model: ``l_{i+1} = max(min_tokens, ceil((1 - p) l_i))``,
-    ``l_0 = n`` (Kim & Cho 2020, sec. 3.2, sandwich rule)."""
+    ``l_0 = n`` (Kim & Cho 2021, sec. 3.2, sandwich rule)."""
     out, prev = [], n
     for _ in range(n_layers):
         prev = min(prev, max(min_tokens, _ceil_frac(1.0 - p, prev)))
@@ -63,11 +65,11 @@ def smallest_length_config(n_layers: int, n: int, p: float = DEFAULT_P,
     return tuple(out)
 
 
-def sample_length_config(n_layers: int, n: int, p: float = DEFAULT_P, *,
+def sample_length_config(n_layers: int, n: int, p: float = PAPER_P, *,
                          min_tokens: int = MIN_TOKENS,
                          generator: torch.Generator | None = None) -> tuple[int, ...]:
     """LengthDrop: ``l_{i+1} ~ Uniform{ceil((1 - p) l_i), ..., l_i}`` (integers), ``l_0 = n``,
-    never below ``min_tokens`` (Kim & Cho 2020, sec. 3.1).
+    never below ``min_tokens`` (Kim & Cho 2021, sec. 3.1).
 
     Args:
         n_layers: number of blocks ``L``.

@@ -1,335 +1,47 @@
-"""Length-Adaptive Transformer: LengthDrop training, drop-and-restore, sub-network inference.
+"""Length-Adaptive Transformer: the ``gating: length_drop`` strategy (LengthDrop training,
+inference at a selected length configuration, evolutionary search of sub-networks).
 
 Source: Kim & Cho, "Length-Adaptive Transformer: Train Once with Length Drop, Use Anytime with
-Search", arXiv 2010.07003 (section 3: LengthDrop, LayerDrop, sandwich rule with in-place
-distillation, drop-and-restore; section 4: evolutionary search, see
-:mod:`archsearch.dynamic.evolution`). Our specification: the Length-Adaptive section of
-docs/design.md.
+Search", ACL 2021, arXiv 2010.07003 (sec. 3: LengthDrop, LayerDrop, sandwich rule with in-place
+distillation; sec. 4: evolutionary search, see :mod:`archsearch.dynamic.evolution`). Our
+specification: the Length-Adaptive section of docs/design.md. The forward pass that drops tokens
+(which tokens stay, padding, drop-and-restore, FLOPs) is :mod:`archsearch.dynamic.length_forward`;
+length configurations are :mod:`archsearch.dynamic.length_config`.
 
-**Length configuration.** See :mod:`archsearch.dynamic.length_config`: one length per block
-in tokens of a full ``max_len`` sequence, scaled to each sequence's real length.
+**Training** (:class:`LengthDropGating`): per minibatch the sandwich rule: the full model
+(cross-entropy), the smallest sub-model (every ``l_{i+1} = ceil((1 - p) l_i)``) and
+``n_sandwich`` (2) random sub-models (LengthDrop, ``l_{i+1} ~ U{ceil((1 - p) l_i), l_i}``,
+``l_0 = n``, plus LayerDrop: each block skipped with probability ``layer_drop_p``); each
+sub-model is distilled in place, KL(full model's detached softmax || sub-model's); the sum of the
+``n_sandwich + 2`` losses is divided by ``n_sandwich + 2``.
 
-**Padding (classification).** Samples of a batch keep different counts; the batch runs at
-``K_i = max_s k_i(s)`` slots per layer, the slots of a sample beyond its ``k_i(s)`` are padding
-(masked out of attention keys and pooling). The FLOPs returned per sample are the FLOPs the batch
-*executed*, ``(T, K_1, ..., K_L)``, divided evenly over its samples: the same convention as the
-static model (``flops_per_sample`` of the padded length the model runs on). Batches with little
-padding (e.g. sorted by length) make executed FLOPs approach the real-token FLOPs.
-
-**Which tokens stay (encoder).** As in the paper's code, block ``i`` computes its self-attention
-over the ``K_{i-1}`` current tokens with an explicit ``softmax(Q K^T / sqrt(dh)) V`` (the block's
-own ``ln1``/``q``/``k``/``v`` modules and weights), scores each token by the attention it
-*receives* (probabilities summed over heads and real queries), keeps the top ``k_i`` per sample,
-and computes the O projection, the residual and the FFN only for the kept tokens (gathered into a
-shorter tensor: really removed, not masked). ``A V`` is computed for all current queries (one
-matmul, counted as such) and gathered before the O projection. Blocks that drop nothing run the
-model's own :class:`~archsearch.models.transformer.Block`.
-
-**Which tokens stay (causal LM).** Content-based top-k selection would let future tokens decide
-which past tokens survive (a query at position ``t' > t`` adds to token ``t``'s score, and the set
-that survives is visible to predictions before ``t'``): a leak of the future into perplexity. The
-LM therefore keeps an evenly spaced subset of the current positions (always the last one), a rule
-that depends on positions only; kept tokens stay in position order, so the model's block runs
-them with plain causal attention. Dropping happens before a block: block ``i`` runs on ``k_i``
-tokens.
-
-**Classification pools the kept tokens.** The classifier's final LayerNorm and mean pooling read
-only the tokens still kept after the last block (per sample, its real kept slots): a dropped
-token's earlier state never enters the pooled vector. The kept tokens are gathered into a
-shorter ``B x K_L x d`` tensor (no masks over full-length tensors), so the FLOPs saved are
-compute really not done.
-
-**Drop-and-restore** (token-level outputs: the LM always; the classifier only with
-``restore=True``). A dropped token's vector skips the remaining blocks and is written back at its
-position after the last block (the last state it had), so the final LayerNorm and the head see
-every position: the LM predicts every next token.
-
-**Training** (:class:`LengthDropGating`, ``gating: length_drop``): per minibatch the sandwich
-rule: the full model (cross-entropy), the smallest sub-model (every ``l_{i+1} =
-ceil((1 - p) l_i)``) and ``n_sandwich`` (2) random sub-models (LengthDrop, ``l_{i+1} ~
-U{ceil((1 - p) l_i), l_i}``, ``l_0 = n``, plus LayerDrop: each block skipped with probability
-``layer_drop_p``); each sub-model is distilled in place, KL(full model's detached softmax ||
-sub-model's); the sum of the ``n_sandwich + 2`` losses is divided by ``n_sandwich + 2``.
-
-Shapes: ``B`` batch, ``T`` padded length, ``K`` current slots, ``d`` d_model, ``H`` heads,
-``dh`` head width, ``C`` classes, ``V`` vocabulary.
+Shapes: ``B`` batch, ``T`` padded length, ``C`` classes, ``V`` vocabulary.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, field_validator
 
 from archsearch.dynamic.base import GatingStrategy, TrialContext
 from archsearch.dynamic.evolution import EvolutionarySearch
 from archsearch.dynamic.length_config import (
-    DEFAULT_P,
-    MIN_TOKENS,
     check_length_config,
     sample_length_config,
-    scale_counts,
     smallest_length_config,
 )
+from archsearch.dynamic.length_forward import DropRule, length_config_flops, length_drop_forward
+from archsearch.dynamic.settings import StrategySettings
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
-from archsearch.models.transformer import Block, Transformer, TransformerConfig
 
-#: LayerDrop probability (each block skipped in a random sub-model).
-DEFAULT_LAYER_DROP_P = 0.2
-#: Which tokens an encoder block keeps (config key ``length_drop_rule``; :func:`_drop_block`).
-DROP_RULES = ("significance", "prefix")
-
-
-# ---------------------------------------------------------------------------------- FLOPs
-
-
-def length_config_flops(config: TransformerConfig, lengths: Sequence[int],
-                        layers: Sequence[bool] | None = None) -> int:
-    """Analytic forward FLOPs of one sample run with executed lengths ``lengths``.
-
-    Counts the same matrix multiplies as :func:`archsearch.models.costs.flops_per_sample`
-    (multiply-add = 2 FLOPs) and equals it when every length is ``T``.
-
-    Args:
-        config: the model's config.
-        lengths: ``[l_0, l_1, ..., l_L]``: ``l_0`` the input length ``T``, ``l_i`` the tokens
-            leaving block ``i``. Encoder block ``i`` (``a = l_{i-1}``, ``b = l_i``): Q/K/V
-            ``3 * 2*a*d*d``, scores ``2*a*a*d``, ``A V`` ``2*a*a*d`` (all queries), O
-            ``2*b*d*d``, FFN ``4*b*d*d_ffn``. Causal LM block ``i`` runs entirely on ``l_i`` tokens; its head
-            projects all ``l_0`` restored positions (``2*l_0*d*V``).
-        layers: per block, whether it ran (LayerDrop); ``None`` = all ran.
-
-    Returns:
-        FLOPs per sample (int).
-
-    Raises:
-        ValueError: wrong number of lengths or layers.
-    """
-    L, d, f = config.n_layers, config.d_model, config.d_ffn
-    if len(lengths) != L + 1:
-        raise ValueError(f"need {L + 1} lengths (input + one per block), got {len(lengths)}")
-    ran = [True] * L if layers is None else list(layers)
-    if len(ran) != L:
-        raise ValueError(f"layers has {len(ran)} entries, expected {L}")
-    total = 0
-    for i in range(1, L + 1):
-        if not ran[i - 1]:
-            continue
-        a, b = int(lengths[i - 1]), int(lengths[i])
-        if config.task == "lm":
-            a = b  # the LM drops before the block
-        total += 3 * 2 * a * d * d + 2 * a * a * d + 2 * a * a * d + 2 * b * d * d + 4 * b * d * f
-    T = int(lengths[0])
-    if config.task == "classification":
-        total += 2 * d * config.n_classes
-    else:
-        total += 2 * T * d * config.vocab_size
-    return total
-
-
-# ---------------------------------------------------------------------------------- forward
-
-
-def significance(block: Block, x: torch.Tensor, key_mask: torch.Tensor | None,
-                 query_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Self-attention of ``block`` with explicit probabilities, and the attention each token
-    receives.
-
-    Args:
-        block: a model block (its ``ln1``, ``attn.q/k/v`` and attention dropout are used).
-        x: ``B x K x d`` block input.
-        key_mask: ``B x K`` bool, keys that may be attended (``None`` = all).
-        query_mask: ``B x K`` bool, queries whose attention counts (``None`` = all).
-
-    Returns:
-        ``y`` ``B x K x d``: attention output of every query before the O projection
-        (``softmax(Q K^T / sqrt(dh)) V``, heads concatenated), and ``score`` ``B x K``: the
-        attention probabilities summed over heads and queries (Kim & Cho 2020, sec. 3.1,
-        significance score).
-    """
-    attn = block.attn
-    B, K, d = x.shape
-    xn = x if block.post_norm else block.ln1(x)  # (B, K, d): the attention's input, as in Block
-    q = attn._project(attn.q, xn, slice(None))  # (B, H, K, dh)
-    k = attn._project(attn.k, xn, slice(None))  # (B, H, K, dh)
-    v = attn._project(attn.v, xn, slice(None))  # (B, H, K, dh)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(attn.d_head))  # (B, H, K, K)
-    if key_mask is not None:
-        att = att.masked_fill(~key_mask[:, None, None, :], float("-inf"))  # (B, H, K, K)
-    probs = F.softmax(att, dim=-1)  # (B, H, K, K)
-    if query_mask is None:
-        score = probs.sum(dim=(1, 2))  # (B, K)
-    else:
-        score = torch.einsum("bhqk,bq->bk", probs, query_mask.to(probs.dtype))  # (B, K)
-    y = attn.attn_dropout(probs) @ v  # (B, H, K, dh)
-    return y.transpose(1, 2).reshape(B, K, d), score  # (B, K, d), (B, K)
-
-
-def _drop_block(block: Block, h: torch.Tensor, cur: torch.Tensor | None, keep: list[int],
-                rule: str = "significance") -> tuple[torch.Tensor, torch.Tensor]:
-    """Run encoder block ``block`` keeping ``keep[s]`` tokens of sample ``s``.
-
-    Args:
-        h: ``B x K x d`` current token vectors; cur: ``B x K`` bool, real current tokens
-        (``None``: all are real); keep: tokens each sample keeps (``<=`` its real count);
-        rule: ``"significance"`` keeps the most attended tokens (Kim & Cho 2020, sec. 3.1),
-        ``"prefix"`` the first ones in the current order (position order when every earlier
-        drop was a prefix one: truncation inside the network, after the block's attention
-        has read every current token).
-
-    Returns:
-        ``(h_out, order)``: ``B x K' x d`` vectors of the kept slots (``K' = max(keep)``) and
-        ``B x K'`` slot -> current index (the first ``keep[s]`` slots of sample ``s`` are its
-        kept real tokens).
-    """
-    B, K, d = h.shape
-    Kn = max(keep)
-    keys = None if cur is None else cur | ~cur.any(dim=1, keepdim=True)  # (B, K) no fully masked row
-    y, score = significance(block, h, keys, cur)  # (B, K, d), (B, K)
-    if rule == "prefix":  # earlier slots win
-        score = -torch.arange(K, dtype=score.dtype, device=h.device).expand(B, K)  # (B, K)
-    if cur is not None:
-        score = score.masked_fill(~cur, float("-inf"))  # (B, K) padding never wins
-    order = score.topk(Kn, dim=1).indices  # (B, K')
-    flat = (order + torch.arange(0, B * K, K, device=h.device)[:, None]).reshape(-1)  # (B*K',)
-    # gathers as index_select on flattened rows (much faster than gather with an expanded index)
-    y = block.attn.resid_dropout(block.attn.o(y.reshape(B * K, d).index_select(0, flat)))  # (B*K', d)
-    x = (h.reshape(B * K, d).index_select(0, flat) + y).view(B, Kn, d)  # (B, K', d)
-    if block.post_norm:  # BERT: LN1(x + MHA(x)), then LN2(x + FFN(x)), as Block.forward
-        x = block.ln1(x)  # (B, K', d)
-        return block.ln2(x + block.ffn(x)), order
-    x = x + block.ffn(block.ln2(x))  # (B, K', d)
-    return x, order
-
-
-def length_drop_forward(
-    model: Transformer,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    length_config: Sequence[int] | None,
-    *,
-    layers: Sequence[bool] | None = None,
-    min_tokens: int = MIN_TOKENS,
-    restore: bool | None = None,
-    rule: str = "significance",
-) -> tuple[torch.Tensor, list[int]]:
-    """Forward pass with per-layer token dropping (kept tokens gathered, never masked).
-
-    Classification pools over the tokens kept after the last block only (the paper's
-    drop-and-restore is for token-level outputs: a dropped token's pre-drop state would otherwise
-    enter the pooled vector); with ``restore=True`` dropped tokens are written back at their
-    positions with their last state before the final LayerNorm and pooling (the old behaviour,
-    kept for token-level use). The LM always restores (it predicts every position).
-
-    Args:
-        model: a :class:`Transformer` (its modules and weights are used as they are).
-        input_ids: ``B x T`` token ids.
-        attention_mask: ``B x T`` bool (True = real token) or ``None`` (see
-            ``Transformer.padding_mask``).
-        length_config: ``L`` lengths in tokens of an ``n = max_len`` sequence (see
-            :mod:`archsearch.dynamic.length_config`), or ``None`` for full length.
-        layers: per block, whether it runs (LayerDrop); ``None`` = all.
-        min_tokens: at least this many tokens (or all real ones, if fewer) stay.
-        restore: classification only: ``False``/``None`` (default) mean-pool the kept tokens of
-            the last block; ``True`` drop-and-restore every position before pooling.
-        rule: classification only: which tokens a block keeps, ``"significance"`` (default)
-            or ``"prefix"`` (see :func:`_drop_block`; config key ``length_drop_rule``).
-
-    Returns:
-        ``(logits, lengths)``: ``B x C`` or ``B x T x V`` logits, and the executed slot counts
-        ``[T, K_1, ..., K_L]`` (a skipped block repeats the previous count).
-
-    Raises:
-        ValueError: invalid length config, ``layers`` length or ``rule``.
-    """
-    if rule not in DROP_RULES:
-        raise ValueError(f"length_drop_rule must be one of {DROP_RULES}, got {rule!r}")
-    cfg = model.config
-    L, n = cfg.n_layers, cfg.max_len
-    lengths_cfg = (n,) * L if length_config is None else check_length_config(length_config, L, n, min_tokens)
-    ran = [True] * L if layers is None else [bool(v) for v in layers]
-    if len(ran) != L:
-        raise ValueError(f"layers has {len(ran)} entries, expected {L}")
-    pad_mask = model.padding_mask(input_ids, attention_mask)  # (B, T) or None
-    h = model.embed(input_ids)  # (B, T, d)
-    B, T, d = h.shape
-    dev = h.device
-    executed = [T]
-    if cfg.task == "lm":
-        restored = h  # (B, T, d) last state of every position
-        cur_pos = torch.arange(T, device=dev)  # (K,) shared by the batch (no per-sample lengths)
-        for i in range(L):
-            K = cur_pos.shape[0]
-            k = int(scale_counts(lengths_cfg[i], torch.tensor([T]), n, min_tokens)[0])
-            if not ran[i]:
-                executed.append(K)
-                continue
-            if k < K:
-                restored = restored.index_copy(1, cur_pos, h)  # (B, T, d) save before dropping
-                sel = (torch.arange(1, k + 1, device=dev) * K) // k - 1  # (k,) evenly spaced, last kept
-                cur_pos = cur_pos[sel]  # (k,)
-                h = h[:, sel]  # (B, k, d)
-            mask = None if pad_mask is None else model._attn_mask(pad_mask[:, cur_pos], h.shape[1])
-            h = model.blocks[i](h, mask)  # (B, k, d)
-            executed.append(h.shape[1])
-        restored = restored.index_copy(1, cur_pos, h)  # (B, T, d)
-        return model.head_logits(restored, pad_mask), executed
-
-    # per-sample kept counts of every layer, computed once (python ints: no per-layer syncs)
-    real_t = (pad_mask.sum(dim=1) if pad_mask is not None
-              else torch.full((B,), T, dtype=torch.long, device=dev))  # (B,)
-    real = real_t.tolist()
-    lens = torch.tensor(lengths_cfg, dtype=torch.long)[:, None]  # (L, 1)
-    counts = scale_counts(lens, torch.tensor(real, dtype=torch.long)[None, :], n, min_tokens).tolist()
-    cur = pad_mask if pad_mask is not None and min(real) < T else None  # (B, K) real slots, None = all
-    count = real  # current real count per sample
-    idx = None  # (B, K) slot -> position; slots without a real token -> sink column T
-    restored = None  # (B, T+1, d) last state of every position (+ sink), restore=True only
-    dropped = False
-    for i in range(L):
-        if not ran[i]:
-            executed.append(h.shape[1])
-            continue
-        keep = [min(c, k) for c, k in zip(counts[i], count)]
-        if keep == count:  # nothing dropped here: the model's own block
-            mask = None if cur is None else (cur | ~cur.any(dim=1, keepdim=True))[:, None, None, :]
-            h = model.blocks[i](h, mask)  # (B, K, d)
-        else:
-            if not restore:
-                pass  # pooling over kept tokens: no bookkeeping of dropped states
-            elif restored is None:  # first drop: the current states are the positions' states
-                restored = F.pad(h, (0, 0, 0, 1 + T - h.shape[1]))  # (B, T+1, d)
-                pos = torch.arange(T, device=dev).expand(B, T)  # (B, T)
-                idx = pos if cur is None else torch.where(cur, pos, T)  # (B, K)
-            elif torch.is_grad_enabled():
-                restored = restored.scatter(1, idx[:, :, None].expand(-1, -1, d), h)  # (B, T+1, d)
-            else:  # inference: no autograd history to protect, write in place
-                restored.scatter_(1, idx[:, :, None].expand(-1, -1, d), h)  # (B, T+1, d)
-            h, order = _drop_block(model.blocks[i], h, cur, keep, rule)  # (B, K', d)
-            if restore:
-                idx = idx.gather(1, order)  # (B, K')
-            Kn = h.shape[1]
-            if min(keep) < Kn:  # slots beyond a sample's count hold no real token
-                cur = torch.arange(Kn, device=dev)[None, :] < torch.tensor(keep, device=dev)[:, None]
-                if restore:
-                    idx = torch.where(cur, idx, T)  # (B, K')
-            else:
-                cur = None
-            count = keep
-            dropped = True
-        executed.append(h.shape[1])
-    if restored is not None:  # drop-and-restore: every position gets its last state back
-        h = restored.scatter(1, idx[:, :, None].expand(-1, -1, d), h)[:, :T]  # (B, T, d)
-        return model.head_logits(h, pad_mask), executed
-    # pooling over the tokens kept after the last block (cur: their real slots; None = all)
-    return model.head_logits(h, cur if dropped else pad_mask), executed
-
-
-# ---------------------------------------------------------------------------------- gating
+#: A FLOPs fraction of the full model, in ``(0, 1]``.
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 
 
 def distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
@@ -369,43 +81,89 @@ def validation_subset(loop: TrialContext, limit: int, seed: int = 0, batch_size:
     return out
 
 
+class LengthDropSettings(StrategySettings):
+    """The knobs of ``gating: length_drop`` (:attr:`LengthDropGating.Settings`)."""
+
+    length_drop_p: float = Field(0.36, ge=0.0, lt=1.0, description=(
+        "LengthDrop bound p, a fraction of a block's input tokens in [0, 1): a random sub-model "
+        "keeps l_i ~ U{ceil((1 - p) l_{i-1}), ..., l_{i-1}} tokens after block i, the smallest "
+        "sub-model ceil((1 - p) l_{i-1}), and the search never goes below that smallest one "
+        "(Kim & Cho 2021, sec. 3.1). 0.36: the reported recipe "
+        "(benchmarks/results/length_adaptive.json, MiniLM-L6), 1 - 0.8^(12/6): the paper's "
+        "p = 0.2 over BERT-base's 12 layers (its code's --length_drop_ratio_bound 0.2) made to "
+        "reach the same smallest sub-model (6.9 % of the tokens) over 6 layers; p = 0.2 there "
+        "would leave nothing trained under 0.52x FLOPs. For L layers: 1 - 0.8^(12/L)."))
+    layer_drop_p: float = Field(0.2, ge=0.0, lt=1.0, description=(
+        "LayerDrop probability in [0, 1): each block of a random sandwich sub-model is skipped "
+        "with this probability (the full and smallest sub-models run every block). 0.2: the "
+        "paper's (Kim & Cho 2021, sec. 3.1, after Fan et al. 2020; its code's "
+        "--layer_dropout_prob 0.2) and the reported recipe's."))
+    length_drop_rule: DropRule = Field("significance", description=(
+        "Which tokens an encoder block keeps: 'significance', the most attended ones (attention "
+        "received, summed over heads and real queries: PoWER-BERT's score, Kim & Cho 2021, "
+        "sec. 3.1); 'prefix', the first ones in the current order (truncation inside the "
+        "network, after the block's attention has read every token: an ablation). "
+        "Classification only: the causal LM always keeps evenly spaced positions (a "
+        "content-based choice would leak the future), so 'prefix' is refused for task lm. "
+        "'significance': the paper's and the reported recipe's."))
+    evolution_iterations: int = Field(30, ge=0, description=(
+        "Iterations of the evolutionary search finalize() runs after training (0: the initial "
+        "population of 10 genes only); each adds evolution_mutations + evolution_crossovers "
+        "new length configurations. 30: the paper's (Kim & Cho 2021, sec. 4; its code's "
+        "--evo_iter 30). The reported benchmark searched 3 x (6 + 6) to fit 2 cores (its own "
+        "search, outside this gating); small spaces set fewer (search_spaces/length_drop.yaml)."))
+    evolution_mutations: int = Field(30, ge=0, description=(
+        "New configurations per search iteration by mutation of a Pareto-front parent (each "
+        "layer resampled with probability 0.5 between its neighbours, never below the smallest "
+        "trained sub-model). 30: the paper's (sec. 4; --mutation_size 30)."))
+    evolution_crossovers: int = Field(30, ge=0, description=(
+        "New configurations per search iteration by crossover of two Pareto-front parents "
+        "(ceiling of their element-wise mean). 30: the paper's (sec. 4; --crossover_size 30)."))
+    evolution_val_samples: int = Field(1024, ge=1, description=(
+        "Validation samples each candidate configuration is evaluated on, the same subset for "
+        "all (classification: sentences drawn at random, seeded; LM: the first blocks of "
+        "max_len tokens). 1024: ours, to bound a search's cost (the paper evaluates on the "
+        "whole dev set; the reported benchmark on its whole 2,000-document validation split)."))
+    length_budgets: Annotated[tuple[Fraction, ...], Field(min_length=1)] | None = Field(None, description=(
+        "FLOPs fractions of the full model, each in (0, 1], e.g. [0.5, 0.35]: finalize() adds "
+        "budget_configs, per fraction the most accurate searched configuration whose FLOPs on "
+        "the validation subset fit that fraction of the full model's (null when none does). "
+        "None: the anytime curve only. The paper reports whole accuracy-FLOPs curves; [0.5, "
+        "0.35] are the reported benchmark's claim, not a recipe, so no default."))
+
+    @field_validator("length_drop_rule")
+    @classmethod
+    def _rule_fits_task(cls, v: str, info) -> str:
+        if v == "prefix" and (info.context or {}).get("task") == "lm":
+            raise ValueError("'prefix' is for classification; the LM always keeps evenly spaced "
+                             "positions (a content-based choice would leak the future)")
+        return v
+
+
 class LengthDropGating(GatingStrategy):
     """``gating: length_drop``: LengthDrop + LayerDrop training with the sandwich rule, inference
     at a selected length configuration, evolutionary search of sub-networks after training
-    (Kim & Cho 2020, arXiv 2010.07003).
+    (Kim & Cho 2021, arXiv 2010.07003).
 
-    Config keys (``cfg``): ``length_drop_p`` (default 0.2), ``layer_drop_p`` (0.2),
-    ``length_drop_rule`` (``significance``, default: the most attended tokens stay; ``prefix``:
-    the first ones, classification only -- the LM always keeps evenly spaced positions),
-    ``evolution_iterations`` / ``evolution_mutations`` / ``evolution_crossovers`` (30 each),
-    ``evolution_val_samples`` (validation samples per candidate evaluation; default 1024
-    classification samples / LM blocks), ``length_budgets`` (optional FLOPs fractions of the
-    full model, e.g. ``[0.5, 0.35]``: :meth:`finalize` adds the best configuration under each).
-    The search never goes below the smallest trained sub-model
-    (:func:`~archsearch.dynamic.length_config.smallest_length_config` of ``length_drop_p``). ``settings["evolution_store"]``: optional JSON path
+    Knobs: :class:`LengthDropSettings` (:attr:`s`). The search never goes below the smallest
+    trained sub-model (:func:`~archsearch.dynamic.length_config.smallest_length_config` of
+    ``length_drop_p``). ``settings["evolution_store"]`` (budget, not config): optional JSON path
     that makes the search resumable.
 
     Attributes:
         length_config: the configuration :meth:`predict` runs (``None`` = full length).
 
     Raises:
-        ValueError: ``length_drop_p`` or ``layer_drop_p`` outside ``[0, 1)``, ``length_drop_rule``
-            not in :data:`DROP_RULES`.
+        ValueError: a knob :class:`LengthDropSettings` refuses (the message names the key).
     """
 
+    Settings = LengthDropSettings
+    s: LengthDropSettings
+    #: Random sub-models per sandwich (the paper's and its code's ``--num_sandwich 2``).
     n_sandwich = 2
 
     def __init__(self, model, cfg, settings, loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
-        p, lp = cfg.get("length_drop_p"), cfg.get("layer_drop_p")
-        self.p = DEFAULT_P if p is None else float(p)
-        self.layer_drop_p = DEFAULT_LAYER_DROP_P if lp is None else float(lp)
-        if not 0.0 <= self.p < 1.0 or not 0.0 <= self.layer_drop_p < 1.0:
-            raise ValueError(f"length_drop_p and layer_drop_p must be in [0, 1), got {self.p}, "
-                             f"{self.layer_drop_p}")
-        self.rule = str(cfg.get("length_drop_rule") or "significance")
-        if self.rule not in DROP_RULES:
-            raise ValueError(f"length_drop_rule must be one of {DROP_RULES}, got {self.rule!r}")
         self.gen = torch.Generator().manual_seed(int(settings.get("seed", 0)) + 7919)
         self.length_config: tuple[int, ...] | None = None
         self.last_curve: list[dict[str, Any]] = []
@@ -415,21 +173,21 @@ class LengthDropGating(GatingStrategy):
 
     def _layer_drop(self) -> list[bool]:
         L = self.model.config.n_layers
-        keep = (torch.rand(L, generator=self.gen) >= self.layer_drop_p).tolist()
+        keep = (torch.rand(L, generator=self.gen) >= self.s.layer_drop_p).tolist()
         return [bool(v) for v in keep]
 
     def training_loss(self, x, mask, y, loss_fn):
         """Sandwich rule: full model (task loss) + smallest + ``n_sandwich`` random sub-models
         (KL to the full model's detached logits), summed and divided by ``n_sandwich + 2``."""
-        cfg = self.model.config
+        cfg, p, rule = self.model.config, self.s.length_drop_p, self.s.length_drop_rule
         full = self.model(x, mask)  # (B, C) or (B, T, V)
         loss = loss_fn(full, y)
-        subs = [(smallest_length_config(cfg.n_layers, cfg.max_len, self.p), None)]
+        subs = [(smallest_length_config(cfg.n_layers, cfg.max_len, p), None)]
         for _ in range(self.n_sandwich):
-            subs.append((sample_length_config(cfg.n_layers, cfg.max_len, self.p, generator=self.gen),
+            subs.append((sample_length_config(cfg.n_layers, cfg.max_len, p, generator=self.gen),
                          self._layer_drop()))
         for length_config, layers in subs:
-            logits, _ = length_drop_forward(self.model, x, mask, length_config, layers=layers, rule=self.rule)
+            logits, _ = length_drop_forward(self.model, x, mask, length_config, layers=layers, rule=rule)
             loss = loss + distill_loss(logits, full)
         return loss / (self.n_sandwich + 2)
 
@@ -447,12 +205,13 @@ class LengthDropGating(GatingStrategy):
 
     def predict(self, x, mask):
         """``(logits, flops)`` at :attr:`length_config`; ``flops`` ``(B,)``: FLOPs the batch
-        executed, per sample (see the module docstring for padding)."""
+        executed, per sample (see :mod:`archsearch.dynamic.length_forward` for padding)."""
         if self.length_config is None:
             logits = self.model(x, mask)
             f = costs.flops_per_sample(self.model.config, x.shape[1])
         else:
-            logits, lengths = length_drop_forward(self.model, x, mask, self.length_config, rule=self.rule)
+            logits, lengths = length_drop_forward(self.model, x, mask, self.length_config,
+                                                  rule=self.s.length_drop_rule)
             f = length_config_flops(self.model.config, lengths)
         return logits, torch.full((x.shape[0],), float(f), dtype=torch.float64)
 
@@ -466,7 +225,8 @@ class LengthDropGating(GatingStrategy):
         total, count, flops, n = 0.0, 0, 0.0, 0
         with torch.inference_mode():
             for x, mask, y in batches:
-                logits, lengths = length_drop_forward(self.model, x, mask, length_config, rule=self.rule)
+                logits, lengths = length_drop_forward(self.model, x, mask, length_config,
+                                                      rule=self.s.length_drop_rule)
                 if lm:
                     total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
                                                    reduction="sum"))
@@ -488,18 +248,16 @@ class LengthDropGating(GatingStrategy):
         same subset)."""
         if self.loop is None:
             return {}
-        cfg = self.model.config
+        cfg, s = self.model.config, self.s
         lm = cfg.task == "lm"
-        limit = int(self.cfg.get("evolution_val_samples") or 1024)
-        batches = validation_subset(self.loop, limit, seed=int(self.settings.get("seed", 0)))
+        batches = validation_subset(self.loop, s.evolution_val_samples, seed=int(self.settings.get("seed", 0)))
         search = EvolutionarySearch(
             lambda c: self.evaluate_config(batches, c),
             n_layers=cfg.n_layers, n=cfg.max_len, mode="min" if lm else "max",
-            floor=smallest_length_config(cfg.n_layers, cfg.max_len, self.p),
+            floor=smallest_length_config(cfg.n_layers, cfg.max_len, s.length_drop_p),
             flops_fn=lambda g: float(length_config_flops(cfg, [cfg.max_len, *g])),
-            iterations=int(self.cfg.get("evolution_iterations") or 30),
-            mutations=int(self.cfg.get("evolution_mutations") or 30),
-            crossovers=int(self.cfg.get("evolution_crossovers") or 30),
+            iterations=s.evolution_iterations, mutations=s.evolution_mutations,
+            crossovers=s.evolution_crossovers,
             store_path=self.settings.get("evolution_store"),
             seed=int(self.settings.get("seed", 0)),
         )
@@ -518,11 +276,10 @@ class LengthDropGating(GatingStrategy):
         self.last_curve = curve
         self.search = search
         out: dict[str, Any] = {"anytime_curve": curve}
-        budgets = self.cfg.get("length_budgets")
-        if budgets:
+        if s.length_budgets:
             full = search.evaluated.get((cfg.max_len,) * cfg.n_layers)
             if full is not None:
-                best = search.best_per_budget([float(q) for q in budgets], full["flops_per_sample"])
+                best = search.best_per_budget(list(s.length_budgets), full["flops_per_sample"])
                 out["budget_configs"] = {str(q): e for q, e in best.items()}
         return out
 

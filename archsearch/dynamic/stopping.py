@@ -151,15 +151,12 @@ class LinearStopping:
 
     def route(self, Xs: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` exit indices: the first exit whose :meth:`stop` says stop, for per-exit
-        contexts ``Xs`` (``B x K x d``) -- what running the cascade exit by exit would give."""
+        contexts ``Xs`` (``B x K x d``) -- what running the cascade exit by exit would give
+        (:func:`archsearch.dynamic.exits.first_stop`, the offline twin of ``run_cascade``)."""
+        from archsearch.dynamic.exits import first_stop
+
         Xs = np.asarray(Xs, dtype=float)
-        out = np.full(len(Xs), self.n_exits - 1)
-        open_ = np.ones(len(Xs), dtype=bool)
-        for k in range(self.n_exits - 1):
-            s = open_ & self.stop(k, Xs[:, k], costs, price)
-            out[s] = k
-            open_ &= ~s
-        return out
+        return first_stop(np.stack([self.stop(k, Xs[:, k], costs, price) for k in range(self.n_exits)], 1))
 
     def fit(self, price: float, data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         """Backward induction at ``price`` (see the class docstring) over the window, or over

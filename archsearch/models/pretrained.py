@@ -60,19 +60,18 @@ The pooler is not used (our classifier mean-pools, as sentence-transformers does
 classification head is freshly initialised (normal, std 0.02). Only single-segment input
 (token type 0) is supported.
 
-Static cuts: ``n_layers: k`` next to ``init_from`` (fixed, or searched, e.g. only for
-``gating: static`` trials) keeps the embeddings and the checkpoint's first ``k`` encoder blocks
-(top-layer dropping, Sajjad et al. 2020, "On the Effect of Dropping Layers of Pre-trained
-Transformer Models"), with the fresh head on top: the baseline every dynamic depth has to
-beat. ``k`` must be in ``1 ..`` the checkpoint's layer count; the config's ``n_layers`` is
-``k``, so the FLOPs and parameter counts of :mod:`archsearch.models.costs` are the cut
-model's. Without ``n_layers`` every layer is kept.
+Static cuts: ``n_layers: k`` next to ``init_from`` (fixed, or searched) keeps the embeddings
+and the checkpoint's first ``k`` encoder blocks (top-layer dropping, Sajjad et al. 2020, "On
+the Effect of Dropping Layers of Pre-trained Transformer Models"), with the fresh head on top:
+the baseline every dynamic depth has to beat. ``k`` must be in ``1 ..`` the checkpoint's layer
+count; the config's ``n_layers`` is ``k``, so the FLOPs and parameter counts of
+:mod:`archsearch.models.costs` are the cut model's. Without ``n_layers`` every layer is kept.
 
-Before a search launches, :func:`check_init_from` runs :func:`check_checkpoint` on every
-``init_from`` the space can produce (config, weight file complete, every mapped weight present;
-no tensor is loaded), and the runner then resolves a pretrained ``dataset.tokenizer``, so a
-missing, non-encoder or truncated checkpoint or an unavailable Hub id is one :class:`~archsearch.errors.UserError`
-line instead of every trial failing.
+Before a search launches, the pre-launch checks (:mod:`archsearch.tune.preflight`, which walks
+the search space) run :func:`check_checkpoint` on every ``init_from`` the space can produce
+(config, weight file complete, every mapped weight present; no tensor is loaded), so a missing,
+non-encoder or truncated checkpoint or an unavailable Hub id is one
+:class:`~archsearch.errors.UserError` line instead of every trial failing.
 """
 
 from __future__ import annotations
@@ -90,7 +89,6 @@ from archsearch.models.transformer import Transformer, TransformerConfig
 #: transformers activation name -> ours (``TransformerConfig.activation``).
 _ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh",
                 "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
-_TRAINED_TOKENIZERS = (None, "bpe", "wordpiece", "char")  # dataset.tokenizer values that are not a checkpoint
 
 
 @dataclass(frozen=True)
@@ -361,112 +359,6 @@ def check_checkpoint(path: str | Path, *, file: str | None = None, field: str = 
     if max_len is not None and max_len > spec.max_tokens:
         fail(f"{p} takes at most {spec.max_tokens} tokens, dataset.max_len is {max_len}")
     return spec
-
-
-def absolute_local_paths(space):
-    """``space`` with every ``init_from`` (``fixed`` and the choices of ``params``) and a
-    ``dataset.tokenizer`` that name an existing local path made absolute: relative paths mean
-    "from the directory the command runs in", and trials run elsewhere (Ray starts each in its
-    own directory), as does a resumed run. Hub ids (no such path) are left alone.
-
-    Args:
-        space: an :class:`archsearch.space.SearchSpace` (not imported: models sits below space).
-    """
-    def absolute(v):
-        if isinstance(v, str) and v and not Path(v).expanduser().is_absolute() and Path(v).expanduser().exists():
-            return str(Path(v).expanduser().resolve())
-        return v
-
-    update: dict[str, Any] = {}
-    if "init_from" in space.fixed:
-        update["fixed"] = {**space.fixed, "init_from": absolute(space.fixed["init_from"])}
-    param = space.params.get("init_from")
-    if getattr(param, "choices", None) is not None:
-        new = param.model_copy(update={"choices": [absolute(c) for c in param.choices]})
-        update["params"] = {**space.params, "init_from": new}
-    tok = space.dataset.tokenizer
-    if tok not in _TRAINED_TOKENIZERS and absolute(tok) != tok:
-        update["dataset"] = space.dataset.model_copy(update={"tokenizer": absolute(tok)})
-    return space.model_copy(update=update) if update else space
-
-
-def check_init_from(space) -> None:
-    """Check, before launch, every ``init_from`` a search space can produce: ``fixed.init_from``
-    and each choice of ``params.init_from`` (falsy values mean "train from scratch"). With a
-    checkpoint the task must be classification and ``dataset.tokenizer`` a checkpoint
-    directory or Hub id (its own tokenizer), as :func:`transformer_for_data` requires (the
-    tokenizer itself is checked by :func:`archsearch.data.tokenizer.check_tokenizer_arg`, which
-    the runner calls next: models sits below data). Every ``n_layers`` the space can pair
-    with a checkpoint (``fixed.n_layers``, or the range / choices of ``params.n_layers``; when
-    its ``when:`` names ``init_from``, only with those checkpoints) must be a static cut of
-    it: ``1 ..`` its layer count.
-
-    Args:
-        space: an :class:`archsearch.space.SearchSpace` (not imported: models sits below space).
-
-    Raises:
-        UserError: naming the space file and ``fixed.init_from``, ``params.init_from``,
-            ``task``, ``dataset.tokenizer``, ``fixed.n_layers`` or ``params.n_layers``.
-    """
-    values: list[tuple[str, Any]] = []
-    if "init_from" in space.fixed:
-        values.append(("fixed.init_from", space.fixed["init_from"]))
-    if "init_from" in space.params:
-        param = space.params["init_from"]
-        choices = getattr(param, "choices", None)
-        if choices is None:
-            raise UserError("must be a categorical of checkpoint directories", file=space.source,
-                            field="params.init_from")
-        values += [("params.init_from", c) for c in choices]
-    values = [(f, v) for f, v in values if v]
-    depths: dict[str, int] = {}  # checkpoint -> its layer count
-    for fld, value in values:
-        if not isinstance(value, str):
-            raise UserError(f"expected a checkpoint directory or Hub model id, got {value!r}",
-                            file=space.source, field=fld)
-        depths[value] = check_checkpoint(value, file=space.source, field=fld,
-                                         max_len=space.dataset.max_len).n_layers
-    if not values:
-        return
-    if space.task != "classification":
-        raise UserError(f"init_from supports classification only, the task is {space.task!r}",
-                        file=space.source, field="task")
-    if space.dataset.tokenizer in _TRAINED_TOKENIZERS:
-        raise UserError(f"init_from needs the checkpoint's own tokenizer: set dataset.tokenizer to "
-                        f"the checkpoint directory ({values[0][1]})", file=space.source,
-                        field="dataset.tokenizer")
-    _check_cut_depths(space, depths)
-
-
-def _check_cut_depths(space, depths: dict[str, int]) -> None:
-    """Refuse an ``n_layers`` of ``space`` outside ``1 ..`` the layer count of a checkpoint it
-    can be paired with (``depths``: checkpoint -> layers; see :func:`check_init_from`).
-
-    Raises:
-        UserError: naming the space file and ``fixed.n_layers`` or ``params.n_layers``.
-    """
-    if "n_layers" in space.fixed:
-        fld, values, only = "fixed.n_layers", [space.fixed["n_layers"]], None
-    elif "n_layers" in space.params:
-        param = space.params["n_layers"]
-        choices = getattr(param, "choices", None)
-        values = list(choices) if choices is not None else [param.low, param.high]
-        fld, only = "params.n_layers", (param.when or {}).get("init_from")
-    else:
-        return
-    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if not numbers:
-        return  # not a number: the model config refuses it
-    lo, hi = min(numbers), max(numbers)
-    if only is not None:
-        only = only if isinstance(only, list) else [only]
-    for ckpt, layers in depths.items():
-        if only is not None and ckpt not in only:
-            continue
-        if lo < 1 or hi > layers:
-            span = f"{lo}" if lo == hi else f"{lo} .. {hi}"
-            raise UserError(f"n_layers {span} with init_from {ckpt}: a static cut keeps 1 .. "
-                            f"{layers} of its {layers} layers", file=space.source, field=fld)
 
 
 def _read_weights(p: Path, prefix: str = "bert.") -> dict[str, torch.Tensor]:

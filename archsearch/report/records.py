@@ -37,19 +37,21 @@ Definitions used everywhere in the report:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
+from archsearch.metrics import PER_MODEL
 from archsearch.report.values import METRIC_UNITS, to_float
 from archsearch.runs import ERROR, RUNNING, STATUSES, STOPPED
 from archsearch.space import Objective
 
 #: Metrics of the trained model itself, the same at every operating point of its anytime
-#: curve: a sub-trial takes them from its trial when the point does not carry them.
-MODEL_METRICS = ("params_total", "params_trainable")
+#: curve: a sub-trial takes them from its trial when the point does not carry them (a view of
+#: :data:`archsearch.metrics.METRICS`).
+MODEL_METRICS: Set[str] = PER_MODEL
 
 #: Final-metrics key of a dynamic trial's operating points (see the module docstring).
 ANYTIME_KEY = "anytime_curve"

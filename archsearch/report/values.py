@@ -10,28 +10,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import Any
 
 import numpy as np
 from markupsafe import escape
 
-#: Units of the metric names fixed in docs/design.md (the names of ``archsearch.space.METRICS``).
-#: Other reported metric names are allowed and shown without a unit.
-METRIC_UNITS: dict[str, str] = {
-    "accuracy": "fraction 0..1",
-    "val_loss": "nats/token",
-    "perplexity": "-",
-    "flops_per_sample": "FLOPs",
-    "params_total": "count",
-    "params_trainable": "count",
-    "latency_ms": "ms",
-    "train_seconds": "s",
-}
+from archsearch import metrics
+
+#: Units of the metric names fixed in docs/design.md (a view of
+#: :data:`archsearch.metrics.METRICS`). Other reported metric names are allowed and shown
+#: without a unit.
+METRIC_UNITS: Mapping[str, str] = metrics.UNITS
 
 #: Metrics plotted on a log axis (when every plotted value is > 0): they span orders of
-#: magnitude across architectures.
-LOG_SCALE_METRICS = frozenset({"flops_per_sample", "params_total", "params_trainable"})
+#: magnitude across architectures (a view of :data:`archsearch.metrics.METRICS`).
+LOG_SCALE_METRICS: Set[str] = metrics.LOG_SCALE
 
 
 def metric_label(name: str) -> str:

@@ -29,14 +29,18 @@ from __future__ import annotations
 import math
 import pickle
 from abc import ABC, abstractmethod
+from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from archsearch.metrics import KNOWN_COSTS
+
 CostFn = Callable[[Mapping[str, Any]], Mapping[str, float]]
 
-#: Metrics a cost function can give without training.
-KNOWN_COST_METRICS = frozenset({"flops_per_sample", "params_total", "params_trainable"})
+#: Metrics a cost function can give without training (a view of
+#: :data:`archsearch.metrics.METRICS`).
+KNOWN_COST_METRICS: Set[str] = KNOWN_COSTS
 
 
 @dataclass

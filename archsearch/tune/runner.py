@@ -13,7 +13,6 @@ with (searcher, seed, trials, resources per trial, Ray address, ``--fixed``) is 
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -23,11 +22,8 @@ from typing import Any
 from archsearch.errors import UserError
 from archsearch.runs import ERROR, RUNNING, STOPPED, RunDir, RunSpec
 from archsearch.space import SearchSpace
-from archsearch.tune.ray_session import check_address, init_ray, print_dashboards
-from archsearch.tune.searchers import check_searcher
-
-#: Costs the cost model knows without training (checked before launch).
-COST_METRICS = ("params_total", "params_trainable", "flops_per_sample")
+from archsearch.tune.preflight import check_constraints, check_launch
+from archsearch.tune.ray_session import init_ray, print_dashboards
 
 
 @dataclass
@@ -50,113 +46,23 @@ class Launch:
     prior_wall: float = 0.0  #: wall seconds of earlier sessions (resume)
 
 
-# ---------------------------------------------------------------------- pre-launch checks
-def smallest_config(space: SearchSpace, preset: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The cheapest architecture the space can produce: every numeric param at its low end,
-    every numeric categorical at its smallest choice (non-numeric categoricals: the first,
-    or the value ``preset`` gives for them)."""
-    from archsearch.space import CategoricalParam
-
-    cfg: dict[str, Any] = {}
-    for key, p in space.params.items():
-        if not space.active(key, cfg):
-            continue
-        if preset and key in preset:
-            cfg[key] = preset[key]
-        elif isinstance(p, CategoricalParam):
-            nums = [c for c in p.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
-            cfg[key] = min(nums) if len(nums) == len(p.choices) else p.choices[0]
-        else:
-            cfg[key] = p.low
-    return cfg
-
-
-def check_constraints(space: SearchSpace, data) -> None:
-    """Refuse constraints that no configuration can meet, before anything is launched.
-
-    The smallest architecture is costed by the same function the searchers use and whose
-    ``flops_per_sample`` the trials report (:func:`archsearch.models.costs.known_costs_fn`,
-    on the validation batches as evaluated); every ``max`` on a known cost must hold for it.
-    ``params_trainable`` is not checked for tying configs (tying can lower it). A searched
-    ``gating`` is tried at each of its choices (under ``dht`` / ``depth_predictor`` the known
-    FLOPs are ``flops_budget`` x the static model's), and each metric's lowest value counts.
-
-    Raises:
-        UserError: naming ``constraints.METRIC.max``, with the smallest achievable value.
-    """
-    wanted = {m: b for m, b in space.constraints.items() if m in COST_METRICS and b.max is not None}
-    if not wanted:
-        return
-    from archsearch.models.costs import known_costs_fn
-
-    # a searched gating changes the known FLOPs (flops_budget x static for dht/depth_predictor):
-    # the smallest architecture under each of its choices, the lowest value per metric
-    gating = space.params.get("gating")
-    choices = getattr(gating, "choices", None) or [None]
-    cost_fn = known_costs_fn(data, space.fixed)
-    values: dict[str, float] = {}
-    for choice in choices:
-        cfg = smallest_config(space, None if choice is None else {"gating": choice})
-        try:
-            got = cost_fn(cfg)
-        except ValueError as e:
-            raise UserError(f"the smallest architecture is invalid: {e}", file=space.source,
-                            field="params") from None
-        if str({**space.fixed, **cfg}.get("tying", "none")) != "none":
-            got.pop("params_trainable", None)
-            values["params_trainable"] = -math.inf  # tying can lower it: never refused
-        for metric, v in got.items():
-            values[metric] = min(values.get(metric, math.inf), v)
-    for metric, bound in wanted.items():
-        if metric in values and values[metric] > bound.max:
-            raise UserError(f"no configuration can meet max {bound.max:g}: the smallest "
-                            f"architecture has {metric} {values[metric]:,.0f}",
-                            file=space.source, field=f"constraints.{metric}.max")
-
-
 # ---------------------------------------------------------------------- start and reopen
-def effective_space(space: SearchSpace, *, trials: int | None = None,
-                    cpus_per_trial: float | None = None,
-                    gpus_per_trial: float | None = None) -> SearchSpace:
-    """``space`` with the command line's overrides folded into its budget."""
-    update = {k: v for k, v in (("trials", trials), ("cpus_per_trial", cpus_per_trial),
-                                ("gpus_per_trial", gpus_per_trial)) if v is not None}
-    if not update:
-        return space
-    from pydantic import ValidationError
-
-    try:  # validated like the YAML's budget (model_copy alone would not check it)
-        budget = type(space.budget).model_validate({**space.budget.model_dump(), **update})
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise UserError(err["msg"], field=f"--{str(err['loc'][0]).replace('_', '-')}") from None
-    return space.model_copy(update={"budget": budget})
-
-
 def start_run(space: SearchSpace, *, searcher: str = "tpe", trials: int | None = None,
               address: str | None = None, name: str | None = None, storage: str | Path = "runs",
               cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,
               num_cpus: int | None = None, fixed: dict[str, Any] | None = None) -> Launch:
-    """Check everything that can be checked without Ray, then create the run directory with
-    its spec and effective space. Nothing is launched.
+    """Check everything that can be checked before launch (:mod:`archsearch.tune.preflight`),
+    then create the run directory with its spec and effective space. Nothing is launched.
 
     Raises:
-        UserError: bad searcher, unreachable ``address``, unreadable dataset, impossible
-            constraints, existing run name, unwritable storage.
+        UserError: bad searcher, unreachable ``address``, bad checkpoint or tokenizer,
+            unreadable dataset, impossible constraints, existing run name, unwritable storage.
     """
-    check_searcher(searcher)
-    t0 = time.time()
-    space = effective_space(space, trials=trials, cpus_per_trial=cpus_per_trial,
-                            gpus_per_trial=gpus_per_trial)
-    check_address(address)
     from archsearch.data import prepare_for_space
-    from archsearch.data.tokenizer import TRAINED_KINDS, check_tokenizer_arg
-    from archsearch.models.pretrained import absolute_local_paths, check_init_from
 
-    space = absolute_local_paths(space)  # trials run in their own directories
-    check_init_from(space)
-    if space.dataset.tokenizer not in (None, *TRAINED_KINDS):  # a checkpoint dir or Hub id
-        check_tokenizer_arg(space.dataset.tokenizer, file=space.source, field="dataset.tokenizer")
+    t0 = time.time()
+    space = check_launch(space, searcher=searcher, address=address, trials=trials,
+                         cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
     data = prepare_for_space(space)
     check_constraints(space, data)
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"

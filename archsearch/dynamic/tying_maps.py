@@ -1,0 +1,186 @@
+"""Tying maps: which blocks of a model share weights, and changing that safely.
+
+Used by the tying controllers of :mod:`archsearch.dynamic.tying`; specified in docs/design.md,
+"Dynamic layer tying".
+
+**Tying state.** A list ``s`` of ``L`` ints (``L`` = number of blocks): ``s[i] = j`` means block
+``i`` uses block ``j``'s weights, ``j <= i``; ``s[i] = i`` means block ``i`` has weights no earlier
+block uses. The state is *derived from the model* (:func:`tying_map`: ``s[i]`` is the first block
+whose Parameters are the very same objects as block ``i``'s), so it is always canonical
+(``s[s[i]] == s[i]``) and can never disagree with what is actually shared.
+
+**Real sharing.** Tying block ``i`` to block ``j`` assigns block ``j``'s ``nn.Parameter`` objects
+into block ``i``'s modules (``setattr(module, name, param)``): both blocks then hold the same
+Parameters, the forward pass reads one tensor twice, gradients accumulate into it, the optimizer
+holds it (and its Adam state) once, and ``costs.params_trainable`` / ``costs.params_total`` drop.
+Untying gives block ``i`` fresh Parameters holding copies of its current values. Only block
+``i``'s own slots change, so the blocks that shared with ``i`` keep their weights.
+
+**Optimizer.** After a change during training, :func:`sync_optimizer` rebuilds ``loop.opt`` over
+the distinct trainable Parameters (``loop.rebuild_optimizer()`` of the
+:class:`~archsearch.dynamic.base.TrialContext`, which also rebuilds the LR schedule at the current
+step) and carries the AdamW state of every surviving Parameter over; new copies
+start with fresh state, dropped Parameters take theirs with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import nn
+
+from archsearch.dynamic.base import TrialContext
+
+
+def model_blocks(model: nn.Module) -> nn.ModuleList:
+    """``model.blocks``, the ``L`` transformer blocks a tying map ranges over.
+
+    Raises:
+        ValueError: ``model`` has no ``blocks`` ModuleList.
+    """
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList):
+        raise ValueError("layer tying needs a model with an nn.ModuleList `blocks`")
+    return blocks
+
+
+def _slots(block: nn.Module) -> list[tuple[nn.Module, str]]:
+    """``(module, name)`` of every parameter of ``block``, in a fixed order."""
+    return [(m, n) for _, m in block.named_modules() for n, p in m._parameters.items() if p is not None]
+
+
+def _key(block: nn.Module) -> tuple[int, ...]:
+    return tuple(id(getattr(m, n)) for m, n in _slots(block))
+
+
+def tying_map(model: nn.Module) -> list[int]:
+    """The tying state of ``model``: ``s[i]`` = the first block whose Parameters are block ``i``'s.
+
+    Returns:
+        list of ``L`` ints with ``s[i] <= i`` and ``s[s[i]] == s[i]``.
+
+    Raises:
+        ValueError: ``model`` has no ``blocks`` ModuleList.
+    """
+    keys: list[tuple[int, ...]] = []
+    out = []
+    for i, block in enumerate(model_blocks(model)):
+        k = _key(block)
+        out.append(next((j for j, kj in enumerate(keys) if kj == k), i))
+        keys.append(k)
+    return out
+
+
+def n_distinct_layers(model: nn.Module) -> int:
+    """Number of blocks with their own weights (``s[i] == i``)."""
+    return sum(1 for i, j in enumerate(tying_map(model)) if i == j)
+
+
+def set_layer(model: nn.Module, i: int, j: int) -> bool:
+    """Make block ``i`` use block ``j``'s weights (``j < i``) or train on its own (``j == i``).
+
+    ``j < i``: block ``i``'s Parameter slots are assigned block ``j``'s Parameter objects (which
+    are block ``s[j]``'s). ``j == i``: if block ``i`` shares with an earlier block it gets fresh
+    Parameters with copies of the current values (``requires_grad`` kept); otherwise nothing
+    changes. Other blocks are never modified.
+
+    Returns:
+        True if block ``i``'s Parameters changed (the optimizer must then follow).
+
+    Raises:
+        ValueError: not ``0 <= j <= i < L``.
+    """
+    blocks = model_blocks(model)
+    if not 0 <= j <= i < len(blocks):
+        raise ValueError(f"need 0 <= j <= i < n_layers={len(blocks)}, got i={i}, j={j}")
+    if j < i:
+        if _key(blocks[i]) == _key(blocks[j]):
+            return False
+        for (mi, name), (mj, name_j) in zip(_slots(blocks[i]), _slots(blocks[j]), strict=True):
+            assert name == name_j
+            setattr(mi, name, getattr(mj, name_j))
+        return True
+    if tying_map(model)[i] == i:
+        return False
+    for m, name in _slots(blocks[i]):
+        p = getattr(m, name)
+        setattr(m, name, nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad))
+    return True
+
+
+def next_map(s: Sequence[int], i: int, j: int) -> list[int]:
+    """The tying state after :func:`set_layer` ``(i, j)`` on a model in state ``s`` (pure).
+
+    Block ``i`` moves to block ``j``'s group (``j < i``) or to a group of its own (``j == i``);
+    if block ``i`` owned weights that later blocks share, those blocks keep the weights and the
+    first of them becomes their owner.
+
+    Raises:
+        ValueError: ``s`` is not a valid map, or not ``0 <= j <= i < len(s)``.
+    """
+    s = check_map(s, len(s))
+    if not 0 <= j <= i < len(s):
+        raise ValueError(f"need 0 <= j <= i < {len(s)}, got i={i}, j={j}")
+    target = s[j] if j < i else i
+    if target == s[i]:
+        return s
+    out = list(s)
+    out[i] = target
+    followers = [k for k in range(len(s)) if s[k] == i and k != i]
+    for k in followers:  # block i owned these weights: the first follower now owns them
+        out[k] = followers[0]
+    return out
+
+
+def check_map(s: Sequence[int], n_layers: int) -> list[int]:
+    """Validate a tying state: ``n_layers`` ints, ``0 <= s[i] <= i``, ``s[s[i]] == s[i]``.
+
+    Raises:
+        ValueError: wrong length or an entry breaking those rules.
+    """
+    s = [int(v) for v in s]
+    if len(s) != n_layers:
+        raise ValueError(f"tying map has {len(s)} entries, expected {n_layers}")
+    for i, j in enumerate(s):
+        if not 0 <= j <= i:
+            raise ValueError(f"tying map entry s[{i}] = {j} must be in [0, {i}]")
+        if s[j] != j:
+            raise ValueError(f"tying map entry s[{i}] = {j} points at block {j}, which is itself tied "
+                             f"to {s[j]}; point at the block that owns the weights")
+    return s
+
+
+def apply_tying_map(model: nn.Module, s: Sequence[int]) -> bool:
+    """Re-tie ``model`` so that :func:`tying_map` returns ``s``.
+
+    Returns:
+        True if any Parameter changed.
+
+    Raises:
+        ValueError: ``s`` is not a valid map for the model (see :func:`check_map`).
+    """
+    s = check_map(s, len(model_blocks(model)))
+    changed = False
+    for i, j in enumerate(s):  # blocks < i already match s and are never touched again
+        changed |= set_layer(model, i, j)
+    return changed
+
+
+def sync_optimizer(loop: TrialContext | None) -> None:
+    """Rebuild ``loop.opt`` (and its LR schedule) after the parameter set changed.
+
+    Calls ``loop.rebuild_optimizer()`` (a fresh AdamW over ``loop.trainable_parameters()``, each
+    distinct Parameter once, schedule at the current step) and copies the per-parameter state
+    (``step``, ``exp_avg``, ``exp_avg_sq``) of every Parameter the old optimizer also held. New
+    Parameters (untied copies) start with empty state; state of Parameters no longer in the model
+    is dropped. No-op when ``loop`` is None or has no optimizer yet.
+    """
+    old = loop.opt if loop is not None else None
+    if old is None:
+        return
+    old_state = old.state
+    loop.rebuild_optimizer()
+    for group in loop.opt.param_groups:
+        for p in group["params"]:
+            if p in old_state:
+                loop.opt.state[p] = old_state[p]

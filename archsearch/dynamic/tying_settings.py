@@ -1,0 +1,84 @@
+"""The settings of the tying controllers (torch-free): ``tying: all``, ``every_k`` and ``rl``.
+
+The controllers (:mod:`archsearch.dynamic.tying`) declare these as their ``Settings``; a field's
+name is its trial-config key, and its ``description`` gives the unit, the default's reason and
+the source. Every default here is the value ``benchmarks/tying.py`` ran
+(``benchmarks/results/tying.json``); the design is docs/design.md, "Dynamic layer tying".
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from archsearch.dynamic.settings import StrategySettings
+
+
+class AllTyingSettings(StrategySettings):
+    """``tying: all`` has no knobs: every block shares block 0's weights (ALBERT-style)."""
+
+
+class EveryKTyingSettings(StrategySettings):
+    """Knobs of ``tying: every_k`` (:class:`archsearch.dynamic.tying.EveryKTying`)."""
+
+    tying_k: int = Field(2, ge=1, description=(
+        "Blocks per shared group (count): blocks k*m .. k*m+k-1 share block k*m's weights for the "
+        "whole run, the 'sequence' pattern of Takase & Kiyono 2021, \"Lessons on Parameter "
+        "Sharing across Layers in Transformers\"; 1 unties every block, >= n_layers ties them all. "
+        "Default 2: half the block parameters at 1.006x the untied perplexity in "
+        "benchmarks/tying.py (k = 4: 0.27x the parameters at 1.049x)."))
+
+
+class RLTyingSettings(StrategySettings):
+    """Knobs of ``tying: rl`` (:class:`archsearch.dynamic.tying.RLTying`, the Q-learning agent
+    of Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024, Sec. 3);
+    the agent's own knobs (``tying_gamma`` .. ``tying_target_sync``) are also the defaults of
+    :class:`archsearch.dynamic.tying_agent.TyingAgent`."""
+
+    tying_every: int = Field(8, ge=1, description=(
+        "Training batches (optimizer steps) per round: at the end of each interval of this many "
+        "batches the agent re-decides every block once, and the mean training loss of the next "
+        "interval rewards those decisions. Default 8: the value benchmarks/tying.py ran "
+        "(issue 16); shorter intervals give noisier rewards, longer ones fewer rounds."))
+    tying_explore_frac: float = Field(0.4, gt=0.0, le=1.0, description=(
+        "Fraction of the run's rounds in which the agent explores (0 < f <= 1): epsilon decays "
+        "per decision from 1 to tying_epsilon_end at the last decision of these rounds, then one "
+        "greedy round sets the final map, frozen to the end of training. Default 0.4: docs/design.md "
+        "(epsilon ~0.05 by 40% of training); issue 16: an epsilon still at 0.60 at the end left "
+        "the final map to chance."))
+    tying_max_distinct: int | None = Field(None, ge=1, description=(
+        "Budget of trainable parameters (count of blocks, at most n_layers): at most this many "
+        "blocks keep weights of their own; actions that would exceed it are never taken nor "
+        "bootstrapped from (every block has the same size). Default none = n_layers, no budget; "
+        "the agent's reward has no parameter term, so without a budget it unties whatever trains "
+        "faster (benchmarks/tying.py's rl_cap2 runs 2 of 8)."))
+    tying_total_steps: int | None = Field(None, ge=1, description=(
+        "Run length (optimizer steps) that sets the number of rounds (steps // tying_every) and so "
+        "where exploration ends. Default none = as the trial loop counts them: epochs x steps per "
+        "epoch (LM: the budget's steps_per_epoch, 200 if unset; classification: ceil(training "
+        "rows / batch_size)); set it when a run stops earlier than its budget."))
+    tying_gamma: float = Field(0.9, ge=0.0, le=1.0, description=(
+        "Discount of the TD target r + gamma * max Q_target(s', a') (the next decision's value). "
+        "Default 0.9: docs/design.md (gamma ~0.9); issue 16: 0.99 with single-sample TD updates "
+        "left the reward without effect on the final map."))
+    tying_lr: float = Field(1e-3, gt=0.0, description=(
+        "AdamW learning rate of the Q-network (not the model's lr). Default 1e-3: reaches Q* on "
+        "the 3-block MDP of tests/test_tying.py and ran in benchmarks/tying.py."))
+    tying_hidden: int = Field(128, ge=1, description=(
+        "Hidden width (units) of the Q-network, an MLP n_layers -> hidden -> ReLU -> "
+        "n_layers(n_layers+1)/2 action values. Default 128: docs/design.md."))
+    tying_epsilon_end: float = Field(0.05, gt=0.0, le=1.0, description=(
+        "Exploration rate (probability of a random legal action) reached at the last exploring "
+        "decision; epsilon starts at 1 and is multiplied by a constant after each decision. "
+        "Default 0.05: docs/design.md."))
+    tying_replay_size: int = Field(4096, ge=1, description=(
+        "Replay buffer capacity (transitions; one per block decision, n_layers - 1 per round), "
+        "oldest overwritten first. Default 4096: more than the decisions of a benchmarks/tying.py "
+        "run (4000 steps / 8 x 0.4 x 7 = 1400), so nothing is dropped there."))
+    tying_replay_batch: int = Field(32, ge=1, description=(
+        "Transitions per TD update (minibatch drawn uniformly with replacement from the buffer; "
+        "4 updates after each rewarded round). Default 32: issue 16 (single-sample updates left "
+        "the reward without effect)."))
+    tying_target_sync: int = Field(50, ge=1, description=(
+        "TD updates between two copies of the online Q-network into the target network that the "
+        "TD target reads. Default 50: docs/design.md (a target network), the value "
+        "benchmarks/tying.py ran."))

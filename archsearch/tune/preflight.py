@@ -1,0 +1,278 @@
+"""Every check a search makes before anything is launched, in one place.
+
+:func:`archsearch.tune.runner.start_run` calls two functions::
+
+    space = check_launch(space, searcher=..., address=..., trials=..., ...)   # no data needed
+    data = prepare_for_space(space)                                          # the dataset (UserError)
+    check_constraints(space, data)                                           # costs of the smallest model
+
+:func:`check_launch` runs, in this order (the first mistake is the one reported):
+
+1. the searcher name (:func:`archsearch.tune.searchers.check_searcher`);
+2. the command line's budget overrides, validated like the YAML's budget (:func:`effective_space`);
+3. the Ray address (:func:`archsearch.tune.ray_session.check_address`);
+4. local paths made absolute, since trials run in their own directories (:func:`absolute_local_paths`);
+5. every ``init_from`` the space can produce, without loading a tensor (:func:`check_init_from`);
+6. a pretrained ``dataset.tokenizer`` (:func:`check_tokenizer`).
+
+:func:`check_constraints` then refuses ``max`` constraints on known costs that even the
+smallest architecture cannot meet (under a FLOPs budget too). The run directory itself
+(existing name, unwritable storage) is checked by :meth:`archsearch.runs.RunDir.create`.
+
+The low-level checks stay with what they check: a checkpoint directory in
+:func:`archsearch.models.pretrained.check_checkpoint`, a tokenizer argument in
+:func:`archsearch.data.tokenizer.check_tokenizer_arg`; this module walks the search space and
+calls them. Every refusal is one :class:`~archsearch.errors.UserError` naming the space file
+(or the command-line option) and the field.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from archsearch.errors import UserError
+from archsearch.metrics import KNOWN_COSTS
+from archsearch.space import CategoricalParam, SearchSpace
+from archsearch.tune.ray_session import check_address
+from archsearch.tune.searchers import check_searcher
+
+
+def check_launch(space: SearchSpace, *, searcher: str, address: str | None,
+                 trials: int | None = None, cpus_per_trial: float | None = None,
+                 gpus_per_trial: float | None = None) -> SearchSpace:
+    """Every check that needs no data (the module docstring lists them, in order).
+
+    Returns:
+        the space to run: the command line's overrides in its budget, local paths absolute.
+
+    Raises:
+        UserError: unknown searcher, bad ``--trials`` / ``--cpus-per-trial`` /
+            ``--gpus-per-trial``, unreachable ``address``, a bad checkpoint or tokenizer.
+    """
+    check_searcher(searcher)
+    space = effective_space(space, trials=trials, cpus_per_trial=cpus_per_trial,
+                            gpus_per_trial=gpus_per_trial)
+    check_address(address)
+    space = absolute_local_paths(space)
+    check_init_from(space)
+    check_tokenizer(space)
+    return space
+
+
+# ---------------------------------------------------------------------- budget
+def effective_space(space: SearchSpace, *, trials: int | None = None,
+                    cpus_per_trial: float | None = None,
+                    gpus_per_trial: float | None = None) -> SearchSpace:
+    """``space`` with the command line's overrides folded into its budget.
+
+    Raises:
+        UserError: an override the YAML's budget would refuse, naming its option
+            (``--cpus-per-trial``).
+    """
+    update = {k: v for k, v in (("trials", trials), ("cpus_per_trial", cpus_per_trial),
+                                ("gpus_per_trial", gpus_per_trial)) if v is not None}
+    if not update:
+        return space
+    from pydantic import ValidationError
+
+    try:  # validated like the YAML's budget (model_copy alone would not check it)
+        budget = type(space.budget).model_validate({**space.budget.model_dump(), **update})
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise UserError(err["msg"], field=f"--{str(err['loc'][0]).replace('_', '-')}") from None
+    return space.model_copy(update={"budget": budget})
+
+
+# ---------------------------------------------------------------------- paths
+def _trained_tokenizer(value: Any) -> bool:
+    """``dataset.tokenizer`` is unset or a kind trained here (not a checkpoint)."""
+    from archsearch.data.tokenizer import TRAINED_KINDS
+
+    return value is None or value in TRAINED_KINDS
+
+
+def absolute_local_paths(space: SearchSpace) -> SearchSpace:
+    """``space`` with every ``init_from`` (``fixed`` and the choices of ``params``) and a
+    ``dataset.tokenizer`` that name an existing local path made absolute: relative paths mean
+    "from the directory the command runs in", and trials run elsewhere (Ray starts each in its
+    own directory), as does a resumed run. Hub ids (no such path) are left alone."""
+    def absolute(v):
+        if isinstance(v, str) and v and not Path(v).expanduser().is_absolute() and Path(v).expanduser().exists():
+            return str(Path(v).expanduser().resolve())
+        return v
+
+    update: dict[str, Any] = {}
+    if "init_from" in space.fixed:
+        update["fixed"] = {**space.fixed, "init_from": absolute(space.fixed["init_from"])}
+    param = space.params.get("init_from")
+    if getattr(param, "choices", None) is not None:
+        new = param.model_copy(update={"choices": [absolute(c) for c in param.choices]})
+        update["params"] = {**space.params, "init_from": new}
+    tok = space.dataset.tokenizer
+    if not _trained_tokenizer(tok) and absolute(tok) != tok:
+        update["dataset"] = space.dataset.model_copy(update={"tokenizer": absolute(tok)})
+    return space.model_copy(update=update) if update else space
+
+
+# ---------------------------------------------------------------------- checkpoints, tokenizer
+def check_init_from(space: SearchSpace) -> None:
+    """Check every ``init_from`` a search space can produce: ``fixed.init_from`` and each
+    choice of ``params.init_from`` (falsy values mean "train from scratch"), each with
+    :func:`archsearch.models.pretrained.check_checkpoint` (no tensor is loaded). With a
+    checkpoint the task must be classification and ``dataset.tokenizer`` a checkpoint
+    directory or Hub id (its own tokenizer), as
+    :func:`archsearch.models.pretrained.transformer_for_data` requires (the tokenizer itself
+    is checked by :func:`check_tokenizer`). Every ``n_layers`` the space can pair with a
+    checkpoint (``fixed.n_layers``, or the range / choices of ``params.n_layers``; when its
+    ``when:`` names ``init_from``, only with those checkpoints) must be a static cut of it:
+    ``1 ..`` its layer count.
+
+    Raises:
+        UserError: naming the space file and ``fixed.init_from``, ``params.init_from``,
+            ``task``, ``dataset.tokenizer``, ``fixed.n_layers`` or ``params.n_layers``.
+    """
+    values: list[tuple[str, Any]] = []
+    if "init_from" in space.fixed:
+        values.append(("fixed.init_from", space.fixed["init_from"]))
+    if "init_from" in space.params:
+        param = space.params["init_from"]
+        choices = getattr(param, "choices", None)
+        if choices is None:
+            raise UserError("must be a categorical of checkpoint directories", file=space.source,
+                            field="params.init_from")
+        values += [("params.init_from", c) for c in choices]
+    values = [(f, v) for f, v in values if v]
+    if not values:
+        return
+    from archsearch.models.pretrained import check_checkpoint
+
+    depths: dict[str, int] = {}  # checkpoint -> its layer count
+    for fld, value in values:
+        if not isinstance(value, str):
+            raise UserError(f"expected a checkpoint directory or Hub model id, got {value!r}",
+                            file=space.source, field=fld)
+        depths[value] = check_checkpoint(value, file=space.source, field=fld,
+                                         max_len=space.dataset.max_len).n_layers
+    if space.task != "classification":
+        raise UserError(f"init_from supports classification only, the task is {space.task!r}",
+                        file=space.source, field="task")
+    if _trained_tokenizer(space.dataset.tokenizer):
+        raise UserError(f"init_from needs the checkpoint's own tokenizer: set dataset.tokenizer to "
+                        f"the checkpoint directory ({values[0][1]})", file=space.source,
+                        field="dataset.tokenizer")
+    _check_cut_depths(space, depths)
+
+
+def _check_cut_depths(space: SearchSpace, depths: dict[str, int]) -> None:
+    """Refuse an ``n_layers`` of ``space`` outside ``1 ..`` the layer count of a checkpoint it
+    can be paired with (``depths``: checkpoint -> layers; see :func:`check_init_from`).
+
+    Raises:
+        UserError: naming the space file and ``fixed.n_layers`` or ``params.n_layers``.
+    """
+    if "n_layers" in space.fixed:
+        fld, values, only = "fixed.n_layers", [space.fixed["n_layers"]], None
+    elif "n_layers" in space.params:
+        param = space.params["n_layers"]
+        choices = getattr(param, "choices", None)
+        values = list(choices) if choices is not None else [param.low, param.high]
+        fld, only = "params.n_layers", (param.when or {}).get("init_from")
+    else:
+        return
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not numbers:
+        return  # not a number: the model config refuses it
+    lo, hi = min(numbers), max(numbers)
+    if only is not None:
+        only = only if isinstance(only, list) else [only]
+    for ckpt, layers in depths.items():
+        if only is not None and ckpt not in only:
+            continue
+        if lo < 1 or hi > layers:
+            span = f"{lo}" if lo == hi else f"{lo} .. {hi}"
+            raise UserError(f"n_layers {span} with init_from {ckpt}: a static cut keeps 1 .. "
+                            f"{layers} of its {layers} layers", file=space.source, field=fld)
+
+
+def check_tokenizer(space: SearchSpace) -> None:
+    """A ``dataset.tokenizer`` that names a checkpoint directory or Hub id must be one that
+    can be had, with tokenizer files (a Hub id is resolved here: from the cache, else
+    downloaded); the trained kinds are checked when the data is prepared.
+
+    Raises:
+        UserError: as :func:`archsearch.data.tokenizer.check_tokenizer_arg`, naming the space
+            file and ``dataset.tokenizer``.
+    """
+    if _trained_tokenizer(space.dataset.tokenizer):
+        return
+    from archsearch.data.tokenizer import check_tokenizer_arg
+
+    check_tokenizer_arg(space.dataset.tokenizer, file=space.source, field="dataset.tokenizer")
+
+
+# ---------------------------------------------------------------------- constraints
+def smallest_config(space: SearchSpace, preset: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The cheapest architecture the space can produce: every numeric param at its low end,
+    every numeric categorical at its smallest choice (non-numeric categoricals: the first,
+    or the value ``preset`` gives for them)."""
+    cfg: dict[str, Any] = {}
+    for key, p in space.params.items():
+        if not space.active(key, cfg):
+            continue
+        if preset and key in preset:
+            cfg[key] = preset[key]
+        elif isinstance(p, CategoricalParam):
+            nums = [c for c in p.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+            cfg[key] = min(nums) if len(nums) == len(p.choices) else p.choices[0]
+        else:
+            cfg[key] = p.low
+    return cfg
+
+
+def check_constraints(space: SearchSpace, data) -> None:
+    """Refuse constraints that no configuration can meet.
+
+    The smallest architecture is costed by the same function the searchers use and whose
+    ``flops_per_sample`` the trials report (:func:`archsearch.models.costs.known_costs_fn`,
+    on the validation batches as evaluated); every ``max`` on a known cost
+    (:data:`archsearch.metrics.KNOWN_COSTS`) must hold for it. ``params_trainable`` is not
+    checked for tying configs (tying can lower it). A searched ``gating`` is tried at each of
+    its choices (under ``dht`` / ``depth_predictor`` the known FLOPs are ``flops_budget`` x
+    the static model's), and each metric's lowest value counts.
+
+    Args:
+        data: the run's :class:`archsearch.data.PreparedData`.
+
+    Raises:
+        UserError: naming ``constraints.METRIC.max``, with the smallest achievable value.
+    """
+    wanted = {m: b for m, b in space.constraints.items() if m in KNOWN_COSTS and b.max is not None}
+    if not wanted:
+        return
+    from archsearch.models.costs import known_costs_fn
+
+    # a searched gating changes the known FLOPs (flops_budget x static for dht/depth_predictor):
+    # the smallest architecture under each of its choices, the lowest value per metric
+    gating = space.params.get("gating")
+    choices = getattr(gating, "choices", None) or [None]
+    cost_fn = known_costs_fn(data, space.fixed)
+    values: dict[str, float] = {}
+    for choice in choices:
+        cfg = smallest_config(space, None if choice is None else {"gating": choice})
+        try:
+            got = cost_fn(cfg)
+        except ValueError as e:
+            raise UserError(f"the smallest architecture is invalid: {e}", file=space.source,
+                            field="params") from None
+        if str({**space.fixed, **cfg}.get("tying", "none")) != "none":
+            got.pop("params_trainable", None)
+            values["params_trainable"] = -math.inf  # tying can lower it: never refused
+        for metric, v in got.items():
+            values[metric] = min(values.get(metric, math.inf), v)
+    for metric, bound in wanted.items():
+        if metric in values and values[metric] > bound.max:
+            raise UserError(f"no configuration can meet max {bound.max:g}: the smallest "
+                            f"architecture has {metric} {values[metric]:,.0f}",
+                            file=space.source, field=f"constraints.{metric}.max")
