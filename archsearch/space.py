@@ -177,6 +177,9 @@ class Budget(_Strict):
     time_budget_s: float | None = Field(None, gt=0)
     latency_batch_size: int = Field(32, ge=1)
     max_failures: int = Field(1, ge=0)  #: retries of a failed trial from its last checkpoint
+    #: training/inference precision: bf16 autocast where the GPU supports it under ``auto``,
+    #: fp32 on a CPU (:func:`archsearch.tune.trainable.resolve_precision`)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
 
 
 class _UnitCube:

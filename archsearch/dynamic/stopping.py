@@ -113,12 +113,19 @@ class LinearStopping:
             return np.zeros(len(X), dtype=bool)
         return self.score(k, X, costs, price) > self.cut[k] + self.offset
 
+    #: Weight of the confidence column in a regression score: it only orders rows whose
+    #: predicted advantages tie (e.g. every exit agrees with the deepest on the fitting rows,
+    #: so the fit is flat), the more confident stopping first, so that the budget offset can
+    #: still move the cost fraction row by row.
+    TIE_BREAK = 1e-6
+
     def score(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` scores the threshold of exit ``k`` applies to: ``x[score_col]`` for ``rule=
-        "confidence"``, else :meth:`advantage`."""
+        "confidence"``, else :meth:`advantage` (+ :data:`TIE_BREAK` x ``x[score_col]``)."""
+        X = np.asarray(X, dtype=float)
         if self.rule == "confidence":
-            return np.asarray(X, dtype=float)[:, self.score_col]
-        return self.advantage(k, X, costs, price)
+            return X[:, self.score_col]
+        return self.advantage(k, X, costs, price) + self.TIE_BREAK * X[:, self.score_col]
 
     def advantage(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` predicted advantages of stopping at exit ``k < K - 1`` over continuing, in

@@ -180,6 +180,19 @@ def count_flops_torch(
     return int(counter.get_total_flops()) // input_ids.shape[0]
 
 
+def _synchronize(device: torch.device) -> None:
+    """Wait for the device's queued kernels (CUDA); a no-op on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_name(device: torch.device | str) -> str:
+    """A readable name of ``device`` for the records: the GPU's name
+    (``torch.cuda.get_device_name``) or ``"cpu"``."""
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 def latency_ms(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -196,7 +209,8 @@ def latency_ms(
     fewer) form one batch; it is run ``warmup`` times untimed, then ``repeats`` times timed with
     ``time.perf_counter``, under ``torch.inference_mode`` with ``model.eval()`` (the previous
     train/eval mode is restored). Returns median batch time / ``batch_size``. Uses whatever
-    ``torch.get_num_threads()`` is set to; report it with the number.
+    ``torch.get_num_threads()`` is set to; report it with the number. On CUDA every timed call
+    is synchronised before and after (``torch.cuda.synchronize``), so the time is the kernels'.
 
     Args:
         model: called as ``model(input_ids, attention_mask, **forward_kwargs)``.
@@ -228,8 +242,10 @@ def latency_ms(
             for _ in range(warmup):
                 model(ids, mask, **kwargs)
             for _ in range(repeats):
+                _synchronize(ids.device)
                 t0 = time.perf_counter()
                 model(ids, mask, **kwargs)
+                _synchronize(ids.device)  # CUDA runs asynchronously: time the kernels, not their launch
                 times.append(time.perf_counter() - t0)
     finally:
         model.train(was_training)

@@ -6,7 +6,8 @@
     _tuner(launch)          ->  tune.Tuner (or Tuner.restore) -> fit()
     _finish(launch)         ->  reconcile lost trials, wall time, report
 
-The run directory's layout is :class:`archsearch.runs.RunDir`'s; what the run was started
+``start_run`` first makes every pre-launch check (:mod:`archsearch.tune.preflight`). The run
+directory's layout is :class:`archsearch.runs.RunDir`'s; what the run was started
 with (searcher, seed, trials, resources per trial, Ray address, ``--fixed``) is its
 :class:`~archsearch.runs.RunSpec`, and ``resume`` runs with exactly that.
 """
@@ -119,7 +120,7 @@ def trial_settings(space: SearchSpace, cpus_per_trial: float) -> dict[str, Any]:
     """What the trainable needs besides its config: the budget, seed, threads, fixed values."""
     b = space.budget
     return {"epochs": b.epochs, "batch_size": b.batch_size, "steps_per_epoch": b.steps_per_epoch,
-            "latency_batch_size": b.latency_batch_size, "seed": space.seed,
+            "latency_batch_size": b.latency_batch_size, "precision": b.precision, "seed": space.seed,
             "threads": max(1, int(cpus_per_trial)), "fixed": dict(space.fixed)}
 
 

@@ -38,6 +38,31 @@ def _lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
     return f
 
 
+def resolve_precision(precision: str, device) -> str:
+    """The precision a trial runs at: ``fp32``, ``bf16`` or ``fp16`` as asked, and ``auto`` =
+    ``bf16`` on a CUDA device that supports it (``torch.cuda.is_bf16_supported``), else
+    ``fp32`` (a CPU's autocast gains little and costs accuracy). FLOPs are counted the same at
+    every precision.
+
+    Raises:
+        ValueError: an unknown precision, or ``fp16`` / ``bf16`` asked where the device cannot
+            run it (fp16 on a CPU; bf16 on a GPU without support).
+    """
+    import torch
+
+    if precision not in ("fp32", "bf16", "fp16", "auto"):
+        raise ValueError(f"precision must be fp32, bf16, fp16 or auto, got {precision!r}")
+    cuda = torch.device(device).type == "cuda"
+    bf16_ok = cuda and torch.cuda.is_bf16_supported()
+    if precision == "auto":
+        return "bf16" if bf16_ok else "fp32"
+    if precision == "fp16" and not cuda:
+        raise ValueError("precision fp16 needs a CUDA device (use bf16 or fp32 on a CPU)")
+    if precision == "bf16" and cuda and not bf16_ok:
+        raise ValueError(f"precision bf16: {torch.cuda.get_device_name(device)} does not support bfloat16")
+    return precision
+
+
 class TrialLoop:
     """Training state of one trial: model, optimizer, LR schedule, RNG and progress.
 
@@ -51,10 +76,13 @@ class TrialLoop:
             defaults by :func:`archsearch.models.config.trial_config`).
         data: :class:`archsearch.data.PreparedData`.
         settings: budget values: ``epochs``, ``batch_size``, ``steps_per_epoch`` (LM),
-            ``eval_blocks`` (LM), ``latency_batch_size``, ``seed``, ``threads``, ``fixed``.
+            ``eval_blocks`` (LM), ``latency_batch_size``, ``seed``, ``threads``, ``fixed``,
+            ``device`` (default: ``cuda`` when available, else ``cpu``), ``precision``
+            (``fp32`` / ``bf16`` / ``fp16`` / ``auto``, :func:`resolve_precision`).
 
     Attributes:
         mcfg: the model's :class:`~archsearch.models.transformer.TransformerConfig`.
+        precision: the precision that runs (``fp32``, ``bf16`` or ``fp16``; recorded per epoch).
         opt, sched: the AdamW optimizer and its LR schedule (``opt`` is ``None`` while the
             strategies are built, before the first :meth:`rebuild_optimizer`).
     """
@@ -66,7 +94,8 @@ class TrialLoop:
 
         self.cfg = trial_config(cfg, settings.get("fixed"))
         self.data, self.settings = data, settings
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(settings.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.precision = resolve_precision(str(settings.get("precision") or "auto"), self.device)
         seed = int(settings.get("seed", 0))
         torch.manual_seed(seed)
         self.gen = torch.Generator().manual_seed(seed)
@@ -88,6 +117,9 @@ class TrialLoop:
         self.gating = gating_class(str(self.cfg["gating"]))(self.model, self.cfg, settings, loop=self)
         self.tying = tying_class(str(self.cfg["tying"]))(self.model, self.cfg, settings, loop=self)
         self.rebuild_optimizer()
+        #: fp16 needs loss scaling (Micikevicius et al. 2018, "Mixed Precision Training", §3.2);
+        #: disabled (a pass-through) for fp32 and bf16
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.history: list[dict[str, float]] = []
 
     def trainable_parameters(self) -> list:
@@ -208,15 +240,18 @@ class TrialLoop:
         for step, (x, mask, y) in enumerate(self.train_batches()):
             x, y = x.to(self.device), y.to(self.device)
             mask = None if mask is None else mask.to(self.device)
-            loss = self.gating.training_loss(x, mask, y, self.task_loss)
+            with self.autocast():
+                loss = self.gating.training_loss(x, mask, y, self.task_loss)
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"training loss is {loss.item()} at epoch {self.epoch + 1}, step {step} "
                     f"(lr={self.cfg['lr']:.3g})")
             self.opt.zero_grad(set_to_none=True)
-            loss.backward()
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.opt)
             torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), 1.0)
-            self.opt.step()
+            self.scaler.step(self.opt)
+            self.scaler.update()
             self.sched.step()
             self.step += 1
             loss_value = loss.item()
@@ -252,13 +287,15 @@ class TrialLoop:
         from archsearch.models import costs
 
         self.model.eval()
-        self.gating.before_evaluate(split_name)  # e.g. budget calibration on validation data
+        with self.autocast():
+            self.gating.before_evaluate(split_name)  # e.g. budget calibration on validation data
         loss_sum, correct, count, flops_sum, n_samples = 0.0, 0, 0, 0.0, 0
-        with torch.inference_mode():
+        with torch.inference_mode(), self.autocast():
             for x, mask, y in self.eval_batches(split_name):
                 x, y = x.to(self.device), y.to(self.device)
                 mask = None if mask is None else mask.to(self.device)
                 logits, flops = self.gating.predict(x, mask)  # (B, ...), (B,) FLOPs executed
+                logits = logits.float()
                 if self.data.task == "lm":
                     loss_sum += float(self.task_loss(logits, y)) * y.numel()
                     count += y.numel()
@@ -283,6 +320,8 @@ class TrialLoop:
         metrics["latency_ms"] = self.latency_ms()
         metrics["train_seconds"] = self.train_seconds
         metrics["epoch"] = self.epoch
+        metrics["device"] = costs.device_name(self.device)
+        metrics["precision"] = self.precision
         metrics.update(gating_metrics)
         metrics.update(self.tying.metrics())
         return metrics
@@ -293,9 +332,20 @@ class TrialLoop:
 
         bs = int(self.settings.get("latency_batch_size", 32))
         x, mask, _ = next(iter(self.eval_batches("validation", batch_size=bs)))
-        return float(costs.latency_ms(PredictModule(self.gating), x.to(self.device),
-                                      None if mask is None else mask.to(self.device),
-                                      batch_size=bs, repeats=5, warmup=1))
+        with self.autocast():
+            return float(costs.latency_ms(PredictModule(self.gating), x.to(self.device),
+                                          None if mask is None else mask.to(self.device),
+                                          batch_size=bs, repeats=5, warmup=1))
+
+    def autocast(self):
+        """The mixed-precision context of :attr:`precision` (``torch.autocast`` on the loop's
+        device; a no-op for fp32)."""
+        import torch
+
+        if self.precision == "fp32":
+            return torch.autocast(self.device.type, enabled=False)
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, directory: str) -> None:
@@ -304,7 +354,8 @@ class TrialLoop:
 
         torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
                     "sched": self.sched.state_dict(), "gen": self.gen.get_state(),
-                    "gating": self.gating.state_dict(), "tying": self.tying.state_dict()},
+                    "gating": self.gating.state_dict(), "tying": self.tying.state_dict(),
+                    "scaler": self.scaler.state_dict()},
                    os.path.join(directory, "state.pt"))
         with open(os.path.join(directory, "progress.json"), "w") as f:
             json.dump({"epoch": self.epoch, "step": self.step, "train_seconds": self.train_seconds,
@@ -321,7 +372,10 @@ class TrialLoop:
 
         path = os.path.join(directory, "state.pt")
         try:
-            state = torch.load(path, map_location=self.device, weights_only=True)
+            # onto the CPU first: RNG states must stay CPU ByteTensors (a GPU checkpoint restored
+            # on a GPU or a CPU); load_state_dict then copies weights and optimizer state to
+            # where the parameters live
+            state = torch.load(path, map_location="cpu", weights_only=True)
             with open(os.path.join(directory, "progress.json")) as f:
                 progress = json.load(f)
         except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as e:
@@ -335,6 +389,8 @@ class TrialLoop:
         self.opt.load_state_dict(state["opt"])
         self.sched.load_state_dict(state["sched"])
         self.gen.set_state(state["gen"])
+        if "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
         self.epoch = progress["epoch"]
         self.train_seconds = progress["train_seconds"]
         self.history = progress["history"]
