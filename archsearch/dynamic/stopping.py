@@ -125,7 +125,8 @@ class LinearStopping:
         X = np.asarray(X, dtype=float)
         if self.rule == "confidence":
             return X[:, self.score_col]
-        return self.advantage(k, X, costs, price) + self.TIE_BREAK * X[:, self.score_col]
+        adv = self.advantage(k, X, costs, price)
+        return adv if self.score_col is None else adv + self.TIE_BREAK * X[:, self.score_col]
 
     def advantage(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` predicted advantages of stopping at exit ``k < K - 1`` over continuing, in

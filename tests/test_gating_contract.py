@@ -1,0 +1,164 @@
+"""The contract every registered gating meets (issue 34; like the searcher suite): real training
+of a tiny model on real data through the product's :class:`~archsearch.tune.trainable.TrialLoop`,
+on the test device (``ARCHSEARCH_TEST_DEVICE``).
+
+For each gating in :data:`archsearch.dynamic.GATING`, with its default settings:
+
+* a ``flops_budget`` (gatings whose Settings declare one) is met within +-0.05 on validation;
+* the depth histogram counts exactly the rows just evaluated;
+* a checkpoint round trip (save on the test device, load into a fresh loop) predicts the same;
+* the same seed gives the same result, and the calibration reads no labels: validation and test
+  labels poisoned (shuffled), the decisions and FLOPs are identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from archsearch.dynamic import GATING, gating_class
+
+N_TRAIN, N_VAL, N_TEST = 512, 192, 160
+BUDGET = 0.5
+
+
+@pytest.fixture(scope="module")
+def small_data(cache_dir):
+    from archsearch.data import prepare
+
+    data = prepare("rotten_tomatoes_sentences", vocab_size=1000, max_len=32)
+
+    def head(split, n):
+        s = data[split]
+        return dataclasses.replace(s, input_ids=s.input_ids[:n], attention_mask=s.attention_mask[:n],
+                                   labels=s.labels[:n])
+
+    return dataclasses.replace(data, data={**data.data, "train": head("train", N_TRAIN),
+                                           "validation": head("validation", N_VAL), "test": head("test", N_TEST)})
+
+
+def poisoned(data):
+    """``data`` with the validation and test labels shuffled (training labels untouched)."""
+    parts = dict(data.data)
+    for split in ("validation", "test"):
+        s = parts[split]
+        perm = torch.randperm(len(s), generator=torch.Generator().manual_seed(7))
+        parts[split] = dataclasses.replace(s, labels=1 - s.labels[perm])
+    return dataclasses.replace(data, data=parts)
+
+
+def budgeted(name: str) -> bool:
+    return "flops_budget" in gating_class(name).Settings.model_fields
+
+
+def make_loop(name, data, device, seed=0):
+    from archsearch.tune.trainable import TrialLoop
+
+    cfg = {"gating": name, "n_layers": 3, "d_model": 32, "n_heads": 4, "warmup_steps": 4, "lr": 2e-3}
+    if budgeted(name):
+        cfg["flops_budget"] = BUDGET
+    return TrialLoop(cfg, data, {"epochs": 1, "batch_size": 32, "seed": seed, "latency_batch_size": 16,
+                                 "device": str(device)})
+
+
+def trained(name, data, device, seed=0):
+    torch.set_num_threads(1)
+    loop = make_loop(name, data, device, seed)
+    loop.train_epoch()
+    return loop
+
+
+def predictions(loop, split="test"):
+    """``(logits, flops)`` of every row of ``split``, as evaluation runs them (CPU tensors)."""
+    loop.model.eval()
+    out, flops = [], []
+    with torch.inference_mode():
+        for x, mask, _ in loop.eval_batches(split):
+            lg, f = loop.gating.predict(x.to(loop.device), None if mask is None else mask.to(loop.device))
+            out.append(lg.float().cpu())
+            flops.append(f.cpu())
+    loop.gating.metrics()  # reset the evaluation counters these passes touched
+    return torch.cat(out), torch.cat(flops)
+
+
+def hist_rows(name: str, m: dict) -> int | None:
+    """Rows the gating's depth histogram counts (``None``: the gating reports none)."""
+    if "dht_eval_samples" in m:
+        return m["dht_eval_samples"]
+    if "exit_eval_samples" in m:
+        return m["exit_eval_samples"]
+    if "depth_histogram" in m:
+        return int(sum(m["depth_histogram"].values()))
+    return None
+
+
+@pytest.fixture(scope="module", params=sorted(GATING))
+def gating_run(request, small_data, device):
+    name = request.param
+    loop = trained(name, small_data, device)
+    val = loop.evaluate("validation")
+    test = loop.evaluate("test")
+    return name, loop, val, test
+
+
+def test_the_flops_budget_is_met_on_validation(gating_run, small_data):
+    from archsearch.models import costs
+
+    name, loop, val, _ = gating_run
+    if not budgeted(name):
+        pytest.skip(f"{name} has no flops_budget")
+    full = sum(costs.flops_per_sample(loop.model.config, x.shape[1]) * x.shape[0]
+               for x, _, _ in loop.eval_batches("validation")) / N_VAL
+    assert abs(val["flops_per_sample"] / full - BUDGET) <= 0.05, (name, val["flops_per_sample"] / full)
+
+
+def test_the_depth_histogram_counts_exactly_the_evaluated_rows(gating_run):
+    name, _, val, test = gating_run
+    for m, n in ((val, N_VAL), (test, N_TEST)):
+        rows = hist_rows(name, m)
+        if rows is None:
+            assert name in ("static", "length_drop"), f"{name} reports no depth histogram"
+            continue
+        assert rows == n, (name, rows, n)
+
+
+def test_a_checkpoint_round_trip_predicts_the_same(gating_run, small_data, device, tmp_path):
+    name, loop, _, _ = gating_run
+    before = predictions(loop)
+    loop.save(str(tmp_path))
+    fresh = make_loop(name, small_data, device, seed=3)  # other seed: everything must come from the file
+    fresh.load(str(tmp_path))
+    after = predictions(fresh)
+    torch.testing.assert_close(after[0], before[0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(after[1], before[1])
+
+
+def test_same_seed_same_result_and_calibration_reads_no_labels(gating_run, small_data, device):
+    name, loop, val, _ = gating_run
+    twin = trained(name, poisoned(small_data), device)
+    tval = twin.evaluate("validation")
+    assert tval["flops_per_sample"] == val["flops_per_sample"], name
+    a, b = predictions(loop), predictions(twin)
+    torch.testing.assert_close(b[0], a[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b[1], a[1])
+    if hist_rows(name, val) is not None:
+        for key in ("dht_depth_hist", "exit_depth_hist", "depth_histogram"):
+            if key in val:
+                assert tval[key] == val[key], (name, key)
+    # the labels did change: poisoning is not a no-op
+    assert tval["accuracy"] != val["accuracy"] or N_VAL == 0
+
+
+def test_a_broken_gating_is_caught_by_the_budget_check(small_data, device, monkeypatch):
+    """The budget check can fail: a confidence exit whose calibration is skipped misses it."""
+    from archsearch.dynamic.confidence_exit import ConfidenceExitGating
+    from archsearch.models import costs
+
+    monkeypatch.setattr(ConfidenceExitGating, "before_evaluate", lambda self, split="validation": None)
+    loop = trained("confidence_exit", small_data, device)
+    val = loop.evaluate("validation")
+    full = sum(costs.flops_per_sample(loop.model.config, x.shape[1]) * x.shape[0]
+               for x, _, _ in loop.eval_batches("validation")) / N_VAL
+    assert abs(val["flops_per_sample"] / full - BUDGET) > 0.05
