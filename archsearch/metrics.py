@@ -4,7 +4,7 @@ A trial reports these names (docs/design.md: use exactly these everywhere: repor
 CLI, benchmarks); a search space's objectives and constraints name them. Each row says which
 direction is better, the unit, whether plots use a log axis, whether the metric is a *known
 cost* (computable from the architecture alone, before training:
-:func:`archsearch.models.costs.known_costs_fn`), whether it belongs to the trained model
+:func:`archsearch.dynamic.known_costs.known_costs_fn`), whether it belongs to the trained model
 itself (the same at every operating point of one model), and what it means.
 
 Adding a metric is adding one row to :data:`METRICS`. The other tables are live views of it

@@ -172,8 +172,13 @@ class Budget(_Strict):
     scheduler: Literal["none", "asha"] = "asha"
     grace_period: int = Field(1, ge=1)  #: ASHA: epochs before a trial may be stopped
     reduction_factor: int = Field(3, ge=2)
-    cpus_per_trial: float = Field(1.0, gt=0)
-    gpus_per_trial: float = Field(0.0, ge=0)
+    cpus_per_trial: float = Field(1.0, gt=0, allow_inf_nan=False)
+    gpus_per_trial: float = Field(0.0, ge=0, allow_inf_nan=False)
+    #: Ray ``memory`` resource of one trial, in GiB (default: none asked for)
+    memory_per_trial_gb: float | None = Field(None, gt=0, allow_inf_nan=False)
+    #: a trial waiting this long for resources no node of the cluster has fails the search
+    #: (:class:`archsearch.tune.callbacks.PendingWatch`)
+    pending_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False)
     time_budget_s: float | None = Field(None, gt=0)
     latency_batch_size: int = Field(32, ge=1)
     max_failures: int = Field(1, ge=0)  #: retries of a failed trial from its last checkpoint

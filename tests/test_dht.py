@@ -219,7 +219,7 @@ def train_dht(data, lam, seed=0, **extra):
 
 def test_real_training_with_a_large_lambda_learns_cheaper_paths_deterministically(small_data):
     loop, m = train_dht(small_data, lam=5.0)
-    static_flops = costs.known_costs_fn(small_data)(loop.cfg)["flops_per_sample"]  # same batches
+    static_flops = costs.static_costs_fn(small_data)(loop.cfg).costs["flops_per_sample"]  # same batches
     assert m["flops_per_sample"] < 0.8 * static_flops
     assert m["dht_mean_depth"] < 3
     assert m["dht_mean_depth"] == pytest.approx(sum(int(d) * f for d, f in m["dht_depth_hist"].items()))
@@ -414,8 +414,8 @@ def test_static_depth_forced_run_equals_the_static_model_after_training(tiny):
 
 
 def test_budget_calibration_on_validation_lands_within_005(small_data):
-    static = costs.known_costs_fn(small_data)({"gating": "static", "n_layers": 3, "d_model": 32,
-                                               "n_heads": 4})["flops_per_sample"]
+    static = costs.static_costs_fn(small_data)({"n_layers": 3, "d_model": 32,
+                                                "n_heads": 4}).costs["flops_per_sample"]
     for budget in (0.5, 0.75):
         loop, m = train_dht(small_data, lam=0.5, flops_budget=budget)
         assert loop.gating.takeover_step is not None
@@ -523,8 +523,8 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
     ("validation", "confidence", "match", "trajectory")])
 def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, stop_fit, stop_rule, stop_quality,
                                                                     stop_context):
-    static = costs.known_costs_fn(small_data)({"gating": "static", "n_layers": 3, "d_model": 32,
-                                               "n_heads": 4})["flops_per_sample"]
+    static = costs.static_costs_fn(small_data)({"n_layers": 3, "d_model": 32,
+                                                "n_heads": 4}).costs["flops_per_sample"]
     loop, m = train_dht(small_data, lam=0.5, flops_budget=0.6, dht_routing="cascade", dht_reward="prob",
                         dht_stop_fit=stop_fit, dht_stop_rule=stop_rule, dht_stop_quality=stop_quality,
                         dht_stop_context=stop_context)

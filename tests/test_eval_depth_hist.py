@@ -43,7 +43,7 @@ def trained_loop(data, **cfg):
 
 
 def test_dht_histogram_counts_exactly_the_evaluated_samples(small_data):
-    from archsearch.models.costs import known_costs_fn
+    from archsearch.dynamic.known_costs import known_costs_fn
 
     loop = trained_loop(small_data, gating="dht", dht_lambda=0.5, dht_warmup_steps=3,
                         dht_warmup_max_steps=8)

@@ -6,6 +6,9 @@ For each gating in :data:`archsearch.dynamic.GATING`, with its default settings:
 
 * a ``flops_budget`` (gatings whose Settings declare one) is met within +-0.05 on validation;
 * the depth histogram counts exactly the rows just evaluated;
+* the costs known before training (:func:`archsearch.dynamic.known_costs.known_costs_fn`) are
+  what the trial reports: parameters exactly, FLOPs within 0.05 x static of the budget (an upper
+  bound without one);
 * a checkpoint round trip (save on the test device, load into a fresh loop) predicts the same;
 * the same seed gives the same result, and the calibration reads no labels: validation and test
   labels poisoned (shuffled), the decisions and FLOPs are identical.
@@ -122,6 +125,23 @@ def test_the_depth_histogram_counts_exactly_the_evaluated_rows(gating_run):
             assert name in ("static", "length_drop"), f"{name} reports no depth histogram"
             continue
         assert rows == n, (name, rows, n)
+
+
+def test_the_known_costs_are_what_the_trial_reports(gating_run, small_data):
+    from archsearch.dynamic.known_costs import known_costs_fn
+
+    name, loop, val, _ = gating_run
+    cost_fn = known_costs_fn(small_data)
+    known = cost_fn(loop.cfg)
+    static = cost_fn({**loop.cfg, "gating": "static"})["flops_per_sample"]
+    assert (known["params_total"], known["params_trainable"]) == (val["params_total"], val["params_trainable"]), name
+    if budgeted(name):
+        assert known["flops_per_sample"] == pytest.approx(BUDGET * static, rel=1e-12)
+        assert abs(val["flops_per_sample"] - known["flops_per_sample"]) <= 0.05 * static, name
+    else:
+        assert val["flops_per_sample"] <= known["flops_per_sample"] * (1 + 1e-9), name
+        if name == "static":
+            assert val["flops_per_sample"] == pytest.approx(known["flops_per_sample"], rel=1e-9)
 
 
 def test_a_checkpoint_round_trip_predicts_the_same(gating_run, small_data, device, tmp_path):

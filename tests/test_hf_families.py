@@ -193,7 +193,7 @@ def test_checkpoint_tokenizer_prepares_data_and_fine_tunes(model_type, family_ch
     import dataclasses
 
     from archsearch.data import prepare
-    from archsearch.models.costs import known_costs_fn
+    from archsearch.dynamic.known_costs import known_costs_fn
     from archsearch.models.pretrained import transformer_from_pretrained
     from archsearch.tune.trainable import TrialLoop
 

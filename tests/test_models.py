@@ -411,7 +411,7 @@ def test_known_costs_equal_what_a_static_trial_reports(mixed_length_data):
     cloudpickle = pytest.importorskip("cloudpickle")
     from archsearch.dynamic.base import TrialContext
     from archsearch.models.config import model_config, trial_config
-    from archsearch.models.costs import known_costs_fn
+    from archsearch.dynamic.known_costs import known_costs_fn
     from archsearch.tune.trainable import TrialLoop
 
     settings = {"epochs": 1, "batch_size": 64, "seed": 0, "latency_batch_size": 4,

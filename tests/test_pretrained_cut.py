@@ -28,7 +28,7 @@ def checkpoints(tmp_path_factory):
 
 
 class _Data(SimpleNamespace):
-    """What :func:`archsearch.models.costs.known_costs_fn` and
+    """What :func:`archsearch.dynamic.known_costs.known_costs_fn` and
     :func:`~archsearch.models.pretrained.transformer_for_data` read of a PreparedData."""
 
     def __getitem__(self, split):
@@ -75,6 +75,7 @@ def test_cut_outside_the_checkpoint_raises_one_line(checkpoints, n_layers):
 
 
 def test_trial_config_cuts_only_when_n_layers_is_given_and_costs_follow(checkpoints):
+    from archsearch.dynamic.known_costs import known_costs_fn
     from archsearch.models import costs
     from archsearch.models.config import eval_lengths, model_config, trial_config
     from archsearch.models.pretrained import transformer_for_data
@@ -95,7 +96,7 @@ def test_trial_config_cuts_only_when_n_layers_is_given_and_costs_follow(checkpoi
     model = transformer_for_data(ckpt, data, n_layers=cut_cfg.get("n_layers"))
     assert model.config == cut and len(model.blocks) == 2
     # the searchers' costs: the cut's FLOPs are the full model's early exit after 2 blocks
-    cost = costs.known_costs_fn(data)
+    cost = known_costs_fn(data)
     full_cfg = model_config(trial_config({"init_from": ckpt}), data)
     lengths = eval_lengths(data)
     rows = sum(n for _, n in lengths)

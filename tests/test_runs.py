@@ -82,7 +82,7 @@ class _TinyProblem:
     name = "tiny"
 
     def __init__(self, space, data):
-        from archsearch.models.costs import known_costs_fn
+        from archsearch.dynamic.known_costs import known_costs_fn
 
         self.space, self.cost_fn, self.ref, self.max_hv = space, known_costs_fn(data, space.fixed), [0.0, -1e12], 1.0
 
@@ -188,7 +188,7 @@ def test_baseline_survives_running_out_of_feasible_draws(tiny):
     """When every resample is known-infeasible, the last draw is proposed and its trial stays
     open: telling it (even a NaN constraint metric) must not crash the search."""
     from archsearch.search.baselines import OptunaSearcher
-    from archsearch.models.costs import known_costs_fn
+    from archsearch.dynamic.known_costs import known_costs_fn
 
     space, data = tiny
     bound = space.constraints["params_trainable"].model_copy(update={"max": 1.0})

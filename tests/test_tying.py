@@ -274,7 +274,7 @@ def test_optimizer_follows_tie_and_untie_changes(data):
     s = tying_map(rl.model)
     assert m["tying_map"] == s and m["n_distinct_layers"] == len(set(s))
     # each block that shares another's weights saves one block of parameters
-    untied = costs.known_costs_fn(data)(TINY)["params_trainable"]
+    untied = costs.static_costs_fn(data)(TINY).costs["params_trainable"]
     per_block = sum(p.numel() for p in rl.model.blocks[0].parameters())
     assert m["params_trainable"] == untied - (TINY["n_layers"] - len(set(s))) * per_block
 

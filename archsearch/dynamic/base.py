@@ -133,6 +133,37 @@ class GatingStrategy:
         self.model, self.cfg, self.settings, self.loop = model, cfg, settings, loop
         self.s = self.Settings.from_config(cfg, task=getattr(getattr(model, "config", None), "task", None))
 
+    @classmethod
+    def known_cost(cls, cfg: dict[str, Any], model_config) -> tuple[float, int]:
+        """What this gating changes in the costs known before training
+        (:func:`archsearch.dynamic.known_costs.known_costs_fn`), for the complete trial config
+        ``cfg`` and the trial's ``model_config`` (a
+        :class:`~archsearch.models.transformer.TransformerConfig`):
+
+        * ``flops_fraction``: the fraction of the static full-depth model's FLOPs per sample the
+          trial reports. ``flops_budget`` when :attr:`Settings` declares that field and it is set
+          (by the config or as the default): the inner loop meets it on validation, within
+          about 0.05; else 1.0 (the static value, an upper bound for a gating that skips work).
+        * ``extra_params``: parameter scalars the strategy adds to the trial's model, which
+          ``TrialLoop.evaluate`` counts (all trainable): the exit heads of
+          :meth:`exit_head_depths` (:func:`archsearch.models.costs.exit_head_params`). Modules
+          the strategy holds itself (:meth:`extra_modules`) are not counted by the trial, nor here.
+
+        Raises:
+            ValueError: a value of ``cfg`` that :attr:`Settings` refuses (names the key).
+        """
+        s = cls.Settings.from_config(cfg, task=model_config.task)
+        budget = getattr(s, "flops_budget", None)
+        depths = cls.exit_head_depths(s, model_config)
+        return (1.0 if budget is None else float(budget),
+                costs.exit_head_params(model_config, depths) if depths else 0)
+
+    @classmethod
+    def exit_head_depths(cls, s: StrategySettings, model_config) -> list[int]:
+        """The depths (blocks) the strategy built on ``model_config`` with settings ``s`` passes
+        to :meth:`~archsearch.models.transformer.Transformer.add_exit_heads` (``[]``: none)."""
+        return []
+
     #: Learning rate of :meth:`extra_modules` (``None`` = the trial's ``lr``): a module trained
     #: from scratch beside a fine-tuned checkpoint needs more than the fine-tuning lr.
     extra_lr: float | None = None

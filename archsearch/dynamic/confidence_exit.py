@@ -111,6 +111,12 @@ class ConfidenceExitGating(GatingStrategy):
 
     Settings = ConfidenceExitSettings
 
+    @classmethod
+    def exit_head_depths(cls, s: ConfidenceExitSettings, model_config) -> list[int]:
+        """Every exit ``min_layers .. n_layers`` with ``exit_heads``, as :meth:`__init__`
+        builds them on a model without them."""
+        return list(range(s.min_layers, int(model_config.n_layers) + 1)) if s.exit_heads else []
+
     def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
                  loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)

@@ -108,6 +108,15 @@ class DepthPredictorGating(GatingStrategy):
 
     Settings = DepthPredictorSettings
 
+    @classmethod
+    def exit_head_depths(cls, s: DepthPredictorSettings, model_config) -> list[int]:
+        """The allowed depths ``min_layers .. n_layers`` when the exits are trained with their
+        own heads (``depth_all_exits`` and ``exit_heads``), as :meth:`__init__` builds them.
+        The structure predictor is held by the strategy, not by the model: not counted."""
+        if not (s.depth_all_exits and s.exit_heads):
+            return []
+        return list(range(s.min_layers, int(model_config.n_layers) + 1))
+
     def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
                  loop: TrialContext | None = None):
         config = model.config

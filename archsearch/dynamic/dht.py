@@ -119,6 +119,11 @@ class DHTSettings(StrategySettings):
         "Cascade: decide from the exit's max probability, entropy and agreement with the last "
         "exits (`trajectory`, measured; PABEE's patience, Zhou et al. 2020 §3) or from the "
         "projected hidden state and the exit's confidence (`exit`)."))
+    dht_stop_refit_every: int = Field(8, ge=1, description=(
+        "Cascade: refit the training stop policy every this many steps (the window keeps every "
+        "batch); 1 refits after each step, as dht.json's runs did. The fit (a least-squares "
+        "solve per exit over 2048 rows) took 10% of a GPU trial's training at 1; inference "
+        "refits on validation anyway (`dht_stop_fit: validation`)."))
     dht_epsilon: float = Field(0.05, ge=0, le=1, description=(
         "Exploration floor: fraction of routed training samples sent to a random depth."))
     dht_price_lr: float = Field(0.05, gt=0, description="Dual-ascent step of the price per step.")
@@ -170,6 +175,20 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
 
     Settings = DHTSettings
 
+    @staticmethod
+    def allowed_depths(s: DHTSettings, n_layers: int) -> list[int]:
+        """The exits (blocks) a sample may take, ``lo .. hi``: ``max_layers`` (or ``n_layers``)
+        clamped into ``[max(n_fixed, 1), n_layers]``, ``min_layers`` (or ``n_fixed``) clamped
+        into ``[n_fixed, hi]``."""
+        hi = min(max(s.max_layers or n_layers, s.n_fixed, 1), n_layers)
+        lo = min(max(s.min_layers or s.n_fixed, s.n_fixed), hi)
+        return list(range(lo, hi + 1))
+
+    @classmethod
+    def exit_head_depths(cls, s: DHTSettings, model_config) -> list[int]:
+        """Every allowed exit with ``exit_heads`` (as :meth:`__init__` builds them)."""
+        return cls.allowed_depths(s, model_config.n_layers) if s.exit_heads else []
+
     def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any], loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
         s, conf = self.s, model.config
@@ -179,9 +198,7 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         if s.min_heads is not None and s.min_heads > H:
             raise ValueError(f"min_heads must be in [1, n_heads={H}], got {s.min_heads}")
         self.n_fixed = s.n_fixed
-        hi = min(max(s.max_layers or L, self.n_fixed, 1), L)
-        lo = min(max(s.min_layers or self.n_fixed, self.n_fixed), hi)
-        self.depths = list(range(lo, hi + 1))  # LinUCB arms
+        self.depths = self.allowed_depths(s, L)  # LinUCB arms
         if s.exit_heads:
             model.add_exit_heads(self.depths)  # an own classifier per exit (classification)
         self.exit_loss, self.min_heads, self.lam = s.exit_loss, s.min_heads or H, s.dht_lambda
@@ -201,7 +218,7 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         self.calibration_rows = s.dht_calibration_rows
         self.price = DualPrice(self.flops_budget, lr=s.dht_price_lr, init=self.lam)
         self.eval_price: float | None = None
-        self.n_gated = hi - self.n_fixed  # blocks that can be head-gated
+        self.n_gated = self.depths[-1] - self.n_fixed  # blocks that can be head-gated (up to the deepest exit)
         seed = int(settings.get("seed", 0))
         gen = torch.Generator().manual_seed(seed + 7919)
         self.proj = torch.randn(conf.d_model, CONTEXT_DIM, generator=gen)  # (d, 16) fixed
@@ -211,7 +228,8 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         #: ``dht_routing: cascade``: the per-exit stop / continue policy (``None`` = route once)
         trajectory = self.stop_context == "trajectory"
         self.stopping = (LinearStopping(len(self.depths), TRAJECTORY_DIM if trajectory else self.context_dim,
-                                        rule=self.stop_rule, score_col=0 if trajectory else CONTEXT_DIM)
+                                        rule=self.stop_rule, score_col=0 if trajectory else CONTEXT_DIM,
+                                        refit_every=s.dht_stop_refit_every)
                          if self.routing == "cascade" else None)
         rows = max(self.n_gated, 1)
         self.ucb = UCB1(H - self.min_heads + 1, n_rows=rows, c=s.dht_ucb_c, decay=s.dht_decay)

@@ -132,17 +132,14 @@ class DHTInference:
         with torch.no_grad():
             h, pad = self._trunk(x, mask, self.force_depth)
             if self._cascading():
-                out, arms, _ = self._run_cascade(h, pad)
-                T = x.shape[1]
-                flops = torch.empty(x.shape[0], dtype=torch.float64)
-                for a in np.unique(arms):
-                    counts = self._heads_for(int(a), True, T, self._price(True))[1]
-                    n = int((arms == a).sum())
-                    flops[torch.from_numpy(np.flatnonzero(arms == a))] = float(self._flops(T, self.depths[a], counts))
-                    self._eval_counts[a] += n
-                    self._eval_heads[0] += n * sum(counts)
-                    self._eval_heads[1] += n * len(counts)
-                return out, flops
+                out, arms, _ = self._run_cascade(h, pad)  # arms: (B,) on the model's device
+                T, price = x.shape[1], self._price(True)
+                heads = [self._heads_for(a, True, T, price)[1] for a in range(len(self.depths))]  # cached
+                table = torch.tensor([float(self._flops(T, d, c)) for d, c in zip(self.depths, heads)],
+                                     dtype=torch.float64, device=arms.device)  # (K,) FLOPs per exit
+                # counted on the device, folded into the statistics by metrics(): no host sync here
+                self._pending_counts.append((torch.bincount(arms, minlength=len(self.depths)), heads))
+                return out, table[arms]
             groups = self._plan(h, pad, greedy=True)
             B, T = x.shape
             out = None
@@ -181,7 +178,7 @@ class DHTInference:
 
         Returns:
             ``(logits, arms, heads)``: ``B x C`` logits of each sample's exit, ``B`` depth-arm
-            indices (int array), and the heads of every gated block (``heads_per_layer`` of
+            indices (int64 tensor on the model's device), and the heads of every gated block (``heads_per_layer`` of
             the deepest allowed path).
         """
         price = self._price(True)
@@ -189,12 +186,15 @@ class DHTInference:
         heads = self._heads_for(len(self.depths) - 1, True, T, price)[0]
         costs_ = self._depth_costs(T)
 
+        on_device = self.stop_context == "trajectory"  # the exit context reads a CPU projection
+
         def stop_rule(k, hk, pk, logits, prev):
-            X, state = self._stop_context(hk, pk, logits, prev)
-            return torch.from_numpy(self.stopping.stop(k, X, costs_, price)), state
+            X, state = self._stop_context(hk, pk, logits, prev, on_device=on_device)
+            stop = self.stopping.stop(k, X, costs_, price)
+            return (stop if on_device else torch.from_numpy(stop)), state
 
         out, exit_index = run_cascade(self.model, h, pad, self.depths, self.n_fixed, stop_rule, heads=heads)
-        return out, exit_index.cpu().numpy(), heads
+        return out, exit_index, heads
 
     def plan(self, x, mask) -> list[tuple[int, list[int], list]]:
         """The greedy inference choices for a batch, as :meth:`predict` would run them.
@@ -211,6 +211,7 @@ class DHTInference:
             h, pad = self._trunk(x, mask, self.force_depth)
             if self._cascading():
                 _, arms, heads = self._run_cascade(h, pad)
+                arms = arms.cpu().numpy()
                 return [(self.depths[a], np.flatnonzero(arms == a).tolist(),
                          list(heads[:self.depths[a] - self.n_fixed])) for a in np.unique(arms)]
             groups = self._plan(h, pad, greedy=True)
@@ -234,6 +235,12 @@ class DHTInference:
         :meth:`predict` ran since :meth:`before_evaluate` (or the last call): in
         ``TrialLoop.evaluate`` exactly the split just evaluated, read before the latency timing
         (which also runs :meth:`predict`). The counters reset on each call."""
+        for cnt, heads in self._pending_counts:  # the cascade's device-side counts
+            cnt = cnt.cpu().numpy()
+            self._eval_counts += cnt
+            self._eval_heads[0] += float(sum(n * sum(c) for n, c in zip(cnt, heads)))
+            self._eval_heads[1] += float(sum(n * len(c) for n, c in zip(cnt, heads)))
+        self._pending_counts = []
         ev = self._eval_counts
         tot = max(ev.sum(), 1)
         tr = self._train_counts
@@ -259,3 +266,4 @@ class DHTInference:
     def _reset_eval_counters(self) -> None:
         self._eval_counts = np.zeros(len(self.depths))  # samples per depth arm
         self._eval_heads = [0.0, 0.0]  # summed heads over executed gated blocks, block count
+        self._pending_counts: list = []  # (per-exit counts tensor, head counts per exit) per cascade batch

@@ -199,7 +199,7 @@ class DHTPaths:
             return torch.stack([exits[d].float().softmax(-1).gather(-1, top)[:, 0] for d in self.depths],
                                1).cpu().numpy()  # (B, K)
 
-    def _stop_context(self, h, pad, logits: torch.Tensor, prev: tuple | None):
+    def _stop_context(self, h, pad, logits: torch.Tensor, prev: tuple | None, on_device: bool = False):
         """The cascade's context at one exit and the state the next exit reads.
 
         Args:
@@ -215,12 +215,14 @@ class DHTPaths:
             log C, agreement with the previous exit and the one before, the previous exit's max
             probability, 1); ``state`` = ``(class, agrees, max probability)``, ``b`` arrays each
             (index them with the rows that go on; ``None`` with ``exit``, which reads no history).
+            With ``on_device`` (``trajectory`` only) tensors on ``logits``' device, no host
+            synchronisation (inference's cascade); numpy arrays otherwise.
         """
         if self.stop_context == "exit":
             return self._context(h, pad, logits), None
         with torch.no_grad():
-            probs = logits.detach().double().softmax(-1).cpu().numpy()  # (b, C)
-        return trajectory_context(probs, prev)
+            probs = logits.detach().double().softmax(-1)  # (b, C)
+        return trajectory_context(probs if on_device else probs.cpu().numpy(), prev)
 
     def _exit_contexts(self, exits: dict, hid: dict, pad) -> np.ndarray:
         """``B x K x dim`` contexts of every exit (the cascade's inputs, :meth:`_stop_context`)

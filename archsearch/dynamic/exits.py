@@ -152,14 +152,15 @@ StopRule = Callable[[int, torch.Tensor, "torch.Tensor | None", torch.Tensor, Any
 
 
 def _take(state: Any, keep: torch.Tensor) -> Any:
-    """``state`` (``None`` or a tuple of per-row tensors / numpy arrays) at the rows ``keep``."""
+    """``state`` (``None`` or a tuple of per-row tensors / numpy arrays) at the row indices
+    ``keep`` (int64 tensor)."""
     if state is None:
         return None
     keep_np = None
     out = []
     for a in state:
         if isinstance(a, torch.Tensor):
-            out.append(a[keep.to(a.device)])
+            out.append(a.index_select(0, keep.to(a.device)))
         else:
             keep_np = keep.cpu().numpy() if keep_np is None else keep_np
             out.append(a[keep_np])
@@ -213,19 +214,22 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
         if out is None:
             out = lg.new_empty((B,) + tuple(lg.shape[1:]))
         if k == K - 1:
-            out[rows] = lg
+            out.index_copy_(0, rows, lg)
             break
         stop, state = stop_rule(k, h, pad, lg, state)
         stop = stop.to(device=h.device, dtype=torch.bool)  # (b,)
+        # the rows that stop first, each group in its order: index_select needs no host sync
+        order = torch.argsort((~stop).to(torch.uint8), stable=True)  # (b,)
         n_stop = int(stop.sum())  # the one host synchronisation of this exit
         if n_stop:
-            out[rows[stop]] = lg[stop]
-            exit_index[rows[stop]] = k
+            gone = rows.index_select(0, order[:n_stop])  # (n_stop,) original row indices
+            out.index_copy_(0, gone, lg.index_select(0, order[:n_stop]))
+            exit_index.index_fill_(0, gone, k)
             if n_stop == len(rows):
                 break
-            keep = ~stop
-            rows, h = rows[keep], h[keep]
-            pad = None if pad is None else pad[keep]
+            keep = order[n_stop:]  # (b - n_stop,)
+            rows, h = rows.index_select(0, keep), h.index_select(0, keep)
+            pad = None if pad is None else pad.index_select(0, keep)
             state = _take(state, keep)
         h = model.run_layers(h, pad, d, depths[k + 1], heads_per_layer=blocks(d, depths[k + 1]))
     return out, exit_index

@@ -16,6 +16,7 @@ import math
 from typing import Any, Callable
 
 import numpy as np
+import torch
 
 from archsearch.dynamic.bandits import _t
 from archsearch.dynamic.budget import calibrate_monotone
@@ -81,7 +82,7 @@ class LinearStopping:
     RULES = ("regression", "tuned", "confidence")
 
     def __init__(self, n_exits: int, dim: int, *, window: int = 2048, ridge: float = 1.0,
-                 rule: str = "regression", score_col: int | None = None):
+                 rule: str = "regression", score_col: int | None = None, refit_every: int = 1):
         if n_exits < 1 or dim < 1 or window < 1 or not ridge > 0:
             raise ValueError(f"need n_exits >= 1, dim >= 1, window >= 1, ridge > 0; "
                              f"got {n_exits}, {dim}, {window}, {ridge}")
@@ -89,7 +90,9 @@ class LinearStopping:
             raise ValueError(f"rule must be one of {list(self.RULES)}, got {rule!r}")
         if rule == "confidence" and not (score_col is not None and 0 <= score_col < dim):
             raise ValueError(f"rule 'confidence' needs score_col in [0, {dim}), got {score_col}")
-        self.score_col = score_col
+        if refit_every < 1:
+            raise ValueError(f"refit_every must be >= 1, got {refit_every}")
+        self.score_col, self.refit_every = score_col, int(refit_every)
         self.n_exits, self.dim, self.window, self.ridge = int(n_exits), int(dim), int(window), float(ridge)
         self.rule = rule
         self.theta = np.zeros((max(self.n_exits - 1, 0), 3, self.dim))  # (K-1, 3, d): s, v, w
@@ -103,9 +106,22 @@ class LinearStopping:
         self.price: float | None = None  # the price of the last fit
         self.updates = 0
 
-    def stop(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
+    def _theta_on(self, device: torch.device) -> torch.Tensor:
+        """The fitted models as a float64 tensor on ``device`` (copied once per fit)."""
+        cache = self.__dict__.setdefault("_theta_cache", {})
+        if device not in cache:
+            cache[device] = torch.as_tensor(self.theta, dtype=torch.float64).to(device)
+        return cache[device]
+
+    def stop(self, k: int, X, costs: np.ndarray, price: float):
         """``B`` bools: stop at exit ``k`` for contexts ``X`` (``B x d``); ``costs``: the ``K``
-        exits' costs (e.g. FLOPs fractions; or ``B x K``), ``price`` per unit of cost."""
+        exits' costs (e.g. FLOPs fractions; or ``B x K``), ``price`` per unit of cost. ``X`` a
+        numpy array (numpy out) or a tensor (a bool tensor on its device out, computed there in
+        float64 with the same fitted models: the cascade decides on the model's device)."""
+        if isinstance(X, torch.Tensor):
+            if k >= self.n_exits - 1 or self.price is None:  # the last exit / never fitted
+                return torch.full((len(X),), k >= self.n_exits - 1, dtype=torch.bool, device=X.device)
+            return self.score(k, X, costs, price) > float(self.cut[k] + self.offset)
         X = np.asarray(X, dtype=float)
         if k >= self.n_exits - 1:
             return np.ones(len(X), dtype=bool)
@@ -122,7 +138,7 @@ class LinearStopping:
     def score(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` scores the threshold of exit ``k`` applies to: ``x[score_col]`` for ``rule=
         "confidence"``, else :meth:`advantage` (+ :data:`TIE_BREAK` x ``x[score_col]``)."""
-        X = np.asarray(X, dtype=float)
+        X = X.double() if isinstance(X, torch.Tensor) else np.asarray(X, dtype=float)
         if self.rule == "confidence":
             return X[:, self.score_col]
         adv = self.advantage(k, X, costs, price)
@@ -131,8 +147,13 @@ class LinearStopping:
     def advantage(self, k: int, X: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` predicted advantages of stopping at exit ``k < K - 1`` over continuing, in
         quality units: ``(s_k - price * c_k) - (v_k - price * w_k)`` (see :meth:`stop`)."""
-        X = np.asarray(X, dtype=float)
         costs = np.asarray(costs, dtype=float)
+        if isinstance(X, torch.Tensor):  # on the context's device; costs per exit only (K,)
+            theta = self._theta_on(X.device)[k]  # (3, d)
+            m = X.double() @ theta.T  # (B, 3)
+            w = m[:, 2].clamp(float(costs[k + 1]), float(costs[-1]))
+            return (m[:, 0] - price * float(costs[k])) - (m[:, 1] - price * w)
+        X = np.asarray(X, dtype=float)
         ck = costs[..., k]
         m = X @ self.theta[k].T  # (B, 3): stop quality, continuation quality / cost
         w = np.clip(m[:, 2], costs[..., k + 1], costs[..., -1])
@@ -175,6 +196,7 @@ class LinearStopping:
             return
         self.price = float(price)
         self.offset = 0.0
+        self.__dict__.pop("_theta_cache", None)  # refitted: the device copies are stale
         vq, vc = q[:, -1].copy(), c[:, -1].copy()  # realised quality / cost from k + 1 on
         eye = self.ridge * np.eye(self.dim)
         for k in range(self.n_exits - 2, -1, -1):
@@ -222,15 +244,16 @@ class LinearStopping:
         return frac
 
     def update(self, Xs: np.ndarray, q: np.ndarray, costs: np.ndarray, price: float) -> None:
-        """Add a batch to the window and refit at ``price``: contexts ``Xs`` (``B x K x d``),
-        qualities ``q`` (``B x K``, every exit of every sample), the exits' ``costs`` (``K``,
-        or ``B x K``)."""
+        """Add a batch to the window and refit at ``price`` (every ``refit_every``-th update,
+        and always at the first): contexts ``Xs`` (``B x K x d``), qualities ``q`` (``B x K``,
+        every exit of every sample), the exits' ``costs`` (``K``, or ``B x K``)."""
         Xs, q = np.asarray(Xs, dtype=float), np.asarray(q, dtype=float)
         c = np.broadcast_to(np.asarray(costs, dtype=float), q.shape)
         self.Xs = np.concatenate([self.Xs, Xs])[-self.window:]
         self.q = np.concatenate([self.q, q])[-self.window:]
         self.c = np.concatenate([self.c, c])[-self.window:]
-        self.fit(price)
+        if self.price is None or self.updates % self.refit_every == 0:
+            self.fit(price)
         self.updates += 1
 
     def state_dict(self) -> dict[str, Any]:
@@ -239,6 +262,7 @@ class LinearStopping:
                 "updates": self.updates, "window": self.window, "ridge": self.ridge}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.__dict__.pop("_theta_cache", None)
         """Raises ``ValueError`` when the state has another number of exits or context size."""
         theta = state["theta"].numpy()
         if theta.shape != self.theta.shape:
@@ -257,7 +281,7 @@ class LinearStopping:
 TRAJECTORY_DIM = 6
 
 
-def trajectory_context(probs: np.ndarray, prev: tuple | None = None) -> tuple[np.ndarray, tuple]:
+def trajectory_context(probs, prev: tuple | None = None) -> tuple:
     """A cascade's stop context at one exit from that exit's class probabilities and the state
     of the previous exit (``dht_stop_context: trajectory``; DHT's cascade and
     ``benchmarks/stop_policies.py`` both build their contexts here).
@@ -268,22 +292,27 @@ def trajectory_context(probs: np.ndarray, prev: tuple | None = None) -> tuple[np
     probability; 1. At the first exit (``prev`` ``None``) columns 2-4 are 0.
 
     Args:
-        probs: ``b x C`` class probabilities of the exit (rows sum to 1).
+        probs: ``b x C`` class probabilities of the exit (rows sum to 1): a numpy array, or a
+            tensor (then everything stays on its device: no host synchronisation).
         prev: the state returned at the previous exit, its arrays indexed with the rows of
             ``probs`` (``None`` at the first exit).
 
     Returns:
         ``(X, state)``: ``X`` ``b x 6`` float64; ``state`` = ``(class, agrees, max probability)``,
-        ``b`` arrays each.
+        ``b`` arrays each; numpy in, numpy out; tensors in, tensors out.
     """
-    p = np.asarray(probs, dtype=np.float64)
-    maxp, cls = p.max(-1), p.argmax(-1)
-    ent = -(p * np.log(np.clip(p, 1e-12, None))).sum(-1) / math.log(p.shape[-1])
-    agree = np.zeros(len(cls), dtype=bool) if prev is None else cls == prev[0]
-    X = np.ones((len(cls), TRAJECTORY_DIM))
-    X[:, 0], X[:, 1], X[:, 2] = maxp, ent, agree
+    if not isinstance(probs, torch.Tensor):
+        X, state = trajectory_context(torch.from_numpy(np.asarray(probs, dtype=np.float64)),
+                                      None if prev is None else tuple(torch.from_numpy(np.asarray(a)) for a in prev))
+        return X.numpy(), tuple(a.numpy() for a in state)
+    p = probs.double()  # (b, C)
+    maxp, cls = p.max(-1)  # (b,), (b,)
+    ent = -(p * p.clamp_min(1e-12).log()).sum(-1) / math.log(p.shape[-1])  # (b,)
+    agree = torch.zeros_like(cls, dtype=torch.bool) if prev is None else cls == prev[0]
+    X = torch.ones(len(cls), TRAJECTORY_DIM, dtype=torch.float64, device=p.device)  # (b, 6)
+    X[:, 0], X[:, 1], X[:, 2] = maxp, ent, agree.double()
     if prev is None:
         X[:, 3] = X[:, 4] = 0.0
     else:
-        X[:, 3], X[:, 4] = agree & prev[1], prev[2]
+        X[:, 3], X[:, 4] = (agree & prev[1]).double(), prev[2]
     return X, (cls, agree, maxp)

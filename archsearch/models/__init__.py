@@ -6,7 +6,7 @@ Public names are re-exported lazily (PEP 562 ``__getattr__``) so that importing
 * :mod:`archsearch.models.transformer`: ``TransformerConfig``, ``Transformer``,
   ``MultiHeadAttention``, ``FeedForward``, ``Block``.
 * :mod:`archsearch.models.costs`: ``params_total``, ``params_trainable``, ``flops_per_sample``,
-  ``count_flops_torch``, ``latency_ms``, ``known_costs_fn``.
+  ``count_flops_torch``, ``latency_ms``, ``exit_head_params``, ``static_costs_fn``.
 * :mod:`archsearch.models.config`: ``DEFAULTS``, ``trial_config``, ``model_config``,
   ``trim_padding``, ``eval_lengths`` (no torch import until a function runs).
 """
@@ -27,7 +27,8 @@ _EXPORTS = {
     "flops_per_sample": "costs",
     "count_flops_torch": "costs",
     "latency_ms": "costs",
-    "known_costs_fn": "costs",
+    "exit_head_params": "costs",
+    "static_costs_fn": "costs",
     "DEFAULTS": "config",
     "trial_config": "config",
     "model_config": "config",

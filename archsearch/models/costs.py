@@ -6,10 +6,12 @@ Every function is named with its unit (see the metric table in docs/design.md):
 * :func:`flops_per_sample` -- analytic forward FLOPs for one sequence (a multiply-add = 2 FLOPs).
 * :func:`count_flops_torch` -- the same quantity measured with ``FlopCounterMode`` (the check).
 * :func:`latency_ms` -- median wall-clock forward milliseconds per sample on this machine.
-* :func:`known_costs_fn` -- the costs of a trial config known without training (FLOPs per
-  sample on the validation batches, times ``flops_budget`` under a budgeted ``dht`` /
-  ``depth_predictor`` gating; parameter counts): the one cost function searchers and
-  pre-launch constraint checks share.
+* :func:`static_costs_fn` -- the costs of a trial config's static full-depth model known
+  without training (FLOPs per sample on the validation batches; parameter counts);
+  :func:`exit_head_params` -- the parameters of per-exit classifiers. What a gating changes in
+  them (a FLOPs budget, exit heads) is the gating's own
+  (:func:`archsearch.dynamic.known_costs.known_costs_fn`, the one cost function searchers and
+  pre-launch constraint checks share).
 
 What the FLOP count covers: exactly what ``torch.utils.flop_counter.FlopCounterMode`` counts for
 our model, i.e. matrix multiplies only:
@@ -35,9 +37,9 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -252,76 +254,72 @@ def latency_ms(
     return statistics.median(times) * 1000.0 / batch_size
 
 
-#: Gatings whose inner loop meets a ``flops_budget`` (fraction of the full model's FLOPs).
-BUDGETED_GATINGS = frozenset({"dht", "depth_predictor"})
-
-
-def budget_fraction(cfg: Mapping[str, Any]) -> float:
-    """The fraction of the static full-depth FLOPs a complete trial config (see
-    :func:`~archsearch.models.config.trial_config`) spends on average: ``flops_budget`` when
-    ``gating`` is in :data:`BUDGETED_GATINGS` and ``flops_budget`` is set, else 1.0.
+def exit_head_params(config: TransformerConfig, depths: Iterable[int]) -> int:
+    """Parameter scalars :meth:`Transformer.add_exit_heads` adds for exits at ``depths``
+    (blocks): classification, one ``Linear(d_model, n_classes)`` (``d*C + C`` scalars, all
+    trainable) per distinct depth below ``n_layers`` (the deepest exit keeps :attr:`head`);
+    LM, 0 (no-op there). Exact: what :func:`params_total` and :func:`params_trainable` of the
+    model gain.
 
     Raises:
-        ValueError: such a ``flops_budget`` outside ``(0, 1]``.
+        ValueError: a depth outside ``[0, n_layers]`` (as ``add_exit_heads``).
     """
-    budget = cfg.get("flops_budget")
-    if budget is None or str(cfg.get("gating")) not in BUDGETED_GATINGS:
-        return 1.0
-    budget = float(budget)
-    if not 0.0 < budget <= 1.0:
-        raise ValueError(f"flops_budget must be in (0, 1], got {budget}")
-    return budget
+    if config.task != "classification":
+        return 0
+    ks = {int(k) for k in depths}
+    bad = sorted(k for k in ks if not 0 <= k <= config.n_layers)
+    if bad:
+        raise ValueError(f"exit depth {bad[0]} outside [0, n_layers={config.n_layers}]")
+    per_head = config.d_model * config.n_classes + config.n_classes
+    return per_head * sum(1 for k in ks if k < config.n_layers)
 
 
-def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Mapping[str, Any]], dict]:
-    """The costs of a trial config known without training, for the searchers and the
-    pre-launch constraint checks.
+class StaticCosts(NamedTuple):
+    """What :func:`static_costs_fn` knows of one trial config."""
 
-    ``cost_fn(config)`` merges ``config`` as the trainable does
+    #: The complete trial config (:func:`~archsearch.models.config.trial_config`).
+    cfg: dict[str, Any]
+    #: The :class:`TransformerConfig` it builds (:func:`~archsearch.models.config.model_config`).
+    model_config: TransformerConfig
+    #: ``{"flops_per_sample", "params_total", "params_trainable"}`` of the static full-depth
+    #: model (floats; a fresh dict per call).
+    costs: dict[str, float]
+
+
+def static_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Mapping[str, Any]], StaticCosts]:
+    """The costs of a trial config's static, full-depth model, known without training: the
+    gating-free part of :func:`archsearch.dynamic.known_costs.known_costs_fn` (which applies
+    what the config's gating changes).
+
+    ``static(config)`` merges ``config`` as the trainable does
     (:func:`archsearch.models.config.trial_config`), builds its
-    :func:`~archsearch.models.config.model_config` and returns floats:
+    :func:`~archsearch.models.config.model_config` and returns a :class:`StaticCosts` whose
+    ``costs`` are floats:
 
-    * ``flops_per_sample`` (FLOPs): the static full-depth model's :func:`flops_per_sample`
+    * ``flops_per_sample`` (FLOPs): :func:`flops_per_sample` of every block and the output head,
       averaged over the validation batches exactly as the trainable evaluates them
       (:func:`~archsearch.models.config.eval_lengths`: batches trimmed to their last real token;
-      LM blocks of ``max_len``). It equals the metric a static trial reports.
+      LM blocks of ``max_len``). Exactly the metric a ``static`` trial reports.
+    * ``params_total`` / ``params_trainable`` (counts): :func:`params_total` /
+      :func:`params_trainable` of the :class:`Transformer` built on the ``meta`` device (no
+      memory, no initialisation), without exit heads: exactly what a ``static`` untied trial
+      reports. Layer tying is not applied: for ``tying`` other than ``none`` both are the untied
+      model's, an upper bound.
 
-      Under a FLOPs budget -- ``gating`` in :data:`BUDGETED_GATINGS` (``dht``,
-      ``depth_predictor``) with ``flops_budget`` set -- it is ``flops_budget`` x that static
-      value: the inner loop meets the budget on average over the validation set (dual ascent on
-      the price during training, then the exit price / threshold calibrated on up to 2048
-      validation rows before each evaluation; tested within +-0.05 of the budget, see
-      :mod:`archsearch.dynamic.dht` and :mod:`archsearch.dynamic.depth_predictor`), so the
-      trial reports this value within about 0.05 x the static value. A budget below the
-      cheapest path (the shallowest allowed exit, plus the depth predictor's own FLOPs) cannot
-      be met: such a trial reports more than this.
-
-      Without ``flops_budget`` (budget-free ``dht`` / ``depth_predictor`` at a fixed price, and
-      every other gating: ``static``, ``length_drop``) it is the static value, an upper bound
-      of what a gated trial executes.
-    * ``params_total`` / ``params_trainable`` (counts): of the model built on the ``meta``
-      device (no memory, no initialisation), whatever the gating or budget: the counts the
-      trial reports (``TrialLoop.evaluate`` counts the Transformer). DHT adds no parameters (its
-      exits share the output head; bandit statistics and the context projection are not
-      parameters); the depth predictor's MLP (``2d + d*h + h + h*D + D`` scalars, ``h`` =
-      ``predictor_hidden``, ``D`` = allowed depths) is held by the strategy and counted by
-      neither. Layer tying is not applied: for ``tying`` other than ``none`` both are the
-      untied model's, an upper bound of what the trial reports.
-
-    The static costs are cached per model config (up to the fields that change no cost); the
-    budget is applied after the cache, so configs that differ only in ``gating`` or
-    ``flops_budget`` share the entry and still get their own FLOPs. The function keeps only the
-    scalars it needs (not the dataset), so it stays small when pickled (Ray).
+    Costs are cached per model config (up to the fields that change no cost: dropout, LayerNorm
+    epsilon, activation, attention kernel), so configs differing only in optimiser or strategy
+    keys share the entry. The function keeps only the scalars it needs (not the dataset), so it
+    stays small when pickled (Ray).
 
     Args:
-        data: the run's :class:`archsearch.data.PreparedData`.
+        data: the run's :class:`archsearch.data.PreparedData` (``task``, ``vocab_size``,
+            ``max_len``, ``pad_id``, ``n_classes`` and the validation masks are read).
         fixed: the space's ``fixed`` values (merged under each config).
 
     Returns:
-        ``cost_fn(config) -> {"flops_per_sample", "params_total", "params_trainable"}``;
-        ``cost_fn`` raises what :func:`~archsearch.models.config.model_config` raises, and
-        ``ValueError`` for a ``flops_budget`` outside ``(0, 1]`` under a budgeted gating (the
-        strategies refuse it too).
+        ``static(config) -> StaticCosts``; it raises what
+        :func:`~archsearch.models.config.model_config` raises (``ValueError`` for an invalid
+        architecture or checkpoint).
     """
     lengths = eval_lengths(data)  # [(T', rows)]
     total = sum(n for _, n in lengths)
@@ -331,7 +329,7 @@ def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Ma
     fixed = dict(fixed or {})
     cache: dict[tuple, dict[str, float]] = {}
 
-    def cost_fn(config: Mapping[str, Any]) -> dict[str, float]:
+    def static(config: Mapping[str, Any]) -> StaticCosts:
         cfg = trial_config(config, fixed)
         mcfg = model_config(cfg, scalars)
         # dropout, LayerNorm epsilon, activation and attention kernel change neither FLOPs
@@ -346,6 +344,6 @@ def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Ma
             hit = {"flops_per_sample": float(flops), "params_total": float(params_total(model)),
                    "params_trainable": float(params_trainable(model))}
             cache[key] = hit
-        return {**hit, "flops_per_sample": hit["flops_per_sample"] * budget_fraction(cfg)}
+        return StaticCosts(cfg, mcfg, dict(hit))
 
-    return cost_fn
+    return static

@@ -235,7 +235,7 @@ def check_constraints(space: SearchSpace, data) -> None:
     """Refuse constraints that no configuration can meet.
 
     The smallest architecture is costed by the same function the searchers use and whose
-    ``flops_per_sample`` the trials report (:func:`archsearch.models.costs.known_costs_fn`,
+    ``flops_per_sample`` the trials report (:func:`archsearch.dynamic.known_costs.known_costs_fn`,
     on the validation batches as evaluated); every ``max`` on a known cost
     (:data:`archsearch.metrics.KNOWN_COSTS`) must hold for it. ``params_trainable`` is not
     checked for tying configs (tying can lower it). A searched ``gating`` is tried at each of
@@ -251,7 +251,7 @@ def check_constraints(space: SearchSpace, data) -> None:
     wanted = {m: b for m, b in space.constraints.items() if m in KNOWN_COSTS and b.max is not None}
     if not wanted:
         return
-    from archsearch.models.costs import known_costs_fn
+    from archsearch.dynamic.known_costs import known_costs_fn
 
     # a searched gating changes the known FLOPs (flops_budget x static for dht/depth_predictor):
     # the smallest architecture under each of its choices, the lowest value per metric
@@ -276,3 +276,123 @@ def check_constraints(space: SearchSpace, data) -> None:
             raise UserError(f"no configuration can meet max {bound.max:g}: the smallest "
                             f"architecture has {metric} {values[metric]:,.0f}",
                             file=space.source, field=f"constraints.{metric}.max")
+
+
+# ---------------------------------------------------------------------- resources
+#: Budget field -> (Ray resource, unit name, bytes per unit of the field).
+RESOURCE_FIELDS = {"cpus_per_trial": ("CPU", "CPU", 1.0),
+                   "gpus_per_trial": ("GPU", "GPU", 1.0),
+                   "memory_per_trial_gb": ("memory", "GiB of memory", float(2**30))}
+#: Budget field -> the command-line option that overrides it.
+RESOURCE_OPTIONS = {"cpus_per_trial": "--cpus-per-trial", "gpus_per_trial": "--gpus-per-trial"}
+
+
+def trial_request(space: SearchSpace) -> dict[str, float]:
+    """What one trial asks Ray for, in Ray's resource names (``CPU``, ``GPU``, ``memory`` in
+    bytes); zero amounts left out."""
+    out = {}
+    for fld, (res, _, scale) in RESOURCE_FIELDS.items():
+        value = getattr(space.budget, fld, None)
+        if value:
+            out[res] = float(value) * scale
+    return out
+
+
+def _amount(res: str, value: float) -> str:
+    """``2 CPUs``, ``1 GPU``, ``3.5 GiB of memory``."""
+    if res == "memory":
+        return f"{value / 2**30:.3g} GiB of memory"
+    unit = RESOURCE_FIELDS["cpus_per_trial" if res == "CPU" else "gpus_per_trial"][1]
+    return f"{value:g} {unit}{'' if value == 1 else 's'}"
+
+
+def describe_resources(nodes: list[dict[str, float]]) -> str:
+    """``2 CPUs, 0 GPUs, 5.1 GiB of memory on 1 node`` (the sum of ``nodes``, as
+    ``ray.cluster_resources()``), with the largest node when there are several."""
+    def show(r: dict[str, float]) -> str:
+        return ", ".join(_amount(k, r.get(k, 0.0)) for k in ("CPU", "GPU", "memory"))
+
+    total = {k: sum(n.get(k, 0.0) for n in nodes) for k in ("CPU", "GPU", "memory")}
+    text = f"{show(total)} on {len(nodes)} node{'' if len(nodes) == 1 else 's'}"
+    if len(nodes) > 1:
+        text += f" (largest: {show({k: max(n.get(k, 0.0) for n in nodes) for k in total})})"
+    return text
+
+
+def fits(request: dict[str, float], nodes: list[dict[str, float]]) -> bool:
+    """Whether one node of ``nodes`` has every amount of ``request`` (Ray places a trial's
+    resources on one node)."""
+    return any(all(n.get(k, 0.0) + 1e-9 >= v for k, v in request.items()) for n in nodes)
+
+
+def check_resources(space: SearchSpace, nodes: list[dict[str, float]], *, autoscaling: bool,
+                    local: bool = False, overridden: tuple[str, ...] = ()) -> str | None:
+    """Compare what one trial asks for (:func:`trial_request`: ``budget.cpus_per_trial``,
+    ``gpus_per_trial``, ``memory_per_trial_gb``) with the nodes of the Ray cluster, before any
+    trial starts. Ray places a trial on one node, so some node must have it all.
+
+    Args:
+        nodes: the total resources of each node (:func:`archsearch.tune.ray_session.node_resources`).
+        autoscaling: the cluster can add nodes: a request no node has now is a warning (the
+            search then relies on ``budget.pending_timeout_s``), not an error.
+        local: the cluster is the local Ray this command started (named so in the message).
+        overridden: budget fields set on the command line (``cpus_per_trial``...): the error
+            names the option instead of the space file's field.
+
+    Returns:
+        ``None`` when a node has room for a trial; on an autoscaling cluster the warning line
+        to print otherwise.
+
+    Raises:
+        UserError: a fixed cluster (local, or ``--address`` without an autoscaler) on which no
+            node can ever hold one trial: the search would wait forever.
+    """
+    request = trial_request(space)
+    if fits(request, nodes):
+        return None
+    largest = {k: max((n.get(k, 0.0) for n in nodes), default=0.0) for k in request}
+    short = [k for k, v in request.items() if largest[k] + 1e-9 < v] or list(request)
+    res = short[0]
+    fld = next(f for f, (r, _, _) in RESOURCE_FIELDS.items() if r == res)
+    if fld in overridden:
+        file, where = None, RESOURCE_OPTIONS[fld]
+    else:
+        file, where = space.source, f"budget.{fld}"
+    asks = ", ".join(_amount(k, v) for k, v in request.items())
+    cluster = "this machine's local Ray" if local else "the Ray cluster"
+    if len(short) == 1:
+        lack = (f"no node has a GPU" if res == "GPU" and largest[res] == 0
+                else f"its largest node has {_amount(res, largest[res])}")
+    else:
+        lack = "no node has all of it"
+    has = describe_resources(nodes)
+    if autoscaling:
+        return (f"warning: {space.source}: {where}: a trial asks for {asks} and no node of "
+                f"{cluster} has that now ({has}); the autoscaler must add one: a trial that "
+                f"waits longer than budget.pending_timeout_s ({space.budget.pending_timeout_s:g} "
+                "s) stops the search")
+    fix = ("set budget.gpus_per_trial: 0 to train on CPUs" if res == "GPU" and largest[res] == 0
+           else "lower it")
+    raise UserError(f"a trial asks for {asks}, but {lack}: {cluster} has {has}, so no trial "
+                    f"could ever start; {fix}", file=file, field=where)
+
+
+def local_resources(num_cpus: int | None = None) -> list[dict[str, float]]:
+    """What the local Ray a search starts here would have, without starting it: ``num_cpus``
+    (default all) CPUs, the CUDA devices torch sees, the machine's memory (Ray keeps some of it
+    for the object store, so this errs on the generous side). One node."""
+    import os
+
+    node = {"CPU": float(num_cpus or os.cpu_count() or 1)}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            node["GPU"] = float(torch.cuda.device_count())
+    except Exception:  # no torch or a broken CUDA setup: Ray would see no GPU either
+        pass
+    try:
+        node["memory"] = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    return [node]

@@ -82,3 +82,49 @@ def print_dashboards(run_dir, address: str | None, ray_dashboard: bool) -> None:
         url = getattr(ray.get_runtime_context(), "dashboard_url", None) or "127.0.0.1:8265"
         print(f"Ray dashboard:    http://{url}", file=sys.stderr)
     print(f"Optuna dashboard: archsearch dashboard {run_dir}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------- what the cluster has
+#: ``ARCHSEARCH_AUTOSCALING=1`` / ``0`` overrides :func:`cluster_autoscales`' detection.
+AUTOSCALING_ENV = "ARCHSEARCH_AUTOSCALING"
+
+
+def node_resources() -> list[dict[str, float]]:
+    """The total resources of every alive node of the connected Ray cluster (``CPU``, ``GPU``,
+    ``memory`` in bytes, ...), from ``ray.nodes()``; ``ray.cluster_resources()`` is their sum."""
+    import ray
+
+    return [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
+
+
+def cluster_autoscales(address: str | None) -> bool:
+    """Whether the connected cluster can add nodes: never for the local Ray ``address=None``
+    starts; otherwise ``$ARCHSEARCH_AUTOSCALING`` (``1``/``0``) when set, else what Ray
+    reports: a node group of the autoscaler's cluster config that can grow (autoscaler v2,
+    KubeRay; as ``ray.data`` decides), or a v1 autoscaler (``ray up``) managing named node
+    types (a head started by hand has a read-only one, whose types are ``node_<id>``)."""
+    if address is None:
+        return False
+    forced = os.environ.get(AUTOSCALING_ENV, "").strip().lower()
+    if forced in ("1", "true", "yes", "on"):
+        return True
+    if forced in ("0", "false", "no", "off"):
+        return False
+    try:
+        import ray._private.state
+
+        config = ray._private.state.state.get_cluster_config()
+        if config is not None and any(
+                g.max_count == -1 or g.max_count > g.min_count
+                for g in config.node_group_configs if g.resources and g.max_count != 0):
+            return True
+        import json
+
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        raw = _internal_kv_get("__autoscaling_status")
+        report = (json.loads(raw) if raw else {}).get("autoscaler_report") or {}
+        types = set(report.get("active_nodes") or {}) | set(report.get("pending_launches") or {})
+        return any(not (t.startswith("node_") or t == "ray.head.default") for t in types)
+    except Exception:  # an older or newer Ray without these internals: assume fixed
+        return False

@@ -28,7 +28,7 @@ def build_core(name: str, space, data, *, seed: int):
     Raises:
         UserError: unknown searcher name.
     """
-    from archsearch.models.costs import known_costs_fn
+    from archsearch.dynamic.known_costs import known_costs_fn
     from archsearch.search import make
 
     check_searcher(name)
