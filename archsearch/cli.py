@@ -1,4 +1,4 @@
-"""Command line: ``archsearch search | resume | submit | logs | report | compare | dashboard | data``.
+"""Command line: ``archsearch search | check | resume | submit | logs | report | compare | dashboard | data``.
 
 Only typer is imported at module level; torch, Ray, Optuna and BoTorch are imported inside the
 commands, so ``archsearch --help`` answers fast. A :class:`~archsearch.errors.UserError` is
@@ -55,6 +55,38 @@ def search(
                      ray_dashboard=ray_dashboard, fixed=pinned)
     _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds)
     _exit_if_nothing_succeeded(res)
+
+
+@app.command()
+def check(
+    space_file: Path = typer.Argument(..., help="Search space YAML."),
+    searcher: str = typer.Option("tpe", help="ahto | qnehvi | random | tpe | nsga2"),
+    trials: Optional[int] = typer.Option(None, min=1, help="Override budget.trials."),
+    cpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.cpus_per_trial."),
+    gpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.gpus_per_trial."),
+    fixed: Optional[str] = typer.Option(None, help="JSON config to pin (as for `search`)."),
+):
+    """Run every check `search` makes before it launches anything (the space, --fixed, the
+    searcher, checkpoints and tokenizer, the dataset, the constraints, one trial's resources
+    against this machine), without starting Ray or writing a run; exit 0 when all pass. The
+    dataset is prepared (tokenised and cached), so the search that follows starts faster. A
+    cluster's resources are checked when `search --address` connects to it."""
+    from archsearch.space import load_space, parse_fixed
+    from archsearch.tune.preflight import check_resources, check_search, local_resources
+
+    space = load_space(space_file)
+    if fixed is not None:
+        space = space.pinned(parse_fixed(fixed))
+    space, data = check_search(space, searcher=searcher, address=None, trials=trials,
+                               cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
+    overridden = tuple(f for f, v in (("cpus_per_trial", cpus_per_trial),
+                                      ("gpus_per_trial", gpus_per_trial)) if v is not None)
+    check_resources(space, local_resources(), autoscaling=False, local=True, overridden=overridden)
+    b = space.budget
+    typer.echo(f"ok: {space_file}: {space.task} on {space.dataset.name} ({len(data.train):,} "
+               f"training {'rows' if space.task == 'classification' else 'tokens'}); "
+               f"{b.trials} trials, {b.cpus_per_trial:g} CPU and {b.gpus_per_trial:g} GPU each; "
+               "Ray not started")
 
 
 def _exit_if_nothing_succeeded(res) -> None:

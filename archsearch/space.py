@@ -177,7 +177,7 @@ class Budget(_Strict):
     #: Ray ``memory`` resource of one trial, in GiB (default: none asked for)
     memory_per_trial_gb: float | None = Field(None, gt=0, allow_inf_nan=False)
     #: a trial waiting this long for resources no node of the cluster has fails the search
-    #: (:class:`archsearch.tune.callbacks.PendingWatch`)
+    #: (:class:`archsearch.tune.pending.PendingWatch`)
     pending_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False)
     time_budget_s: float | None = Field(None, gt=0)
     latency_batch_size: int = Field(32, ge=1)

@@ -138,8 +138,9 @@ def test_the_old_defaults_stay_reachable_by_name():
     from types import SimpleNamespace
 
     loop = SimpleNamespace(data=SimpleNamespace(task="classification", train=range(640)),
-                           device=torch.device("cpu"))
-    g = DepthPredictorGating(make_model(), {}, {"epochs": 2, "batch_size": 32}, loop=loop)
+                           device=torch.device("cpu"), settings={"epochs": 2, "batch_size": 32},
+                           steps_per_epoch=lambda: 20)  # TrialLoop: ceil(640 / 32)
+    g = DepthPredictorGating(make_model(), {}, loop.settings, loop=loop)
     assert g.warmup_steps == 4
 
 

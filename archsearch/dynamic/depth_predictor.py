@@ -8,8 +8,7 @@ section of docs/design.md:
 * Every sample runs the first ``n_fixed`` blocks. Its hidden states there, pooled as the
   classifier pools them (mean over non-pad tokens, ``Transformer.pool``), go through a small MLP
   (:class:`~archsearch.dynamic.depth_model.DepthPredictor`) and a softmax over the allowed depths ``n_fixed .. n_layers``:
-  ``probs`` (``B x D``, ``D = n_layers - n_fixed + 1``). (Until issue 14 it read the first
-  token's state while the classifier mean-pools.)
+  ``probs`` (``B x D``, ``D = n_layers - n_fixed + 1``).
 * RevPC (:func:`~archsearch.dynamic.depth_model.revpc`): ``p_k = sum_{j >= k} probs_j`` (reverse, cumulative sum, reverse back)
   is the probability that the depth is at least ``n_fixed + k``, i.e. that block
   ``n_fixed + k`` (1-based) is needed. ``p_0 = 1``.
@@ -18,8 +17,7 @@ section of docs/design.md:
   ``H = H~ + p * FFN(LN(H~))``; blocks' own sub-modules are reused, so with all ``p = 1`` it is
   exactly the model's forward. Post-LN blocks (BERT, MiniLM: the residuals sit inside the
   LayerNorms) are scaled whole, ``H = H + p * (Block(H) - H)``: the same two ends (``p = 1`` the
-  block, ``p = 0`` skipped). Before stop 28 they were run as pre-LN blocks (a wrong network in
-  training; inference, which runs the model's own blocks, was right).
+  block, ``p = 0`` skipped).
 * Loss: ``CE + gamma * E[depth] / n_layers`` with ``E[depth] = sum_d d * probs_d`` (blocks)
   averaged over the batch. Normalising by ``n_layers`` puts the penalty in ``[n_fixed/n_layers,
   1]`` whatever the model depth, so one ``gamma`` means the same trade-off for every depth the
@@ -49,12 +47,7 @@ Settings: :class:`~archsearch.dynamic.depth_settings.DepthPredictorSettings` (th
 defaults being the recipe of ``benchmarks/results/depth_predictor.json``). The structure
 predictor and RevPC live in :mod:`archsearch.dynamic.depth_model`.
 
-Measured before issue 14 (``benchmarks/depth_predictor.py``, from-scratch d=64, 4 layers, 2
-epochs on rotten_tomatoes_sentences, first-token input, arg-max exit, no exit training): at gamma
-0.1, 0.5 and 0.9 the predictor sent every validation sample to depth 1 (3.2-3.3x faster at batch
-32 with accuracy within 0.2 points, but a static 1-layer model did as well). Since issue 14:
-``benchmarks/results/depth_predictor.json`` (MiniLM-L6, the settings' defaults but a 50-step
-warm-up).
+Measured: ``benchmarks/results/depth_predictor.json`` (MiniLM-L6, the settings' defaults).
 
 Classification only (the predictor reads a pooled sequence; a causal LM would need per-token
 exits).
@@ -68,12 +61,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
+from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, planned_steps
 from archsearch.dynamic.budget import DualPrice, calibrate_monotone
 from archsearch.dynamic.depth_model import DepthHistogram, DepthPredictor, revpc
 from archsearch.dynamic.depth_settings import DepthPredictorSettings
 from archsearch.dynamic.exits import all_exit_loss, load_teacher, run_cascade, teacher_logits
-from archsearch.dynamic.tying import total_steps
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
 
@@ -130,7 +122,7 @@ class DepthPredictorGating(GatingStrategy):
         if self.n_fixed > self.n_layers:
             raise ValueError(f"min_layers: must be in [1, n_layers={self.n_layers}], got {self.n_fixed}")
         known = (None if loop is None or s.depth_warmup_steps is not None  # the default's length
-                 else total_steps(settings, loop, batch_size=cfg.get("batch_size")))
+                 else planned_steps(loop))
         self.warmup_steps = s.warmup_steps(known)
         self.extra_lr = s.predictor_lr  # the trainable's param group for the predictor
         self.flops_budget = s.flops_budget

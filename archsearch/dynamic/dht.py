@@ -175,20 +175,6 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
 
     Settings = DHTSettings
 
-    @staticmethod
-    def allowed_depths(s: DHTSettings, n_layers: int) -> list[int]:
-        """The exits (blocks) a sample may take, ``lo .. hi``: ``max_layers`` (or ``n_layers``)
-        clamped into ``[max(n_fixed, 1), n_layers]``, ``min_layers`` (or ``n_fixed``) clamped
-        into ``[n_fixed, hi]``."""
-        hi = min(max(s.max_layers or n_layers, s.n_fixed, 1), n_layers)
-        lo = min(max(s.min_layers or s.n_fixed, s.n_fixed), hi)
-        return list(range(lo, hi + 1))
-
-    @classmethod
-    def exit_head_depths(cls, s: DHTSettings, model_config) -> list[int]:
-        """Every allowed exit with ``exit_heads`` (as :meth:`__init__` builds them)."""
-        return cls.allowed_depths(s, model_config.n_layers) if s.exit_heads else []
-
     def __init__(self, model, cfg: dict[str, Any], settings: dict[str, Any], loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
         s, conf = self.s, model.config

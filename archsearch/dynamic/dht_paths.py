@@ -32,6 +32,20 @@ CONTEXT_DIM = 16
 class DHTPaths:
     """Costs, contexts, choices and runs of DHT's paths (a mixin; see the module docstring)."""
 
+    @staticmethod
+    def allowed_depths(s, n_layers: int) -> list[int]:
+        """The exits (blocks) a sample may take, ``lo .. hi``: ``max_layers`` (or ``n_layers``)
+        clamped into ``[max(n_fixed, 1), n_layers]``, ``min_layers`` (or ``n_fixed``) clamped
+        into ``[n_fixed, hi]``."""
+        hi = min(max(s.max_layers or n_layers, s.n_fixed, 1), n_layers)
+        lo = min(max(s.min_layers or s.n_fixed, s.n_fixed), hi)
+        return list(range(lo, hi + 1))
+
+    @classmethod
+    def exit_head_depths(cls, s, model_config) -> list[int]:
+        """Every allowed exit with ``exit_heads`` (as :meth:`__init__` builds them)."""
+        return cls.allowed_depths(s, model_config.n_layers) if s.exit_heads else []
+
     def _flops(self, T: int, depth: int, counts: tuple[int, ...]) -> int:
         """FLOPs per sample of one path: ``n_fixed`` full blocks + gated blocks with ``counts``."""
         key = (T, depth, counts)

@@ -232,7 +232,7 @@ def latency_ms(
     n = input_ids.shape[0]
     if n == 0:
         raise ValueError("input_ids is empty")
-    rows = torch.arange(batch_size) % n
+    rows = torch.arange(batch_size, device=input_ids.device) % n  # on the ids' device: no copy per call
     ids = input_ids[rows]  # (batch_size, T)
     mask = None if attention_mask is None else attention_mask[rows]  # (batch_size, T)
     kwargs = dict(forward_kwargs or {})

@@ -1,10 +1,17 @@
 """Every check a search makes before anything is launched, in one place.
 
-:func:`archsearch.tune.runner.start_run` calls two functions::
+:func:`archsearch.tune.runner.start_run` calls :func:`check_search`, which runs::
 
     space = check_launch(space, searcher=..., address=..., trials=..., ...)   # no data needed
     data = prepare_for_space(space)                                          # the dataset (UserError)
     check_constraints(space, data)                                           # costs of the smallest model
+
+and then, once Ray is up (local or ``--address``) and before the run directory is made,
+:func:`check_resources`: one trial's ``budget.cpus_per_trial`` / ``gpus_per_trial`` /
+``memory_per_trial_gb`` against the cluster's nodes (an error on a fixed cluster, a warning on an
+autoscaling one, whose trials then wait at most ``budget.pending_timeout_s``:
+:class:`archsearch.tune.pending.PendingWatch`). ``archsearch check`` runs the same checks without
+starting Ray, with the resources of this machine (:func:`local_resources`) for the last one.
 
 :func:`check_launch` runs, in this order (the first mistake is the one reported):
 
@@ -59,6 +66,27 @@ def check_launch(space: SearchSpace, *, searcher: str, address: str | None,
     check_init_from(space)
     check_tokenizer(space)
     return space
+
+
+def check_search(space: SearchSpace, *, searcher: str, address: str | None,
+                 trials: int | None = None, cpus_per_trial: float | None = None,
+                 gpus_per_trial: float | None = None):
+    """Every check before Ray starts: :func:`check_launch`, the dataset
+    (:func:`archsearch.data.prepare_for_space`), then :func:`check_constraints`.
+
+    Returns:
+        ``(space, data)``: the space to run (as :func:`check_launch`) and its prepared data.
+
+    Raises:
+        UserError: the first mistake found, naming its file and field.
+    """
+    from archsearch.data import prepare_for_space
+
+    space = check_launch(space, searcher=searcher, address=address, trials=trials,
+                         cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
+    data = prepare_for_space(space)
+    check_constraints(space, data)
+    return space, data
 
 
 # ---------------------------------------------------------------------- budget
@@ -298,7 +326,7 @@ def trial_request(space: SearchSpace) -> dict[str, float]:
     return out
 
 
-def _amount(res: str, value: float) -> str:
+def amount_text(res: str, value: float) -> str:
     """``2 CPUs``, ``1 GPU``, ``3.5 GiB of memory``."""
     if res == "memory":
         return f"{value / 2**30:.3g} GiB of memory"
@@ -307,16 +335,17 @@ def _amount(res: str, value: float) -> str:
 
 
 def describe_resources(nodes: list[dict[str, float]]) -> str:
-    """``2 CPUs, 0 GPUs, 5.1 GiB of memory on 1 node`` (the sum of ``nodes``, as
-    ``ray.cluster_resources()``), with the largest node when there are several."""
+    """``2 CPUs, 0 GPUs, 5.1 GiB of memory`` (the sum of ``nodes``, as
+    ``ray.cluster_resources()``), with the number of nodes and the most of each per node when
+    there are several."""
     def show(r: dict[str, float]) -> str:
-        return ", ".join(_amount(k, r.get(k, 0.0)) for k in ("CPU", "GPU", "memory"))
+        return ", ".join(amount_text(k, r.get(k, 0.0)) for k in ("CPU", "GPU", "memory"))
 
     total = {k: sum(n.get(k, 0.0) for n in nodes) for k in ("CPU", "GPU", "memory")}
-    text = f"{show(total)} on {len(nodes)} node{'' if len(nodes) == 1 else 's'}"
-    if len(nodes) > 1:
-        text += f" (largest: {show({k: max(n.get(k, 0.0) for n in nodes) for k in total})})"
-    return text
+    if len(nodes) == 1:
+        return show(total)
+    largest = {k: max((n.get(k, 0.0) for n in nodes), default=0.0) for k in total}
+    return f"{show(total)} on {len(nodes)} nodes, at most {show(largest)} per node"
 
 
 def fits(request: dict[str, float], nodes: list[dict[str, float]]) -> bool:
@@ -358,23 +387,22 @@ def check_resources(space: SearchSpace, nodes: list[dict[str, float]], *, autosc
         file, where = None, RESOURCE_OPTIONS[fld]
     else:
         file, where = space.source, f"budget.{fld}"
-    asks = ", ".join(_amount(k, v) for k, v in request.items())
+    asks = ", ".join(amount_text(k, v) for k, v in request.items())
     cluster = "this machine's local Ray" if local else "the Ray cluster"
-    if len(short) == 1:
-        lack = (f"no node has a GPU" if res == "GPU" and largest[res] == 0
-                else f"its largest node has {_amount(res, largest[res])}")
-    else:
-        lack = "no node has all of it"
-    has = describe_resources(nodes)
+    has = f"{cluster} has {describe_resources(nodes)}"
     if autoscaling:
-        return (f"warning: {space.source}: {where}: a trial asks for {asks} and no node of "
-                f"{cluster} has that now ({has}); the autoscaler must add one: a trial that "
-                f"waits longer than budget.pending_timeout_s ({space.budget.pending_timeout_s:g} "
-                "s) stops the search")
-    fix = ("set budget.gpus_per_trial: 0 to train on CPUs" if res == "GPU" and largest[res] == 0
-           else "lower it")
-    raise UserError(f"a trial asks for {asks}, but {lack}: {cluster} has {has}, so no trial "
-                    f"could ever start; {fix}", file=file, field=where)
+        return (f"warning: {space.source}: {where}: a trial asks for {asks} and no node has "
+                f"that now ({has}); the autoscaler must add one: a trial that waits longer "
+                f"than budget.pending_timeout_s ({space.budget.pending_timeout_s:g} s) stops "
+                "the search")
+    if len(nodes) > 1:  # Ray places a trial's resources on one node
+        has = f"no node has {'that' if len(short) == 1 else 'all of it'} ({has})"
+    gpu_less = res == "GPU" and largest[res] == 0
+    fix = "set budget.gpus_per_trial: 0 to train on CPUs" if gpu_less else "lower it"
+    if gpu_less and fld in overridden:
+        fix = "use --gpus-per-trial 0 to train on CPUs"
+    raise UserError(f"a trial asks for {asks}, but {has}, so no trial could ever start; {fix}",
+                    file=file, field=where)
 
 
 def local_resources(num_cpus: int | None = None) -> list[dict[str, float]]:

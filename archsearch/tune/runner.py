@@ -6,7 +6,8 @@
     _tuner(launch)          ->  tune.Tuner (or Tuner.restore) -> fit()
     _finish(launch)         ->  reconcile lost trials, wall time, report
 
-``start_run`` first makes every pre-launch check (:mod:`archsearch.tune.preflight`). The run
+``start_run`` first makes every pre-launch check (:mod:`archsearch.tune.preflight`; the resources
+of one trial against the cluster's once Ray is up, :func:`connect`). The run
 directory's layout is :class:`archsearch.runs.RunDir`'s; what the run was started
 with (searcher, seed, trials, resources per trial, Ray address, ``--fixed``) is its
 :class:`~archsearch.runs.RunSpec`, and ``resume`` runs with exactly that.
@@ -23,7 +24,7 @@ from typing import Any
 from archsearch.errors import UserError
 from archsearch.runs import ERROR, RUNNING, STOPPED, RunDir, RunSpec
 from archsearch.space import SearchSpace
-from archsearch.tune.preflight import check_constraints, check_launch
+from archsearch.tune.preflight import check_resources, check_search
 from archsearch.tune.ray_session import init_ray, print_dashboards
 
 
@@ -48,24 +49,48 @@ class Launch:
 
 
 # ---------------------------------------------------------------------- start and reopen
+def connect(space: SearchSpace, address: str | None, *, num_cpus: int | None = None,
+            dashboard: bool = False, overridden: tuple[str, ...] = ()) -> None:
+    """Start local Ray (or connect to ``address``), then check that a node of the cluster can
+    hold one trial (:func:`archsearch.tune.preflight.check_resources`); on an autoscaling
+    cluster a request no node has now is one ``warning:`` line on stderr.
+
+    Raises:
+        UserError: unreachable ``address``; a fixed cluster without room for one trial.
+    """
+    from archsearch.tune.ray_session import cluster_autoscales, node_resources
+
+    init_ray(address, num_cpus=num_cpus, dashboard=dashboard)
+    warning = check_resources(space, node_resources(), autoscaling=cluster_autoscales(address),
+                              local=address is None, overridden=overridden)
+    if warning:
+        print(warning, file=sys.stderr)
+
+
 def start_run(space: SearchSpace, *, searcher: str = "tpe", trials: int | None = None,
               address: str | None = None, name: str | None = None, storage: str | Path = "runs",
               cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,
-              num_cpus: int | None = None, fixed: dict[str, Any] | None = None) -> Launch:
+              num_cpus: int | None = None, fixed: dict[str, Any] | None = None,
+              ray: bool = False, ray_dashboard: bool = False) -> Launch:
     """Check everything that can be checked before launch (:mod:`archsearch.tune.preflight`),
     then create the run directory with its spec and effective space. Nothing is launched.
 
+    With ``ray``, Ray is started (or connected to) after the checks that need no cluster and
+    the resources of one trial are checked against its nodes (:func:`connect`), all before the
+    run directory is made: a refused search leaves nothing behind.
+
     Raises:
         UserError: bad searcher, unreachable ``address``, bad checkpoint or tokenizer,
-            unreadable dataset, impossible constraints, existing run name, unwritable storage.
+            unreadable dataset, impossible constraints, (``ray``) no node with room for one
+            trial, existing run name, unwritable storage.
     """
-    from archsearch.data import prepare_for_space
-
     t0 = time.time()
-    space = check_launch(space, searcher=searcher, address=address, trials=trials,
-                         cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
-    data = prepare_for_space(space)
-    check_constraints(space, data)
+    space, data = check_search(space, searcher=searcher, address=address, trials=trials,
+                               cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
+    if ray:
+        overridden = tuple(f for f, v in (("cpus_per_trial", cpus_per_trial),
+                                          ("gpus_per_trial", gpus_per_trial)) if v is not None)
+        connect(space, address, num_cpus=num_cpus, dashboard=ray_dashboard, overridden=overridden)
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
     run = RunDir.create(storage, name)
     b = space.budget
@@ -79,12 +104,16 @@ def start_run(space: SearchSpace, *, searcher: str = "tpe", trials: int | None =
 
 
 def reopen_run(run_dir: str | Path, *, address: str | None = None,
-               num_cpus: int | None = None) -> Launch:
+               num_cpus: int | None = None, ray: bool = False,
+               ray_dashboard: bool = False) -> Launch:
     """A stopped run, ready to continue with the spec it was started with (``address`` and
-    ``num_cpus`` override the recorded ones, e.g. the cluster moved).
+    ``num_cpus`` override the recorded ones, e.g. the cluster moved). With ``ray``, Ray is
+    started (or connected to) and the resources of one trial checked (:func:`connect`) before
+    the spec is touched.
 
     Raises:
-        UserError: not a run directory, or the search never started.
+        UserError: not a run directory, the search never started, (``ray``) no node with room
+            for one trial.
     """
     from archsearch.data import prepare_for_space
 
@@ -105,15 +134,23 @@ def reopen_run(run_dir: str | Path, *, address: str | None = None,
         spec.address = address
     if num_cpus is not None:
         spec.num_cpus = num_cpus
-    run.write_spec(spec)
     space = run.load_space()
-    return Launch(run, spec, space, prepare_for_space(space), t0, prior)
+    data = prepare_for_space(space)
+    if ray:
+        connect(space, spec.address, num_cpus=spec.num_cpus, dashboard=ray_dashboard)
+    run.write_spec(spec)
+    return Launch(run, spec, space, data, t0, prior)
 
 
 # ---------------------------------------------------------------------- Tune
 def trial_resources(launch: Launch) -> dict[str, float]:
-    """Ray resources of one trial, from the run spec."""
-    return {"cpu": float(launch.spec.cpus_per_trial), "gpu": float(launch.spec.gpus_per_trial)}
+    """Ray resources of one trial, from the run spec (``memory`` in bytes, from the space's
+    ``budget.memory_per_trial_gb``, when it is set)."""
+    out = {"cpu": float(launch.spec.cpus_per_trial), "gpu": float(launch.spec.gpus_per_trial)}
+    memory = getattr(launch.space.budget, "memory_per_trial_gb", None)
+    if memory:
+        out["memory"] = float(memory) * 2**30
+    return out
 
 
 def trial_settings(space: SearchSpace, cpus_per_trial: float) -> dict[str, Any]:
@@ -154,6 +191,8 @@ def _tuner(launch: Launch, progress: bool, restore: bool):
                                   reduction_factor=b.reduction_factor)
     recorder = TrialRecorder(launch.run, b.epochs)
     callbacks = [recorder, ProgressBar(recorder, b.trials, space.objectives[0])] if progress else [recorder]
+    watch = pending_watch(launch)
+    callbacks.append(watch)
     return tune.Tuner(
         _trainable(launch),
         tune_config=tune.TuneConfig(
@@ -163,22 +202,42 @@ def _tuner(launch: Launch, progress: bool, restore: bool):
             time_budget_s=b.time_budget_s),
         run_config=tune.RunConfig(
             name=launch.run.tune_name, storage_path=str(launch.run.path), verbose=0,
-            callbacks=callbacks,
+            callbacks=callbacks, stop=watch.stopper,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             failure_config=tune.FailureConfig(max_failures=b.max_failures)),
     )
+
+
+def pending_watch(launch: Launch):
+    """The :class:`archsearch.tune.pending.PendingWatch` of a launch: one trial's resources,
+    ``budget.pending_timeout_s``, the run directory as its key."""
+    from archsearch.tune.pending import PendingWatch
+    from archsearch.tune.preflight import trial_request
+    from archsearch.tune.ray_session import node_resources
+
+    space = launch.space.model_copy(update={"budget": launch.space.budget.model_copy(update={
+        "cpus_per_trial": launch.spec.cpus_per_trial, "gpus_per_trial": launch.spec.gpus_per_trial})})
+    return PendingWatch(str(launch.run.path), trial_request(space), launch.space.budget.pending_timeout_s,
+                        source=launch.space.source, nodes=node_resources)
 
 
 def _fit(launch: Launch, *, progress: bool, ray_dashboard: bool, restore: bool,
          reports: str | Path) -> RunResult:
     import optuna
 
+    from archsearch.tune.pending import PendingWatch
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # also on resume: no INFO lines
     init_ray(launch.spec.address, num_cpus=launch.spec.num_cpus, dashboard=ray_dashboard)
     if progress:
         print_dashboards(launch.run.path, launch.spec.address, ray_dashboard)
+    PendingWatch.verdicts.pop(str(launch.run.path), None)
     _tuner(launch, progress, restore).fit()
-    return _finish(launch, reports)
+    stuck = PendingWatch.verdicts.pop(str(launch.run.path), None)
+    result = _finish(launch, reports)
+    if stuck is not None:  # the run and its report are written; the search did not finish
+        raise UserError(stuck[1], file=launch.space.source, field=stuck[0])
+    return result
 
 
 def run_search(space: SearchSpace, *, searcher: str = "tpe", trials: int | None = None,
@@ -191,11 +250,13 @@ def run_search(space: SearchSpace, *, searcher: str = "tpe", trials: int | None 
     was pinned with, recorded in the run spec).
 
     Raises:
-        UserError: see :func:`start_run`.
+        UserError: see :func:`start_run`; a trial that waited longer than
+            ``budget.pending_timeout_s`` for resources no node has (the run and its report are
+            written first).
     """
     launch = start_run(space, searcher=searcher, trials=trials, address=address, name=name,
                        storage=storage, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
-                       num_cpus=num_cpus, fixed=fixed)
+                       num_cpus=num_cpus, fixed=fixed, ray=True, ray_dashboard=ray_dashboard)
     return _fit(launch, progress=progress, ray_dashboard=ray_dashboard, restore=False, reports=reports)
 
 
@@ -211,7 +272,8 @@ def resume_search(run_dir: str | Path, *, address: str | None = None,
     Raises:
         UserError: see :func:`reopen_run`.
     """
-    launch = reopen_run(run_dir, address=address, num_cpus=num_cpus)
+    launch = reopen_run(run_dir, address=address, num_cpus=num_cpus, ray=True,
+                        ray_dashboard=ray_dashboard)
     return _fit(launch, progress=progress, ray_dashboard=ray_dashboard, restore=True, reports=reports)
 
 

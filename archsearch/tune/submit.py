@@ -13,8 +13,13 @@ talking to the head's dashboard at ``http://HEAD:8265``). What the job gets:
 * **space file**: a space inside the project travels at its own relative path (so relative
   dataset paths in it resolve as they do here); a space outside the project is copied to
   ``_submitted/NAME.yaml`` in the staged directory.
-* **entrypoint**: ``python -m archsearch.cli search SPACE --address auto --storage STORAGE
-  --reports REPORTS --name NAME --no-progress`` plus the search options given to ``submit``.
+* **entrypoint**: ``python archsearch/tune/envcheck.py VERSION && python -m archsearch.cli
+  search SPACE --address auto --storage STORAGE --reports REPORTS --name NAME --no-progress``
+  plus the search options given to ``submit`` (:func:`job_command`). The first command
+  (:mod:`archsearch.tune.envcheck`, standard library only) checks that the cluster's ``python``
+  has archsearch's dependencies and imports the shipped archsearch of the submitter's
+  ``VERSION``; otherwise the job ends with one ``error:`` line naming the missing package, the
+  Python that ran and how to fix it (exit code 2, passed on by ``submit --wait``).
 
 ``--storage`` is passed through to ``archsearch search``, which writes the run directory
 (``run.json``, ``optuna.db``, trial records, Tune checkpoints) as ordinary files: it must be an
@@ -58,6 +63,9 @@ MAX_SHIP_BYTES = 256 * 2**20
 SUBMITTED_DIR = "_submitted"
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+#: The environment check the job runs first, relative to its working directory.
+ENVCHECK_SCRIPT = "archsearch/tune/envcheck.py"
 
 
 @dataclass
@@ -257,6 +265,15 @@ def search_command(space_rel: str, *, name: str, storage: str, reports: str,
     return argv
 
 
+def job_command(search_argv: list[str]) -> str:
+    """The job's shell entrypoint: the environment check (:mod:`archsearch.tune.envcheck`, with
+    this archsearch's version), then the search ``search_argv`` (:func:`search_command`)."""
+    import archsearch
+
+    check = ["python", ENVCHECK_SCRIPT, str(archsearch.__version__)]
+    return f"{shlex.join(check)} && {shlex.join(search_argv)}"
+
+
 def submit_search(space_file: Path, *, address: str | None, storage: str,
                   reports: str | None = None, searcher: str = "tpe", trials: int | None = None,
                   name: str | None = None, fixed: str | None = None,
@@ -303,7 +320,7 @@ def submit_search(space_file: Path, *, address: str | None, storage: str,
         argv = search_command(rel, name=name, storage=storage, reports=reports,
                               searcher=searcher, trials=trials, fixed=fixed,
                               cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
-        entrypoint = shlex.join(argv)
+        entrypoint = job_command(argv)
         runtime_env = {"working_dir": str(staged),
                        "env_vars": {"PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0",
                                     **(env or {})}}
