@@ -64,7 +64,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("params_trainable", "min", "count", "distinct trainable parameters after tying",
            log_scale=True, known_cost=True, per_model=True),
     Metric("latency_ms", "min", "ms",
-           "median forward time per sample on this machine (batch size stated in the report)"),
+           "median forward time per sample on the trial's device (batch size stated in the report; "
+           "synchronised on CUDA; each trial records its `device` and `precision`)"),
     Metric("train_seconds", "min", "s", "wall time of the trial's training"),
 )}
 

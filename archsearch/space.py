@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -119,7 +119,9 @@ class CategoricalParam(_Strict):
         return v
 
 
-Param = Union[IntParam, FloatParam, CategoricalParam]
+#: Tagged by ``type``: a mistake is reported for the param's own kind, at its own field
+#: (``params.lr.low``), not for each kind the value could have been.
+Param = Annotated[Union[IntParam, FloatParam, CategoricalParam], Field(discriminator="type")]
 
 
 class ObjectiveSpec(_Strict):
@@ -542,8 +544,24 @@ def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        loc = tuple(err.get("loc", ()))
+        if len(loc) > 1 and loc[-1] == "int" and err["type"] == "int_type":  # no Scalar took it
+            what = ("one of that param's choices or a list of them" if "when" in loc[:-2]
+                    else "a number, a string or a boolean")
+            err, msg = {**err, "loc": loc[:-1]}, f"expected {what}, got {_kind(err.get('input'))}"
         raise UserError(msg, file=source, field=_field_of(err) or None) from None
     return space
+
+
+def _kind(value: Any) -> str:
+    """``a mapping``, ``a list``, ``null``...: what a YAML value is, for a message."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"a {type(value).__name__}"
 
 
 def load_space(path: str | Path) -> SearchSpace:
@@ -555,16 +573,29 @@ def load_space(path: str | Path) -> SearchSpace:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise UserError("file not found", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read: {e.__class__.__name__}", file=str(path)) from None
+    except OSError as e:
+        raise UserError(f"cannot read: {e.strerror or e.__class__.__name__}", file=str(path)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise UserError(f"not UTF-8: byte 0x{raw[e.start]:02x} at line {line}, column {col}; save "
+                        "the file as UTF-8", file=str(path)) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        problem = getattr(e, "problem", None) or "malformed YAML"
-        raise UserError(f"malformed YAML: {problem}", file=str(path), field=where) from None
+        problem = getattr(e, "problem", None)
+        if problem is None and isinstance(e, yaml.reader.ReaderError):  # a control character
+            where = f"line {text.count(chr(10), 0, e.position) + 1}, column " \
+                    f"{e.position - (text.rfind(chr(10), 0, e.position) + 1) + 1}"
+            problem = f"{e.reason} (character #x{e.character:04x})" if isinstance(e.character, int) \
+                else e.reason
+        raise UserError(f"malformed YAML: {problem or ' '.join(str(e).split())}", file=str(path),
+                        field=where) from None
     return parse_space(data, source=str(path))

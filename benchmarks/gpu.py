@@ -175,6 +175,36 @@ def train_row(row: dict, proto: dict, data, ckpt: str, device: str, quick: bool)
     return loop
 
 
+def test_correct(loop) -> str:
+    """Per test row, 1 if the row's prediction is right (the same pass as ``evaluate("test")``,
+    which calibrated nothing: the test split is read after the choice), as a '0'/'1' string."""
+    import torch
+
+    out = []
+    loop.model.eval()
+    with torch.inference_mode(), loop.autocast():
+        for x, mask, y in loop.eval_batches("test"):
+            logits, _ = loop.gating.predict(x.to(loop.device), None if mask is None else mask.to(loop.device))
+            out.append((logits.argmax(-1).cpu() == y).to(torch.uint8))
+    loop.gating.metrics()
+    return "".join(map(str, torch.cat(out).tolist()))
+
+
+def paired_bootstrap(a: str, b: str, n: int = 2000, seed: int = 0) -> dict[str, float]:
+    """Mean gain of ``a`` over ``b`` in accuracy points and its 95% paired bootstrap interval
+    over test rows (``a``, ``b``: '0'/'1' strings of the same rows; Efron & Tibshirani 1993,
+    ch. 16)."""
+    import numpy as np
+
+    x = np.frombuffer(a.encode(), dtype=np.uint8) - 48
+    y = np.frombuffer(b.encode(), dtype=np.uint8) - 48
+    d = (x.astype(float) - y) * 100
+    rng = np.random.default_rng(seed)
+    boots = d[rng.integers(0, len(d), (n, len(d)))].mean(1)
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return {"mean": round(float(d.mean()), 3), "ci95": [round(float(lo), 3), round(float(hi), 3)]}
+
+
 def row_name(row: dict) -> str:
     b = "" if row["budget"] is None else f"@{row['budget']}"
     d = f"{row['depth']}" if row["gating"] == "static" else ""
@@ -210,7 +240,7 @@ def run(args) -> int:
         m = loop.evaluate("test")
         rec = {"name": name, **row, "accuracy": m["accuracy"], "flops_per_sample": m["flops_per_sample"],
                "train_seconds": loop.train_seconds, "steps": loop.step, "device": m["device"],
-               "precision_ran": m["precision"]}
+               "precision_ran": m["precision"], "correct": test_correct(loop)}
         if row["seed"] == 0 and (row["gating"] != "static" or row["depth"] == 6):
             loop.model.eval()
             with loop.autocast():
@@ -271,6 +301,12 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
     s["bf16_speedup_train"] = ratio(get(full, "train_seconds"), get("static6/s0/bf16", "train_seconds"))
     s["bf16_cascade_over_fp32_b32"] = ratio(get("dht@0.5/s0/bf16", "wall_s_b32"), get("dht@0.5/s0/fp32", "wall_s_b32"))
     s["bf16_full_over_fp32_b32"] = ratio(get("static6/s0/bf16", "wall_s_b32"), get(full, "wall_s_b32"))
+    for g, other in (("dht", "confidence_exit"), ("dht", "depth_predictor"), ("confidence_exit", "static6")):
+        for k in range(3):  # paired over test rows, per seed (the seeds differ in training)
+            a = by.get(f"{g}@0.5/s{k}/fp32")
+            b = by.get(f"{other}@0.5/s{k}/fp32" if other != "static6" else f"static6/s{k}/fp32")
+            if a and b:
+                s[f"{g}_gain_over_{other}_pts_at_0.5_s{k}"] = paired_bootstrap(a["correct"], b["correct"])
     s["rows"] = len(rows)
     return s
 

@@ -46,6 +46,23 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Tests over this many seconds (setup + call) without ``slow`` are listed in the summary.
 SLOW_AUDIT_S = 15.0
 
+# Hypothesis profiles (tests/test_fuzz.py): ``quick`` (the default: few examples, the same ones
+# every run) keeps the quick tier fast; ``long`` is what the slow tier's fuzz tests run (>= 2,000
+# cases in all, new ones each run). ``HYPOTHESIS_PROFILE=long`` makes every test use it. No
+# example database: nothing is written into the checkout.
+try:
+    from hypothesis import HealthCheck, settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile(
+        "quick", max_examples=40, deadline=None, database=None, derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    _hypothesis_settings.register_profile(
+        "long", max_examples=1000, deadline=None, database=None, print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
+except ImportError:  # hypothesis is a test extra; test_fuzz.py says so if it is missing
+    pass
+
 
 # ------------------------------------------------------------------------------------------
 # marker rules
@@ -277,6 +294,7 @@ def load_benchmark(name: str):
         sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses (and pickle) look a module up there
     spec.loader.exec_module(mod)
     return mod
 

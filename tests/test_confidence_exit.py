@@ -38,10 +38,11 @@ class FakeLoop:
         return iter(self.batches)
 
 
-def confident_gating(cfg=None, n_layers=4, seed=0):
-    """A gating on a tiny eval-mode model whose exits disagree in confidence across rows
-    (random exit heads of a useful scale instead of the 0.02-std initialisation)."""
-    model = make_model(n_layers=n_layers, seed=seed).eval()
+def confident_gating(cfg=None, n_layers=4, seed=0, device="cpu"):
+    """A gating on a tiny eval-mode model on ``device`` whose exits disagree in confidence across
+    rows (random exit heads of a useful scale instead of the 0.02-std initialisation; drawn on
+    the CPU, so every device gets the same weights)."""
+    model = make_model(n_layers=n_layers, seed=seed, device=device).eval()
     g = ConfidenceExitGating(model, dict(cfg or {}), {})
     gen = torch.Generator().manual_seed(seed + 5)
     with torch.no_grad():
@@ -50,12 +51,13 @@ def confident_gating(cfg=None, n_layers=4, seed=0):
     return g
 
 
-def val_batches(n=4, B=64, labels=None):
+def val_batches(n=4, B=64, labels=None, device="cpu"):
+    """``n`` validation batches ``(x, mask, y)`` on ``device`` (drawn on the CPU)."""
     out = []
     for s in range(n):
-        x, m = make_batch(B=B, seed=10 + s)
+        x, m = make_batch(B=B, seed=10 + s, device=device)
         y = torch.randint(0, 2, (B,), generator=torch.Generator().manual_seed(s)) if labels is None else labels(B, s)
-        out.append((x, m, y))
+        out.append((x, m, y.to(device)))
     return out
 
 
@@ -98,10 +100,10 @@ def test_trained_exit_heads_are_kept():
     assert ConfidenceExitGating(make_model(), {"exit_heads": False}, {}).model.exit_heads is None
 
 
-def test_training_loss_is_the_all_exit_loss_of_every_exit():
-    g = confident_gating({"exit_loss": "equal"})
-    x, m = make_batch(B=16, seed=3)
-    y = torch.randint(0, 2, (16,), generator=torch.Generator().manual_seed(0))
+def test_training_loss_is_the_all_exit_loss_of_every_exit(device):
+    g = confident_gating({"exit_loss": "equal"}, device=device)
+    x, m = make_batch(B=16, seed=3, device=device)
+    y = torch.randint(0, 2, (16,), generator=torch.Generator().manual_seed(0)).to(device)
     loss = g.training_loss(x, m, y, F.cross_entropy)
     exits = [g.model(x, m, n_layers=d) for d in g.depths]
     deep, shallow = all_exit_loss(exits, y, F.cross_entropy, "equal")
@@ -111,9 +113,9 @@ def test_training_loss_is_the_all_exit_loss_of_every_exit():
 
 
 @pytest.mark.parametrize("budget", [0.4, 0.5, 0.75])
-def test_calibrated_flops_fraction_lands_on_the_budget(budget):
-    g = confident_gating({"flops_budget": budget})
-    g.loop = FakeLoop(val_batches())
+def test_calibrated_flops_fraction_lands_on_the_budget(budget, device):
+    g = confident_gating({"flops_budget": budget}, device=device)
+    g.loop = FakeLoop(val_batches(device=device))
     g.before_evaluate("validation")
     assert abs(g.calibrated_fraction - budget) <= 0.05, (budget, g.threshold, g.calibrated_fraction)
     # the cascade executes exactly the calibrated fraction on the same rows (the threshold sits
@@ -127,9 +129,9 @@ def test_calibrated_flops_fraction_lands_on_the_budget(budget):
         confident_gating().calibrate(val_batches())
 
 
-def test_a_higher_threshold_never_lowers_the_mean_depth():
-    g = confident_gating()
-    batches = val_batches()
+def test_a_higher_threshold_never_lowers_the_mean_depth(device):
+    g = confident_gating(device=device)
+    batches = val_batches(device=device)
     means = []
     for thr in (0.0, 0.5, 0.55, 0.6, 0.7, 0.8, 0.9, 0.99, 1.0, NEVER):
         g.threshold = thr
@@ -141,12 +143,12 @@ def test_a_higher_threshold_never_lowers_the_mean_depth():
     assert len(set(means)) > 4  # the thresholds in between really spread the rows
 
 
-def test_the_cascade_equals_each_row_run_alone_to_its_exit():
+def test_the_cascade_equals_each_row_run_alone_to_its_exit(device):
     """``predict`` (one cascade, rows leaving the batch) gives each row the logits and FLOPs of
     a plain forward of that row alone to its exit depth, and that exit is the first whose
     plain-forward max probability passes the threshold."""
-    g = confident_gating({"flops_budget": 0.5})
-    x, m = make_batch(B=48, seed=21)
+    g = confident_gating({"flops_budget": 0.5}, device=device)
+    x, m = make_batch(B=48, seed=21, device=device)
     g.calibrate([(x, m)])  # a threshold between the rows' confidences
     logits, flops = g.predict(x, m)
     _, idx = run_cascade(g.model, g.model.embed(x), g.model.padding_mask(x, m), g.depths, 0, g.stop_rule())
@@ -163,25 +165,25 @@ def test_the_cascade_equals_each_row_run_alone_to_its_exit():
     assert flops.dtype == torch.float64 and flops.device == x.device
 
 
-def test_the_threshold_is_label_free():
+def test_the_threshold_is_label_free(device):
     """Poisoned validation labels (flipped, or not even class ids) calibrate the same threshold."""
     runs = []
     for labels in (None, lambda B, s: 1 - val_batches()[s][2], lambda B, s: torch.full((B,), 10 ** 6)):
-        g = confident_gating({"flops_budget": 0.5})
-        g.loop = FakeLoop(val_batches(labels=labels))
+        g = confident_gating({"flops_budget": 0.5}, device=device)
+        g.loop = FakeLoop(val_batches(labels=labels, device=device))
         g.before_evaluate()
         runs.append((g.threshold, g.calibrated_fraction))
     assert runs[0] == runs[1] == runs[2]
 
 
-def test_state_round_trip(tmp_path):
-    g = confident_gating({"flops_budget": 0.5})
-    batches = val_batches()
+def test_state_round_trip(tmp_path, device):
+    g = confident_gating({"flops_budget": 0.5}, device=device)
+    batches = val_batches(device=device)
     g.calibrate(batches)
     for x, m, _ in batches[:2]:
         g.predict(x, m)
     torch.save(g.state_dict(), tmp_path / "g.pt")
-    again = confident_gating({"flops_budget": 0.5})
+    again = confident_gating({"flops_budget": 0.5}, device=device)
     again.load_state_dict(torch.load(tmp_path / "g.pt", weights_only=True))
     assert (again.threshold, again.calibrated_fraction) == (g.threshold, g.calibrated_fraction)
     assert again.metrics() == g.metrics()
@@ -190,13 +192,13 @@ def test_state_round_trip(tmp_path):
     assert fresh.calibrated_fraction is None and fresh.threshold == fresh.s.exit_threshold
 
 
-def test_run_cascade_raises_on_bad_depths():
-    model = make_model().eval()
-    x, m = make_batch(B=4)
+def test_run_cascade_raises_on_bad_depths(device):
+    model = make_model(device=device).eval()
+    x, m = make_batch(B=4, device=device)
     h, pad = model.embed(x), model.padding_mask(x, m)
 
     def never(k, h, pad, logits, state):
-        return torch.zeros(len(h), dtype=torch.bool), None
+        return torch.zeros(len(h), dtype=torch.bool), None  # on the CPU: run_cascade moves it
 
     for depths, start in (([], 0), ([2, 1], 0), ([1, 1, 2], 0), ([1, 2], 2)):
         with pytest.raises(ValueError, match="ascending"):
@@ -208,7 +210,7 @@ def test_run_cascade_raises_on_bad_depths():
     assert idx.tolist() == [0] * 4
 
 
-def test_first_stop_is_the_first_exit_that_says_stop():
+def test_first_stop_is_the_first_exit_that_says_stop(device):
     stop = np.array([[0, 1, 1], [0, 0, 0], [1, 0, 1], [0, 0, 1]], dtype=bool)
     before = stop.copy()
     got = first_stop(stop)
@@ -216,6 +218,8 @@ def test_first_stop_is_the_first_exit_that_says_stop():
     assert np.array_equal(stop, before)  # not modified
     t = torch.from_numpy(stop)
     assert first_stop(t).tolist() == [1, 2, 0, 2] and first_stop(t).dtype == torch.long
+    on_device = first_stop(t.to(device))  # a tensor on the stop table's device
+    assert on_device.device == t.to(device).device and on_device.tolist() == [1, 2, 0, 2]
     assert first_stop(np.zeros((0, 3), dtype=bool)).shape == (0,)
     for bad in (np.zeros(3, dtype=bool), np.zeros((2, 0), dtype=bool)):
         with pytest.raises(ValueError, match="N x K"):
@@ -231,7 +235,7 @@ def test_first_stop_is_the_first_exit_that_says_stop():
     assert np.array_equal(first_stop(table), out)
 
 
-def test_a_real_trial_loop_meets_the_budget_and_counts_the_evaluated_split(cache_dir, tmp_path):
+def test_a_real_trial_loop_meets_the_budget_and_counts_the_evaluated_split(cache_dir, tmp_path, device):
     from archsearch.data import prepare
     from archsearch.tune.trainable import TrialLoop
 
@@ -244,7 +248,7 @@ def test_a_real_trial_loop_meets_the_budget_and_counts_the_evaluated_split(cache
 
     data = dataclasses.replace(data, data={**data.data, "train": head("train", 640),
                                            "validation": head("validation", 256), "test": head("test", 300)})
-    settings = {"epochs": 1, "batch_size": 32, "seed": 0, "latency_batch_size": 32,
+    settings = {"epochs": 1, "batch_size": 32, "seed": 0, "latency_batch_size": 32, "device": str(device),
                 "fixed": {"n_layers": 3, "d_model": 32, "n_heads": 4, "warmup_steps": 5,
                           "gating": "confidence_exit", "flops_budget": 0.5}}
     loop = TrialLoop({}, data, settings)

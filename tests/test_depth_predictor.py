@@ -27,21 +27,24 @@ def one_thread():
     torch.set_num_threads(old)
 
 
-def make_model(n_layers=4, dropout=0.0, seed=0, norm_position="pre"):
+def make_model(n_layers=4, dropout=0.0, seed=0, norm_position="pre", device="cpu"):
+    """A tiny classifier, initialised on the CPU from ``seed`` (the same weights on every device),
+    then moved to ``device`` (the ``device`` fixture in the tests that run it)."""
     torch.manual_seed(seed)
     cfg = TransformerConfig(vocab_size=50, max_len=12, n_layers=n_layers, d_model=32, n_heads=4,
                             d_ffn=64, dropout=dropout, norm_position=norm_position)
-    return Transformer(cfg)
+    return Transformer(cfg).to(device)
 
 
-def make_batch(B=16, T=12, seed=1):
+def make_batch(B=16, T=12, seed=1, device="cpu"):
+    """``B x T`` ids and bool mask, drawn on the CPU from ``seed``, then moved to ``device``."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(4, 50, (B, T), generator=g)  # (B, T)
     x[:, 0] = 2  # <cls> first, as the trained tokenizers do
     lengths = torch.randint(3, T + 1, (B,), generator=g)
     mask = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
     x[~mask] = 0
-    return x, mask
+    return x.to(device), mask.to(device)
 
 
 def spread_depths(gating, seed=0):
@@ -159,51 +162,51 @@ def test_revpc_exact_values_and_non_increasing():
 
 
 @pytest.mark.parametrize("norm_position", ["pre", "post"])  # post: BERT / MiniLM blocks
-def test_all_p_one_scaled_forward_equals_model_forward(norm_position):
+def test_all_p_one_scaled_forward_equals_model_forward(norm_position, device):
     for training in (False, True):  # dropout 0, so train mode must match too
-        model = make_model(norm_position=norm_position)
+        model = make_model(norm_position=norm_position, device=device)
         model.train(training)
         gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
         spread_depths(gating)
-        x, mask = make_batch()
+        x, mask = make_batch(device=device)
         logits, probs = gating.scaled_forward(x, mask, full=True)
         assert probs.shape == (16, 4)
         torch.testing.assert_close(logits, model(x, mask), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
-def test_one_hot_depth_scaled_forward_equals_early_exit(norm_position):
-    model = make_model(norm_position=norm_position).eval()
+def test_one_hot_depth_scaled_forward_equals_early_exit(norm_position, device):
+    model = make_model(norm_position=norm_position, device=device).eval()
     # the scaled forward reads the model's head; early exit reads it too only without exit heads
     gating = DepthPredictorGating(model, {"gamma": 0.5, "exit_heads": False}, {})
-    x, mask = make_batch()
+    x, mask = make_batch(device=device)
     for depth in (1, 2, 3, 4):
         force_depth(gating, depth)
         logits, _ = gating.scaled_forward(x, mask)  # p = 1 up to depth, 0 after
         torch.testing.assert_close(logits, model(x, mask, n_layers=depth), rtol=1e-5, atol=1e-6)
 
 
-def test_training_loss_adds_gamma_times_normalised_expected_depth():
-    model = make_model().eval()
+def test_training_loss_adds_gamma_times_normalised_expected_depth(device):
+    model = make_model(device=device).eval()
     gating = DepthPredictorGating(model, {"gamma": 0.7, "depth_all_exits": False, "depth_warmup_steps": 0}, {})
     spread_depths(gating)
-    x, mask = make_batch()
-    y = torch.randint(0, 2, (16,))
+    x, mask = make_batch(device=device)
+    y = torch.randint(0, 2, (16,)).to(device)
     ce = torch.nn.functional.cross_entropy
     loss = gating.training_loss(x, mask, y, ce)
     logits, probs = gating.scaled_forward(x, mask)
-    exp_depth = (probs * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum(-1).mean()
+    exp_depth = (probs * torch.tensor([1.0, 2.0, 3.0, 4.0], device=device)).sum(-1).mean()
     torch.testing.assert_close(loss, ce(logits, y) + 0.7 * exp_depth / 4)
     loss.backward()
     assert gating.predictor.fc2.weight.grad is not None and gating.predictor.fc2.weight.grad.abs().sum() > 0
 
 
-def test_warmup_uses_full_depth_without_penalty():
-    model = make_model().eval()
+def test_warmup_uses_full_depth_without_penalty(device):
+    model = make_model(device=device).eval()
     gating = DepthPredictorGating(model, {"gamma": 0.9, "depth_warmup_steps": 1, "depth_all_exits": False}, {})
     force_depth(gating, 1)
-    x, mask = make_batch()
-    y = torch.randint(0, 2, (16,))
+    x, mask = make_batch(device=device)
+    y = torch.randint(0, 2, (16,)).to(device)
     ce = torch.nn.functional.cross_entropy
     torch.testing.assert_close(gating.training_loss(x, mask, y, ce), ce(model(x, mask), y))
     gating.after_step(0.0)
@@ -211,11 +214,11 @@ def test_warmup_uses_full_depth_without_penalty():
                                ce(model(x, mask, n_layers=1), y) + 0.9 * 1 / 4, rtol=1e-5, atol=1e-5)
 
 
-def test_early_exit_runs_exactly_the_predicted_blocks():
-    model = make_model().eval()
+def test_early_exit_runs_exactly_the_predicted_blocks(device):
+    model = make_model(device=device).eval()
     gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
     spread_depths(gating)
-    x, mask = make_batch(B=32)
+    x, mask = make_batch(B=32, device=device)
     depths = gating.predict_depths(x, mask)  # (B,)
     assert len(set(depths.tolist())) >= 3, depths  # the test needs several groups
     rows_seen = [0] * 4
@@ -239,11 +242,11 @@ def test_early_exit_runs_exactly_the_predicted_blocks():
         assert flops[b] == costs.flops_per_sample(model.config, 12, n_layers=int(depths[b])) + extra
 
 
-def test_grouped_inference_equals_per_sample_inference():
-    model = make_model().eval()
+def test_grouped_inference_equals_per_sample_inference(device):
+    model = make_model(device=device).eval()
     gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
     spread_depths(gating, seed=3)
-    x, mask = make_batch(B=24, seed=5)
+    x, mask = make_batch(B=24, seed=5, device=device)
     assert len(set(gating.predict_depths(x, mask).tolist())) >= 3
     logits, flops = gating.predict(x, mask)
     for b in range(24):
@@ -254,11 +257,11 @@ def test_grouped_inference_equals_per_sample_inference():
         torch.testing.assert_close(lb, model(x[b:b + 1], mask[b:b + 1], n_layers=depth), rtol=1e-5, atol=1e-6)
 
 
-def test_stats_histogram_counts_predictions_and_state_round_trip(tmp_path):
-    model = make_model().eval()
+def test_stats_histogram_counts_predictions_and_state_round_trip(tmp_path, device):
+    model = make_model(device=device).eval()
     gating = DepthPredictorGating(model, {"gamma": 0.5}, {})
     spread_depths(gating)
-    x, mask = make_batch(B=32)
+    x, mask = make_batch(B=32, device=device)
     depths = gating.predict_depths(x, mask)
     gating.reset_stats()
     gating.predict(x, mask)
@@ -267,11 +270,12 @@ def test_stats_histogram_counts_predictions_and_state_round_trip(tmp_path):
     assert st["mean_exit_depth"] == pytest.approx(depths.double().mean().item())
     with torch.no_grad():
         _, probs = gating.scaled_forward(x, mask)  # (B, D) over depths 1..4
-    assert st["expected_depth"] == pytest.approx(float((probs @ torch.arange(1.0, 5.0)).mean()), rel=1e-5)
+    assert st["expected_depth"] == pytest.approx(float((probs @ torch.arange(1.0, 5.0, device=device)).mean()),
+                                                 rel=1e-5)
     # checkpoint: plain tensors and numbers, readable with weights_only=True
     gating.after_step(1.0)
     torch.save(gating.state_dict(), tmp_path / "g.pt")
-    other_model = make_model(seed=1).eval()
+    other_model = make_model(seed=1, device=device).eval()
     other = DepthPredictorGating(other_model, {"gamma": 0.5}, {})  # adds the exit heads first
     other_model.load_state_dict(model.state_dict())
     other.load_state_dict(torch.load(tmp_path / "g.pt", weights_only=True))
@@ -304,7 +308,7 @@ def test_search_space_file_is_valid():
     assert space.metric_names == ["accuracy", "flops_per_sample"]
 
 
-def test_real_training_through_trial_loop_reports_histogram(cache_dir, tmp_path):
+def test_real_training_through_trial_loop_reports_histogram(cache_dir, tmp_path, device):
     from archsearch.data import prepare
     from archsearch.tune.trainable import TrialLoop
 
@@ -313,7 +317,7 @@ def test_real_training_through_trial_loop_reports_histogram(cache_dir, tmp_path)
     n = 768
     data = dataclasses.replace(data, data={**data.data, "train": dataclasses.replace(
         tr, input_ids=tr.input_ids[:n], attention_mask=tr.attention_mask[:n], labels=tr.labels[:n])})
-    settings = {"epochs": 2, "batch_size": 64, "seed": 0,
+    settings = {"epochs": 2, "batch_size": 64, "seed": 0, "device": str(device),
                 "fixed": {"n_layers": 3, "d_model": 32, "n_heads": 2, "gating": "depth_predictor",
                           "gamma": 0.9, "warmup_steps": 5}}
     loop = TrialLoop({}, data, settings)
@@ -329,10 +333,12 @@ def test_real_training_through_trial_loop_reports_histogram(cache_dir, tmp_path)
     hist = metrics["depth_histogram"]
     assert math.isfinite(metrics["val_loss"])
     # recompute every reported number from the predicted exit depths of the evaluation batches
+    # (on the loop's device, at its precision: evaluate() runs under loop.autocast())
     gating, extra = loop.gating, loop.gating.predictor.flops_per_sample()
     depths, flops, correct, exp_depth = [], 0.0, 0, 0.0
-    with torch.no_grad():
+    with torch.no_grad(), loop.autocast():
         for x, m, y in loop.eval_batches():  # (B, T') trimmed validation batches
+            x, m, y = x.to(loop.device), m.to(loop.device), y.to(loop.device)
             d = gating.predict_depths(x, m)  # (B,)
             depths += d.tolist()
             flops += sum(costs.flops_per_sample(loop.mcfg, x.shape[1], n_layers=int(k)) + extra for k in d)
@@ -368,25 +374,27 @@ def set_probs(gating, probs):
         gating.predictor.fc2.bias.copy_(torch.tensor(probs).log())
 
 
-def test_exit_at_the_median_not_the_argmax():
-    model = make_model().eval()
+def test_exit_at_the_median_not_the_argmax(device):
+    model = make_model(device=device).eval()
     gating = DepthPredictorGating(model, {}, {})
-    x, mask = make_batch()
-    set_probs(gating, [0.4, 0.1, 0.2, 0.3])  # arg-max depth 1; P(depth >= 2, 3, 4) = .6, .5, .3
-    assert gating.predict_depths(x, mask).tolist() == [3] * 16  # the median
+    x, mask = make_batch(device=device)
+    # arg-max depth 1; P(depth >= 2, 3, 4) = .65, .55, .3: no sum on a threshold, where float
+    # noise (which differs between devices) would decide
+    set_probs(gating, [0.35, 0.1, 0.25, 0.3])
+    assert gating.predict_depths(x, mask).tolist() == [3] * 16  # the median (threshold 0.5)
     logits, flops = gating.predict(x, mask)
     torch.testing.assert_close(logits, model(x, mask, n_layers=3), rtol=1e-5, atol=1e-6)
-    gating.threshold = 0.55
+    gating.threshold = 0.6
     assert gating.predict_depths(x, mask).tolist() == [2] * 16
     for depth in (1, 2, 3, 4):  # a forced static depth equals the static model cut there
         force_depth(gating, depth)
         torch.testing.assert_close(gating.predict(x, mask)[0], model(x, mask, n_layers=depth), rtol=1e-5, atol=1e-6)
 
 
-def test_predictor_reads_the_mean_over_real_tokens_as_the_classifier_pools():
-    model = make_model().eval()
+def test_predictor_reads_the_mean_over_real_tokens_as_the_classifier_pools(device):
+    model = make_model(device=device).eval()
     gating = DepthPredictorGating(model, {}, {})
-    x, mask = make_batch()
+    x, mask = make_batch(device=device)
     seen = []
     hook = gating.predictor.register_forward_hook(lambda m, a, out: seen.append(a[0]))
     try:
@@ -398,13 +406,13 @@ def test_predictor_reads_the_mean_over_real_tokens_as_the_classifier_pools():
     torch.testing.assert_close(seen[0], model.pool(h, pad))
 
 
-def test_budget_calibration_on_validation_lands_within_005():
-    model = make_model().eval()
+def test_budget_calibration_on_validation_lands_within_005(device):
+    model = make_model(device=device).eval()
     gating = DepthPredictorGating(model, {"flops_budget": 0.5}, {})
     spread_depths(gating)
     with torch.no_grad():  # milder logits: many distinct per-sample distributions
         gating.predictor.fc2.weight.mul_(0.1)
-    batches = [make_batch(B=64, seed=s) for s in range(4)]
+    batches = [make_batch(B=64, seed=s, device=device) for s in range(4)]
     for budget in (0.4, 0.5, 0.75):
         thr, frac = gating.calibrate(batches, budget=budget)
         assert abs(frac - budget) <= 0.05, (budget, thr, frac)
@@ -420,12 +428,12 @@ def test_budget_calibration_on_validation_lands_within_005():
         DepthPredictorGating(make_model(), {"flops_budget": 1.2}, {})
 
 
-def test_gamma_follows_the_budget_by_dual_ascent():
-    model = make_model().train()
+def test_gamma_follows_the_budget_by_dual_ascent(device):
+    model = make_model(device=device).train()
     gating = DepthPredictorGating(model, {"flops_budget": 0.3, "gamma": 0.1, "depth_all_exits": False,
                                           "depth_warmup_steps": 0}, {})
-    x, mask = make_batch()
-    y = torch.randint(0, 2, (16,))
+    x, mask = make_batch(device=device)
+    y = torch.randint(0, 2, (16,)).to(device)
     ce = torch.nn.functional.cross_entropy
     gating.training_loss(x, mask, y, ce)
     frac = gating._last_train["flops_fraction"]  # uniform predictor: about the mean depth's FLOPs
@@ -438,11 +446,11 @@ def test_gamma_follows_the_budget_by_dual_ascent():
     assert free.gamma == 0.1  # no budget: gamma is the fixed, configured weight
 
 
-def test_all_exits_training_makes_the_exit_1_loss_fall():
-    model = make_model(dropout=0.0).train()
+def test_all_exits_training_makes_the_exit_1_loss_fall(device):
+    model = make_model(dropout=0.0, device=device).train()
     gating = DepthPredictorGating(model, {"gamma": 0.0}, {})
     opt = torch.optim.AdamW([*model.parameters(), *gating.predictor.parameters()], lr=3e-3)
-    x, mask = make_batch(B=64, seed=100)
+    x, mask = make_batch(B=64, seed=100, device=device)
     y = (x == 7).any(1).long()
 
     def exit1():
@@ -451,7 +459,7 @@ def test_all_exits_training_makes_the_exit_1_loss_fall():
 
     before = exit1()
     for step in range(40):
-        xb, mb = make_batch(B=32, seed=step)
+        xb, mb = make_batch(B=32, seed=step, device=device)
         loss = gating.training_loss(xb, mb, (xb == 7).any(1).long(), torch.nn.functional.cross_entropy)
         opt.zero_grad()
         loss.backward()

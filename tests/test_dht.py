@@ -33,7 +33,9 @@ PAPER = dict(min_heads=1, dht_warmup_steps=100, exit_heads=False, exit_loss="mea
 
 
 @pytest.fixture()
-def tiny():
+def tiny(device):
+    """A tiny eval-mode classifier and a padded batch, drawn on the CPU from seed 0 (the same
+    numbers on every device), on the test device."""
     torch.manual_seed(0)
     cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
                             dropout=0.0)
@@ -43,7 +45,7 @@ def tiny():
     mask[2, 7:] = False
     mask[5, 4:] = False
     x[~mask] = 0
-    return model, x, mask
+    return model.to(device), x.to(device), mask.to(device)
 
 
 def flops_counted(fn, model):
@@ -206,19 +208,19 @@ def small_data(cache_dir):
     return dataclasses.replace(data, data={**data.data, "train": tr, "validation": va})
 
 
-def train_dht(data, lam, seed=0, **extra):
+def train_dht(data, lam, device, seed=0, **extra):
     from archsearch.tune.trainable import TrialLoop
 
     torch.set_num_threads(1)
     cfg = {**PAPER, "gating": "dht", "n_layers": 3, "d_model": 32, "n_heads": 4, "dht_lambda": lam,
            "dht_warmup_steps": 3, "dht_warmup_max_steps": 8, "warmup_steps": 5, **extra}
-    loop = TrialLoop(cfg, data, {"epochs": 1, "batch_size": 32, "seed": seed})
+    loop = TrialLoop(cfg, data, {"epochs": 1, "batch_size": 32, "seed": seed, "device": str(device)})
     loop.train_epoch()
     return loop, loop.evaluate()
 
 
-def test_real_training_with_a_large_lambda_learns_cheaper_paths_deterministically(small_data):
-    loop, m = train_dht(small_data, lam=5.0)
+def test_real_training_with_a_large_lambda_learns_cheaper_paths_deterministically(small_data, device):
+    loop, m = train_dht(small_data, lam=5.0, device=device)
     static_flops = costs.static_costs_fn(small_data)(loop.cfg).costs["flops_per_sample"]  # same batches
     assert m["flops_per_sample"] < 0.8 * static_flops
     assert m["dht_mean_depth"] < 3
@@ -226,7 +228,7 @@ def test_real_training_with_a_large_lambda_learns_cheaper_paths_deterministicall
     assert sum(m["dht_train_depth_hist"].values()) == pytest.approx(1.0)
     assert 0 < m["dht_bandit_overhead_pct"] < 100
     # the same seed gives the same bandit state and the same choices
-    loop2, m2 = train_dht(small_data, lam=5.0)
+    loop2, m2 = train_dht(small_data, lam=5.0, device=device)
     assert m2["flops_per_sample"] == m["flops_per_sample"] and m2["dht_depth_hist"] == m["dht_depth_hist"]
     s1, s2 = loop.gating.state_dict(), loop2.gating.state_dict()
     assert torch.equal(s1["lin"]["A"], s2["lin"]["A"]) and torch.equal(s1["ts"]["alpha"], s2["ts"]["alpha"])
@@ -236,7 +238,8 @@ def test_real_training_with_a_large_lambda_learns_cheaper_paths_deterministicall
     buf.seek(0)
     fresh = DHTGating(loop.model, loop.cfg, {"seed": 99})
     fresh.load_state_dict(torch.load(buf, weights_only=True))
-    x, mask = small_data["validation"].input_ids[:64], small_data["validation"].attention_mask[:64]
+    va = small_data["validation"]
+    x, mask = va.input_ids[:64].to(device), va.attention_mask[:64].to(device)
     assert fresh.plan(x, mask) == loop.gating.plan(x, mask)
     torch.testing.assert_close(fresh.predict(x, mask)[1], loop.gating.predict(x, mask)[1])
 
@@ -295,12 +298,13 @@ def test_tiny_dht_search_through_the_cli(tmp_path, cache_dir):
 
 
 # ---------------------------------------------------------------- issue 14: budget, exits, rewards
-def synthetic_task(seed=0, B=64, T=12):
-    """Labels decided by whether token 7 occurs: learnable from one block."""
+def synthetic_task(seed=0, B=64, T=12, device="cpu"):
+    """Labels decided by whether token 7 occurs: learnable from one block (drawn on the CPU,
+    on ``device``)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(1, 60, (B, T), generator=g)
     y = (x == 7).any(dim=1).long() | (x[:, 0] > 30).long()
-    return x, torch.ones(B, T, dtype=torch.bool), y
+    return x.to(device), torch.ones(B, T, dtype=torch.bool, device=device), y.to(device)
 
 
 def exit_ce(model, x, mask, y, depth):
@@ -308,17 +312,17 @@ def exit_ce(model, x, mask, y, depth):
         return float(torch.nn.functional.cross_entropy(model(x, mask, n_layers=depth), y))
 
 
-def test_all_exits_training_makes_the_exit_1_loss_fall():
+def test_all_exits_training_makes_the_exit_1_loss_fall(device):
     torch.manual_seed(0)
     cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
                             dropout=0.0, n_classes=2)
-    model = Transformer(cfg).train()
+    model = Transformer(cfg).to(device).train()
     dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 1000}, {"seed": 0})
-    x, mask, y = synthetic_task()
+    x, mask, y = synthetic_task(device=device)
     before = [exit_ce(model, x, mask, y, d) for d in (1, 2, 3, 4)]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for step in range(40):
-        xb, mb, yb = synthetic_task(seed=step + 1)
+        xb, mb, yb = synthetic_task(seed=step + 1, device=device)
         loss = dht.training_loss(xb, mb, yb, torch.nn.functional.cross_entropy)
         opt.zero_grad()
         loss.backward()
@@ -331,19 +335,19 @@ def test_all_exits_training_makes_the_exit_1_loss_fall():
     assert dht.updates == 40 and (np.diagonal(dht.lin.A, axis1=1, axis2=2).sum(1) > 17 + 40).all()
 
 
-def test_exits_from_step_trains_only_the_deepest_exit_before_that_step():
+def test_exits_from_step_trains_only_the_deepest_exit_before_that_step(device):
     """``dht_exits_from_step`` (DeeBERT's two stages): before the step, the loss is the deepest
     exit's alone (the exit heads get no gradient) and the warm-up does not end; from it on,
     every exit trains."""
     torch.manual_seed(0)
     cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
                             dropout=0.0, n_classes=2)
-    model = Transformer(cfg).train()
+    model = Transformer(cfg).to(device).train()
     dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 1, "exit_heads": True,
                             "dht_exits_from_step": 3}, {"seed": 0})
     grads = []
     for step in range(5):
-        xb, mb, yb = synthetic_task(seed=step + 1)
+        xb, mb, yb = synthetic_task(seed=step + 1, device=device)
         model.zero_grad()
         loss = dht.training_loss(xb, mb, yb, torch.nn.functional.cross_entropy)
         loss.backward()
@@ -359,14 +363,14 @@ def test_exits_from_step_trains_only_the_deepest_exit_before_that_step():
         DHTGating(Transformer(cfg), {**PAPER, "dht_exits_from_step": -1}, {"seed": 0})
 
 
-def test_per_sample_rewards_update_exactly_the_depth_arms_each_sample_reached(tiny):
+def test_per_sample_rewards_update_exactly_the_depth_arms_each_sample_reached(tiny, device):
     model, x, mask = tiny
     dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_epsilon": 0.0, "dht_decay": 1.0}, {"seed": 0})
     dht.takeover_step = 0  # the bandit routes from the first step
     rng = np.random.default_rng(0)
     dht.lin.b = 50.0 * rng.normal(size=dht.lin.b.shape)  # contexts prefer different depths
     dht.lin._refresh()
-    y = torch.randint(0, 2, (8,))
+    y = torch.randint(0, 2, (8,)).to(device)
     loss = dht.training_loss(x, mask, y, torch.nn.functional.cross_entropy)
     loss.backward()
     p = dht._pending
@@ -398,12 +402,12 @@ def train_steps(dht, model, x, mask, y, n):
         dht.after_step(loss.item())
 
 
-def test_static_depth_forced_run_equals_the_static_model_after_training(tiny):
+def test_static_depth_forced_run_equals_the_static_model_after_training(tiny, device):
     model, x, mask = tiny
     model.train()
     dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 0, "flops_budget": 0.5,
                             "dht_warmup_max_steps": 2}, {"seed": 0})
-    train_steps(dht, model, x, mask, torch.randint(0, 2, (8,)), 6)
+    train_steps(dht, model, x, mask, torch.randint(0, 2, (8,)).to(device), 6)
     assert dht.takeover_step is not None and dht.updates == 6
     model.eval()
     for k in (1, 2, 3, 4):
@@ -413,11 +417,11 @@ def test_static_depth_forced_run_equals_the_static_model_after_training(tiny):
         assert flops.tolist() == [float(costs.flops_per_sample(model.config, 12, n_layers=k))] * 8
 
 
-def test_budget_calibration_on_validation_lands_within_005(small_data):
+def test_budget_calibration_on_validation_lands_within_005(small_data, device):
     static = costs.static_costs_fn(small_data)({"n_layers": 3, "d_model": 32,
                                                 "n_heads": 4}).costs["flops_per_sample"]
     for budget in (0.5, 0.75):
-        loop, m = train_dht(small_data, lam=0.5, flops_budget=budget)
+        loop, m = train_dht(small_data, lam=0.5, device=device, flops_budget=budget)
         assert loop.gating.takeover_step is not None
         frac = m["flops_per_sample"] / static  # the evaluation ran at the calibrated price
         assert abs(frac - budget) <= 0.05, (budget, frac, m["dht_depth_hist"])
@@ -425,7 +429,8 @@ def test_budget_calibration_on_validation_lands_within_005(small_data):
         assert m["dht_eval_price"] >= 0 and m["dht_price"] >= 0
     # the calibration does not depend on the loop: the same call on the same rows
     va = small_data["validation"]
-    price, got = loop.gating.calibrate([(va.input_ids[:128], va.attention_mask[:128])], budget=0.6)
+    price, got = loop.gating.calibrate([(va.input_ids[:128].to(device), va.attention_mask[:128].to(device))],
+                                       budget=0.6)
     assert abs(got - 0.6) <= 0.05 and loop.gating.eval_price == price
 
 
@@ -477,7 +482,7 @@ def test_trajectory_stop_context_reads_confidence_and_agreement_with_the_last_ex
     assert (X[:, 0, 4] == 0).all() and (X[:, :, 5] == 1).all()
 
 
-def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(tiny):
+def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(tiny, device):
     """``dht_routing: cascade``: the exit-by-exit inference gives each sample the logits of the
     static model at its exit, counts that depth's FLOPs, agrees with plan() and with the
     batched route() on the same contexts, and survives a weights_only checkpoint."""
@@ -486,7 +491,7 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
     dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 0, "dht_warmup_max_steps": 2,
                             "flops_budget": 0.5, "dht_routing": "cascade", "min_heads": 4}, {"seed": 0})
     assert dht.context_dim == 19 and dht.stopping is not None
-    train_steps(dht, model, x, mask, torch.randint(0, 2, (8,)), 4)
+    train_steps(dht, model, x, mask, torch.randint(0, 2, (8,)).to(device), 4)
     assert dht.stopping.updates == 4
     rng = np.random.default_rng(1)
     dht.stopping.theta = 5.0 * rng.normal(size=dht.stopping.theta.shape)  # splits the batch across exits
@@ -522,12 +527,12 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
     ("validation", "confidence", "prob", "exit"), ("validation", "confidence", "match", "exit"),
     ("validation", "confidence", "match", "trajectory")])
 def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, stop_fit, stop_rule, stop_quality,
-                                                                    stop_context):
+                                                                    stop_context, device):
     static = costs.static_costs_fn(small_data)({"n_layers": 3, "d_model": 32,
                                                 "n_heads": 4}).costs["flops_per_sample"]
-    loop, m = train_dht(small_data, lam=0.5, flops_budget=0.6, dht_routing="cascade", dht_reward="prob",
-                        dht_stop_fit=stop_fit, dht_stop_rule=stop_rule, dht_stop_quality=stop_quality,
-                        dht_stop_context=stop_context)
+    loop, m = train_dht(small_data, lam=0.5, device=device, flops_budget=0.6, dht_routing="cascade",
+                        dht_reward="prob", dht_stop_fit=stop_fit, dht_stop_rule=stop_rule,
+                        dht_stop_quality=stop_quality, dht_stop_context=stop_context)
     g = loop.gating
     assert g.stopping.rule == stop_rule and g.stop_quality == stop_quality
     assert g.stopping.dim == (TRAJECTORY_DIM if stop_context == "trajectory" else g.context_dim)
@@ -549,7 +554,8 @@ def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, s
     with pytest.raises(ValueError, match="dht_stop_context"):
         DHTGating(loop.model, {**PAPER, "dht_stop_context": "hidden"}, {})
     if stop_fit == "validation":  # the calibration rows' qualities: the deepest exit scores 1
-        x, mask = g.calibration_batches(64)[0]
+        x, mask = g.calibration_batches(64)[0]  # CPU batches, as the loop's eval_batches gives them
+        x, mask = x.to(device), mask.to(device)
         h, pad = g._trunk(x, mask)
         with torch.no_grad():
             q = g._agreement(g._run_exits(h, pad, g.depths[-1], [None] * (g.depths[-1] - g.n_fixed)))

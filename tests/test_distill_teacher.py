@@ -15,9 +15,10 @@ from test_pretrained_cut import _Data
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    """A 4-layer tiny BERT (``init_from``), a teacher file (its weights with a different head),
-    a 2-layer model's file (the wrong architecture) and a loop that carries the data."""
+def setup(tmp_path_factory, device):
+    """A 4-layer tiny BERT (``init_from``), a teacher file (its weights with a different head,
+    written from the test device as ``TrialLoop.save`` writes it there), a 2-layer model's file
+    (the wrong architecture) and a loop on the test device that carries the data."""
     from archsearch.models.pretrained import transformer_for_data
 
     root = tmp_path_factory.mktemp("teacher")
@@ -27,10 +28,10 @@ def setup(tmp_path_factory):
     data = _Data(task="classification", tokenizer="ckpt", vocab_size=120, max_len=16, n_classes=3,
                  pad_id=0, splits={"validation": SimpleNamespace(attention_mask=mask)})
     torch.manual_seed(1)
-    teacher = transformer_for_data(str(root / "bert"), data, dropout=0.0).eval()
+    teacher = transformer_for_data(str(root / "bert"), data, dropout=0.0).to(device).eval()
     torch.save({"model": teacher.state_dict()}, root / "state.pt")  # as TrialLoop.save writes it
     torch.save(transformer_for_data(str(root / "bert2"), data).state_dict(), root / "bert2.pt")
-    loop = SimpleNamespace(data=data, device=torch.device("cpu"), settings={"epochs": 1}, steps_per_epoch=lambda: 10)
+    loop = SimpleNamespace(data=data, device=device, settings={"epochs": 1}, steps_per_epoch=lambda: 10)
     return root, data, teacher, loop
 
 
@@ -49,21 +50,21 @@ def test_all_exit_loss_with_a_teacher_distils_every_exit_toward_it():
 
 
 @pytest.mark.parametrize("gating", ["dht", "depth_predictor"])
-def test_strategies_load_a_frozen_teacher_and_its_logits_enter_the_loss(setup, gating):
+def test_strategies_load_a_frozen_teacher_and_its_logits_enter_the_loss(setup, gating, device):
     from archsearch.dynamic.depth_predictor import DepthPredictorGating
     from archsearch.dynamic.dht import DHTGating
     from archsearch.models.pretrained import transformer_for_data
 
     root, data, teacher, loop = setup
     cls = DHTGating if gating == "dht" else DepthPredictorGating
-    x, mask = padded_batch(0, 120)
-    y = torch.tensor([0, 1, 2, 1])
+    x, mask = padded_batch(0, 120, device=device)
+    y = torch.tensor([0, 1, 2, 1], device=device)
     cfg = {"init_from": str(root / "bert"), "exit_heads": True, "min_layers": 1, "n_fixed": 1,
            "dht_warmup_steps": 5, "depth_warmup_steps": 5}  # the loop here knows no step count
     states = []
     for extra in ({}, {"distill_teacher": str(root / "state.pt")}):
         torch.manual_seed(0)
-        student = transformer_for_data(str(root / "bert"), data, dropout=0.0).train()
+        student = transformer_for_data(str(root / "bert"), data, dropout=0.0).to(device).train()
         g = cls(student, {**cfg, **extra}, {"seed": 0}, loop=loop)
         states.append((torch.random.get_rng_state(), student.state_dict(), g))
     (rng0, sd0, plain), (rng1, sd1, g) = states
@@ -72,6 +73,7 @@ def test_strategies_load_a_frozen_teacher_and_its_logits_enter_the_loss(setup, g
     with torch.no_grad():  # the file's weights, frozen, in eval mode
         torch.testing.assert_close(g.teacher(x, mask), teacher(x, mask))
     assert not g.teacher.training and not any(q.requires_grad for q in g.teacher.parameters())
+    assert all(q.device.type == device.type for q in g.teacher.parameters())  # on the loop's device
     loss = g.training_loss(x, mask, y, F.cross_entropy)
     loss.backward()
     assert all(q.grad is None for q in g.teacher.parameters())
@@ -99,7 +101,7 @@ def test_a_bad_teacher_file_is_one_line_naming_it(setup):
                   {"seed": 0}, loop=loop)
 
 
-def test_a_static_cut_with_a_teacher_learns_half_from_it(setup):
+def test_a_static_cut_with_a_teacher_learns_half_from_it(setup, device):
     """The distilled static cut (``force_depth`` with ``distill_teacher``): ``(CE + KD) / 2`` of
     the cut's own logits toward the teacher's."""
     from archsearch.dynamic.exits import distill
@@ -107,9 +109,9 @@ def test_a_static_cut_with_a_teacher_learns_half_from_it(setup):
     from archsearch.models.pretrained import transformer_for_data
 
     root, data, teacher, loop = setup
-    x, mask = padded_batch(0, 120)
-    y = torch.tensor([0, 1, 2, 1])
-    student = transformer_for_data(str(root / "bert"), data, dropout=0.0).eval()
+    x, mask = padded_batch(0, 120, device=device)
+    y = torch.tensor([0, 1, 2, 1], device=device)
+    student = transformer_for_data(str(root / "bert"), data, dropout=0.0).to(device).eval()
     g = DHTGating(student, {"init_from": str(root / "bert"), "distill_teacher": str(root / "state.pt")},
                   {"seed": 0}, loop=loop)
     g.force_depth = 2

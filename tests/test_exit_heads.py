@@ -13,20 +13,22 @@ from archsearch.dynamic.dht import DHTGating
 from archsearch.models.transformer import Transformer, TransformerConfig
 
 
-def _model(task="classification"):
+def _model(task="classification", device="cpu"):
+    """A tiny eval-mode model and a batch, drawn on the CPU from seed 0, moved to ``device``."""
     torch.manual_seed(0)
     cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
                             dropout=0.0, task=task)
     x = torch.randint(1, 60, (6, 10))
-    return Transformer(cfg).eval(), x, torch.ones(6, 10, dtype=torch.bool)
+    return Transformer(cfg).to(device).eval(), x.to(device), torch.ones(6, 10, dtype=torch.bool, device=device)
 
 
-def test_each_exit_reads_its_own_head_and_the_deepest_keeps_the_model_head():
-    model, x, mask = _model()
+def test_each_exit_reads_its_own_head_and_the_deepest_keeps_the_model_head(device):
+    model, x, mask = _model(device=device)
     full = model(x, mask)
     shared = [model(x, mask, n_layers=k) for k in (1, 2, 3)]
     model.add_exit_heads([1, 2, 3, 4])
     assert sorted(model.exit_heads.keys()) == ["1", "2", "3"]
+    assert all(p.device == x.device for p in model.exit_heads.parameters())  # made where the model is
     torch.testing.assert_close(model(x, mask), full)  # depth 4 = the model's own head
     with torch.no_grad():
         for k in ("1", "2", "3"):
@@ -35,7 +37,7 @@ def test_each_exit_reads_its_own_head_and_the_deepest_keeps_the_model_head():
     for k, before in zip((1, 2, 3), shared):
         out = model(x, mask, n_layers=k)  # forward(n_layers=k) is head_logits(depth=k)
         assert not torch.allclose(out, before)
-        torch.testing.assert_close(out, torch.tensor([[1.0, -1.0]]).expand(6, 2))
+        torch.testing.assert_close(out, torch.tensor([[1.0, -1.0]], device=device).expand(6, 2))
     pad = model.padding_mask(x, mask)
     h = model.run_layers(model.embed(x), pad, 0, 2)
     torch.testing.assert_close(model.head_logits(h, pad, depth=2), model(x, mask, n_layers=2))
@@ -55,18 +57,19 @@ def test_lm_keeps_its_shared_tied_head_and_bad_depths_raise():
     (DHTGating, {"n_fixed": 1}, ["1", "2", "3"]),
     (DepthPredictorGating, {"min_layers": 2}, ["2", "3"]),
 ])
-def test_strategies_create_exit_heads_unless_told_not_to(cls, cfg, depths):
-    model, _, _ = _model()
+def test_strategies_create_exit_heads_unless_told_not_to(cls, cfg, depths, device):
+    model, _, _ = _model(device=device)
     cls(model, {**cfg, "exit_heads": False}, {})
     assert model.exit_heads is None  # the shared head: the old default, reachable by name
-    model, _, _ = _model()
+    model, _, _ = _model(device=device)
     cls(model, dict(cfg), {})  # default: a classifier per exit (measured best, dht.json)
     assert sorted(model.exit_heads.keys()) == depths
     names = {n for n, _ in model.named_parameters()}
     assert {f"exit_heads.{d}.weight" for d in depths} <= names  # the optimizer's parameters
+    assert all(p.device.type == device.type for p in model.exit_heads.parameters())
 
 
-def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_use_it():
+def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_use_it(device):
     import torch.nn.functional as F
 
     from archsearch.dynamic.exits import all_exit_loss, distill
@@ -85,8 +88,8 @@ def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_us
     with pytest.raises(ValueError, match="exit_loss"):
         all_exit_loss(exits, y, F.cross_entropy, "max")
     # the strategies read the key: sum gives a larger loss than mean on the same batch
-    model, x, mask = _model()
-    yb = torch.randint(0, 2, (6,))
+    model, x, mask = _model(device=device)
+    yb = torch.randint(0, 2, (6,)).to(device)
     for cls, cfg in ((DHTGating, {"flops_budget": 0.5, "dht_warmup_steps": 5}),
                      (DepthPredictorGating, {"flops_budget": 0.5, "depth_warmup_steps": 5})):
         losses = {r: float(cls(model, {**cfg, "exit_loss": r}, {"seed": 0}).training_loss(x, mask, yb, F.cross_entropy).detach())
@@ -96,16 +99,16 @@ def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_us
             cls(model, {**cfg, "exit_loss": "max"}, {"seed": 0})
 
 
-def test_depth_predictor_supervision_labels_the_shallowest_agreeing_exit_and_learns_it():
+def test_depth_predictor_supervision_labels_the_shallowest_agreeing_exit_and_learns_it(device):
     import torch.nn.functional as F
 
     logits = [torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]),  # exit 1 predicts 0, 1, 0
               torch.tensor([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0]]),  # exit 2 predicts 1, 1, 0
               torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])]  # deepest predicts 1, 1, 1
     assert DepthPredictorGating.agreement_targets(logits).tolist() == [1, 0, 2]
-    model, x, mask = _model()
+    model, x, mask = _model(device=device)
     model.train()
-    y = torch.randint(0, 2, (6,))
+    y = torch.randint(0, 2, (6,)).to(device)
     g = DepthPredictorGating(model, {"depth_supervision": 1.0, "gamma": 0.0, "depth_warmup_steps": 0}, {"seed": 0})
     with torch.no_grad():
         target = g.agreement_targets(g.exit_logits(x, mask))
@@ -121,8 +124,8 @@ def test_depth_predictor_supervision_labels_the_shallowest_agreeing_exit_and_lea
         DepthPredictorGating(model, {"depth_supervision": 1.0, "depth_all_exits": False}, {"seed": 0})
 
 
-def test_dht_exit_context_adds_the_first_exits_confidence_to_the_bandit_context():
-    model, x, mask = _model()
+def test_dht_exit_context_adds_the_first_exits_confidence_to_the_bandit_context(device):
+    model, x, mask = _model(device=device)
     once = {"flops_budget": 0.5, "dht_routing": "once"}
     plain = DHTGating(model, {**once, "dht_exit_context": False}, {"seed": 0})
     ctx = DHTGating(model, {**once, "dht_exit_context": True}, {"seed": 0})
@@ -133,6 +136,6 @@ def test_dht_exit_context_adds_the_first_exits_confidence_to_the_bandit_context(
     np.testing.assert_allclose(X[:, -1], 1.0)  # the bias column stays last
     with torch.no_grad():
         p = model.head_logits(h, pad, depth=1).softmax(-1)  # (6, 2)
-    np.testing.assert_allclose(X[:, 16], p.max(-1).values.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(X[:, 16], p.max(-1).values.cpu().numpy(), rtol=1e-5)
     ent = -(p * p.log()).sum(-1) / np.log(2)
-    np.testing.assert_allclose(X[:, 17], ent.numpy(), rtol=1e-4)
+    np.testing.assert_allclose(X[:, 17], ent.cpu().numpy(), rtol=1e-4)

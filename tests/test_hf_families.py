@@ -80,15 +80,16 @@ def distilbert_tokenizer():
     return DistilBertTokenizer(vocab=tok.get_vocab())
 
 
-def padded_batch(pad_id: int, vocab_size: int, T: int = 16):
-    """``B=4 x T`` ids with right padding (rows of length T, 11, 4, 1) and their bool mask."""
+def padded_batch(pad_id: int, vocab_size: int, T: int = 16, device="cpu"):
+    """``B=4 x T`` ids with right padding (rows of length T, 11, 4, 1) and their bool mask,
+    drawn on the CPU (the same numbers on every device), on ``device``."""
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, vocab_size, (4, T), generator=g)
     ids[ids == pad_id] = 3
     lengths = torch.tensor([T, 11, 4, 1])
     mask = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
     ids[~mask] = pad_id
-    return ids, mask
+    return ids.to(device), mask.to(device)
 
 
 # ------------------------------------------------------------------------------------------
@@ -100,17 +101,17 @@ def padded_batch(pad_id: int, vocab_size: int, T: int = 16):
     ("bert", {"hidden_act": "gelu_new"}), ("roberta", {"hidden_act": "relu"}),
     ("distilbert", {"activation": "relu"}), ("distilbert", {"sinusoidal_pos_embds": True})],
     ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()) or "default")
-def test_all_gates_open_equals_hf_last_hidden_state(tmp_path, model_type, extra):
+def test_all_gates_open_equals_hf_last_hidden_state(tmp_path, model_type, extra, device):
     from archsearch.dynamic.dht import DHTGating
     from archsearch.models.pretrained import transformer_from_pretrained
 
     torch.set_num_threads(1)
     config = hf_config(model_type, **extra)
-    hf = save_model(tmp_path, config)
-    ours = transformer_from_pretrained(tmp_path, max_len=16).eval()
+    hf = save_model(tmp_path, config).to(device)
+    ours = transformer_from_pretrained(tmp_path, max_len=16).to(device).eval()
     assert (ours.config.n_layers, ours.config.d_model, ours.config.n_heads) == (2, 32, 4)
     assert ours.config.type_vocab_size == (0 if model_type == "distilbert" else config.type_vocab_size)
-    ids, mask = padded_batch(config.pad_token_id, config.vocab_size)
+    ids, mask = padded_batch(config.pad_token_id, config.vocab_size, device=device)
     with torch.no_grad():
         out = hf(input_ids=ids, attention_mask=mask.long(), output_hidden_states=True)
         pad = ours.padding_mask(ids, mask)
@@ -133,7 +134,7 @@ def test_all_gates_open_equals_hf_last_hidden_state(tmp_path, model_type, extra)
 
 
 @pytest.mark.parametrize("model_type", ["roberta", "distilbert"])
-def test_task_model_checkpoints_with_the_family_prefix_load(tmp_path, model_type):
+def test_task_model_checkpoints_with_the_family_prefix_load(tmp_path, model_type, device):
     """``XForSequenceClassification`` checkpoints name every encoder weight ``roberta.`` /
     ``distilbert.``; the encoder is loaded, their head is not."""
     from safetensors import safe_open
@@ -146,9 +147,9 @@ def test_task_model_checkpoints_with_the_family_prefix_load(tmp_path, model_type
         prefix = {"roberta": "roberta.", "distilbert": "distilbert."}[model_type]
         assert any(k.startswith(prefix + "embeddings.") for k in h.keys())
     check_checkpoint(tmp_path, max_len=16)
-    ours = transformer_from_pretrained(tmp_path, max_len=16).eval()
-    encoder = getattr(hf, "roberta" if model_type == "roberta" else "distilbert")
-    ids, mask = padded_batch(config.pad_token_id, config.vocab_size)
+    ours = transformer_from_pretrained(tmp_path, max_len=16).to(device).eval()
+    encoder = getattr(hf, "roberta" if model_type == "roberta" else "distilbert").to(device)
+    ids, mask = padded_batch(config.pad_token_id, config.vocab_size, device=device)
     with torch.no_grad():
         ref = encoder(input_ids=ids, attention_mask=mask.long()).last_hidden_state
         hidden = ours.run_layers(ours.embed(ids), ours.padding_mask(ids, mask))
@@ -189,7 +190,7 @@ def family_checkpoints(tmp_path_factory):
 
 
 @pytest.mark.parametrize("model_type", ["roberta", "distilbert"])
-def test_checkpoint_tokenizer_prepares_data_and_fine_tunes(model_type, family_checkpoints, cache_dir):
+def test_checkpoint_tokenizer_prepares_data_and_fine_tunes(model_type, family_checkpoints, cache_dir, device):
     import dataclasses
 
     from archsearch.data import prepare
@@ -216,8 +217,8 @@ def test_checkpoint_tokenizer_prepares_data_and_fine_tunes(model_type, family_ch
         "validation": dataclasses.replace(va, input_ids=va.input_ids[:16], attention_mask=va.attention_mask[:16],
                                           labels=va.labels[:16])})
     loop = TrialLoop({"init_from": str(ckpt), "lr": 1e-3, "warmup_steps": 1}, data,
-                     {"epochs": 1, "batch_size": 16, "seed": 0})
-    ref = transformer_from_pretrained(ckpt, max_len=24)
+                     {"epochs": 1, "batch_size": 16, "seed": 0, "device": str(device)})
+    ref = transformer_from_pretrained(ckpt, max_len=24).to(device)
     torch.testing.assert_close(loop.model.blocks[1].ffn.fc2.weight, ref.blocks[1].ffn.fc2.weight)
     assert loop.model.config.pad_id == pad
     loss = loop.train_epoch()

@@ -35,16 +35,17 @@ def one_thread():
     torch.set_num_threads(old)
 
 
-def make_model(task: str = "classification", n_layers: int = 3, **kw) -> Transformer:
+def make_model(task: str = "classification", n_layers: int = 3, device="cpu", **kw) -> Transformer:
+    """A tiny eval-mode model initialised on the CPU from seed 0, on ``device``."""
     torch.manual_seed(0)
     cfg = TransformerConfig(vocab_size=VOCAB, max_len=N, n_layers=n_layers, d_model=32, n_heads=4,
                             d_ffn=64, dropout=0.0, task=task, **kw)
-    return Transformer(cfg).eval()
+    return Transformer(cfg).to(device).eval()
 
 
-def ids(B: int = 3, T: int = N, seed: int = 1) -> torch.Tensor:
+def ids(B: int = 3, T: int = N, seed: int = 1, device="cpu") -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(1, VOCAB, (B, T), generator=g)  # (B, T), no pad id inside
+    return torch.randint(1, VOCAB, (B, T), generator=g).to(device)  # (B, T), no pad id inside
 
 
 def record_lengths(model: Transformer, module: str = "ffn"):
@@ -56,15 +57,15 @@ def record_lengths(model: Transformer, module: str = "ffn"):
     return seen, hooks
 
 
-def padded_case(norm_position: str = "pre"):
+def padded_case(norm_position: str = "pre", device="cpu"):
     """A 2-block classifier (pre- or post-LN blocks) and 3 samples of ``N`` tokens, the second
-    with 10 real ones."""
-    model = make_model("classification", n_layers=2, norm_position=norm_position)
+    with 10 real ones, on ``device``."""
+    model = make_model("classification", n_layers=2, device=device, norm_position=norm_position)
     with torch.no_grad():  # peaked attention: no near-ties in the significance scores
         for blk in model.blocks:
             blk.attn.q.weight.mul_(4.0)
             blk.attn.k.weight.mul_(4.0)
-    x = ids(B=3)
+    x = ids(B=3, device=device)
     mask = torch.ones_like(x, dtype=torch.bool)
     mask[1, 10:] = False  # 10 real tokens
     return model, x.masked_fill(~mask, 0), mask
@@ -113,9 +114,9 @@ def test_scale_counts_is_proportional_and_keeps_at_least_two_real_tokens():
 
 
 @pytest.mark.parametrize("task", ["classification", "lm"])
-def test_full_length_equals_the_model_forward(task):
-    model = make_model(task)
-    x = ids()
+def test_full_length_equals_the_model_forward(task, device):
+    model = make_model(task, device=device)
+    x = ids(device=device)
     mask = None
     if task == "classification":
         mask = torch.ones_like(x, dtype=torch.bool)
@@ -127,14 +128,14 @@ def test_full_length_equals_the_model_forward(task):
 
 
 @pytest.mark.parametrize("task,module", [("classification", "ffn"), ("lm", None)])
-def test_a_sampled_configuration_executes_exactly_those_lengths(task, module):
-    model = make_model(task, n_layers=4)
+def test_a_sampled_configuration_executes_exactly_those_lengths(task, module, device):
+    model = make_model(task, n_layers=4, device=device)
     g = torch.Generator().manual_seed(3)
     for _ in range(5):
         cfg = sample_length_config(4, N, 0.4, generator=g)
         seen, hooks = record_lengths(model, module)
         try:
-            _, lengths = length_drop_forward(model, ids(), None, cfg)
+            _, lengths = length_drop_forward(model, ids(device=device), None, cfg)
         finally:
             for h in hooks:
                 h.remove()
@@ -143,9 +144,9 @@ def test_a_sampled_configuration_executes_exactly_those_lengths(task, module):
         assert lengths == [N, *cfg]
 
 
-def test_padded_batch_keeps_per_sample_counts_of_real_tokens_and_never_padding():
-    model = make_model("classification")
-    x = ids(B=3)
+def test_padded_batch_keeps_per_sample_counts_of_real_tokens_and_never_padding(device):
+    model = make_model("classification", device=device)
+    x = ids(B=3, device=device)
     mask = torch.ones_like(x, dtype=torch.bool)
     mask[1, 8:] = False  # 8 real tokens
     mask[2, 2:] = False  # 2 real tokens
@@ -166,11 +167,11 @@ def test_padded_batch_keeps_per_sample_counts_of_real_tokens_and_never_padding()
     assert torch.allclose(alone, logits[1:2], atol=1e-5)
 
 
-def test_significance_is_attention_received_and_kept_tokens_are_the_most_attended():
-    model = make_model("classification", n_layers=1)
-    x = ids(B=2)
+def test_significance_is_attention_received_and_kept_tokens_are_the_most_attended(device):
+    model = make_model("classification", n_layers=1, device=device)
+    x = ids(B=2, device=device)
     h = model.embed(x)
-    full = torch.ones(2, N, dtype=torch.bool)
+    full = torch.ones(2, N, dtype=torch.bool, device=device)
     blk = model.blocks[0]
     y, score = significance(blk, h, full, full)
     # reference: explicit probabilities from the block's own q/k weights
@@ -179,7 +180,7 @@ def test_significance_is_attention_received_and_kept_tokens_are_the_most_attende
     k = blk.attn.k(xn).view(2, N, 4, 8).transpose(1, 2)
     probs = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1)  # (B, H, T, T)
     assert torch.allclose(score, probs.sum(dim=(1, 2)), atol=1e-5)
-    assert torch.allclose(score.sum(1), torch.full((2,), 4.0 * N), atol=1e-3)
+    assert torch.allclose(score.sum(1), torch.full((2,), 4.0 * N, device=device), atol=1e-3)
     assert torch.allclose(blk.attn.o(y), blk.attn(xn), atol=1e-5)  # same attention as the block
     y2, score2 = significance(blk, h, None, None)
     assert torch.allclose(score2, score) and torch.allclose(y2, y)
@@ -203,12 +204,12 @@ def test_significance_is_attention_received_and_kept_tokens_are_the_most_attende
 
 
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
-def test_classifier_pools_only_the_tokens_kept_after_the_last_block(norm_position):
+def test_classifier_pools_only_the_tokens_kept_after_the_last_block(norm_position, device):
     """Dropped tokens never enter the pooled vector: changing the embedding-level state of a
     token dropped in block 1 changes the logits only through the attention it got as a key
     in block 1, which the reference below reproduces by gathering kept tokens by hand. Post-LN
     blocks (BERT, MiniLM) run post-LN when they drop tokens too."""
-    model, x, mask = padded_case(norm_position)
+    model, x, mask = padded_case(norm_position, device)
     cfg = (8, 4)
     logits, lengths = length_drop_forward(model, x, mask, cfg)
     assert lengths == [N, 8, 4]
@@ -229,11 +230,11 @@ def test_classifier_pools_only_the_tokens_kept_after_the_last_block(norm_positio
 
 
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
-def test_prefix_rule_keeps_the_first_tokens_after_they_read_every_token(norm_position):
+def test_prefix_rule_keeps_the_first_tokens_after_they_read_every_token(norm_position, device):
     """``length_drop_rule: prefix``: block i runs attention over its current tokens, then keeps
     the first k_i of each sample (padding never): truncation inside the network. Reference:
     sample by sample, full-length block, then the first k rows; a bad rule is refused."""
-    model, x, mask = padded_case(norm_position)
+    model, x, mask = padded_case(norm_position, device)
     cfg = (8, 4)
     logits, lengths = length_drop_forward(model, x, mask, cfg, rule="prefix")
     assert lengths == [N, 8, 4]
@@ -283,10 +284,10 @@ def test_settings_are_typed_documented_and_refuse_bad_keys():
     assert LengthDropGating(model, {"length_drop_p": 0.5}, {"seed": 0}).s.length_drop_p == 0.5
 
 
-def test_dropping_gathers_kept_tokens_into_shorter_tensors():
+def test_dropping_gathers_kept_tokens_into_shorter_tensors(device):
     """Real compute: every op after the drop (O projection, residual, FFN, final LN and pooling)
     sees a tensor of K_i rows, not a masked full-length one."""
-    model = make_model("classification", n_layers=3)
+    model = make_model("classification", n_layers=3, device=device)
     shapes = {}
 
     def rec(key):
@@ -298,7 +299,7 @@ def test_dropping_gathers_kept_tokens_into_shorter_tensors():
     hooks += [model.blocks[i].ffn.register_forward_hook(rec(("ffn", i))) for i in range(3)]
     hooks.append(model.ln_f.register_forward_hook(rec("ln_f")))
     try:
-        length_drop_forward(model, ids(B=2), None, (12, 6, 3))
+        length_drop_forward(model, ids(B=2, device=device), None, (12, 6, 3))
     finally:
         for h in hooks:
             h.remove()
@@ -307,9 +308,9 @@ def test_dropping_gathers_kept_tokens_into_shorter_tensors():
     assert shapes["ln_f"] == (2, 3, 32)  # pooling reads the 3 kept tokens only
 
 
-def test_drop_and_restore_lm_returns_every_position_and_stays_causal():
-    model = make_model("lm", n_layers=3)
-    x = ids(B=2)
+def test_drop_and_restore_lm_returns_every_position_and_stays_causal(device):
+    model = make_model("lm", n_layers=3, device=device)
+    x = ids(B=2, device=device)
     cfg = (8, 4, 2)
     logits, lengths = length_drop_forward(model, x, None, cfg)
     assert logits.shape == (2, N, VOCAB) and lengths == [N, 8, 4, 2]
@@ -319,7 +320,7 @@ def test_drop_and_restore_lm_returns_every_position_and_stays_causal():
     dropped = sorted(set(range(N)) - set(kept1.tolist()))
     from_emb = model.head_logits(model.embed(x), None)
     assert torch.allclose(logits[:, dropped], from_emb[:, dropped], atol=1e-5)
-    assert not torch.allclose(logits[:, kept1], from_emb[:, kept1], atol=1e-3)
+    assert not torch.allclose(logits[:, kept1.to(device)], from_emb[:, kept1.to(device)], atol=1e-3)
     assert N - 1 in kept1.tolist()  # the last position is always kept
     # changing the last token changes no earlier prediction (selection depends on positions only)
     y = x.clone()
@@ -332,12 +333,12 @@ def test_drop_and_restore_lm_returns_every_position_and_stays_causal():
 
 
 @pytest.mark.parametrize("task", ["classification", "lm"])
-def test_flops_match_flop_counter_on_the_reduced_computation(task):
-    model = make_model(task, n_layers=4)
+def test_flops_match_flop_counter_on_the_reduced_computation(task, device):
+    model = make_model(task, n_layers=4, device=device)
     cfg = (13, 9, 9, 3)
-    x = ids(B=2)
+    x = ids(B=2, device=device)
     for b in model.blocks:
-        b.attn.attention_impl = "math"  # FlopCounterMode counts 0 for SDPA on CPU
+        b.attn.attention_impl = "math"  # FlopCounterMode counts 0 for SDPA on CPU (and the device's kernels vary)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         _, lengths = length_drop_forward(model, x, None, cfg)
     assert counter.get_total_flops() // 2 == length_config_flops(model.config, lengths)
@@ -362,7 +363,7 @@ def rt_data(cache_dir):
     return dataclasses.replace(data, data={**data.data, "train": small})
 
 
-def test_gating_is_registered_and_trains_with_the_sandwich_then_searches(rt_data, tmp_path):
+def test_gating_is_registered_and_trains_with_the_sandwich_then_searches(rt_data, tmp_path, device):
     from archsearch.tune.trainable import TrialLoop
 
     assert gating_class("length_drop") is LengthDropGating
@@ -371,9 +372,9 @@ def test_gating_is_registered_and_trains_with_the_sandwich_then_searches(rt_data
            "evolution_val_samples": 256, "length_budgets": [0.8, 0.6]}
     store = tmp_path / "search.json"
     loop = TrialLoop(cfg, rt_data, {"epochs": 2, "batch_size": 64, "seed": 0, "latency_batch_size": 16,
-                                    "evolution_store": str(store)})
+                                    "evolution_store": str(store), "device": str(device)})
     gating = loop.gating
-    x, mask, y = next(loop.train_batches())
+    x, mask, y = (t.to(loop.device) for t in next(loop.train_batches()))  # CPU batches, as the loop moves them
     loop.model.train()
     loss = gating.training_loss(x, mask, y, loop.task_loss)
     assert loss.ndim == 0 and torch.isfinite(loss)
@@ -428,7 +429,7 @@ def test_gating_is_registered_and_trains_with_the_sandwich_then_searches(rt_data
         assert best["metric"] == max(e["metric"] for e in ok)
 
 
-def test_language_model_trains_and_evaluates_with_drop_and_restore(cache_dir):
+def test_language_model_trains_and_evaluates_with_drop_and_restore(cache_dir, device):
     from archsearch.data import prepare
     from archsearch.tune.trainable import TrialLoop
 
@@ -437,7 +438,7 @@ def test_language_model_trains_and_evaluates_with_drop_and_restore(cache_dir):
            "evolution_iterations": 1, "evolution_mutations": 3, "evolution_crossovers": 3,
            "evolution_val_samples": 16}
     loop = TrialLoop(cfg, data, {"epochs": 1, "batch_size": 16, "steps_per_epoch": 30, "seed": 0,
-                                 "eval_blocks": 32, "latency_batch_size": 8})
+                                 "eval_blocks": 32, "latency_batch_size": 8, "device": str(device)})
     before = loop.evaluate()["perplexity"]
     loop.train_epoch()
     full = loop.evaluate()
@@ -445,8 +446,14 @@ def test_language_model_trains_and_evaluates_with_drop_and_restore(cache_dir):
     loop.gating.set_length_config((16, 8))
     half = loop.evaluate()
     assert math.isfinite(half["perplexity"]) and half["flops_per_sample"] < full["flops_per_sample"]
-    ppl, flops = loop.gating.evaluate_config(list(loop.eval_batches()), (16, 8))
-    assert ppl == pytest.approx(half["perplexity"]) and flops == pytest.approx(half["flops_per_sample"])
+    # evaluate_config reads batches on the model's device (as validation_subset builds them), at
+    # the precision evaluate() runs (its autocast)
+    batches = [(x.to(loop.device), None if m is None else m.to(loop.device), y.to(loop.device))
+               for x, m, y in loop.eval_batches()]
+    with loop.autocast():
+        ppl, flops = loop.gating.evaluate_config(batches, (16, 8))
+    # a summed vs a mean cross-entropy: on CUDA the float32 reductions differ by ~1e-6
+    assert ppl == pytest.approx(half["perplexity"], rel=1e-5) and flops == pytest.approx(half["flops_per_sample"])
     loop.gating.set_length_config(None)
     curve = loop.gating.finalize()["anytime_curve"]
     f = [c["flops_per_sample"] for c in curve]

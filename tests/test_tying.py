@@ -36,10 +36,17 @@ def data():
     return prepare("shakespeare", max_len=32)
 
 
-def tiny_model(n_layers=4):
+@pytest.fixture()
+def settings(device):
+    """:data:`SETTINGS` on the test device."""
+    return {**SETTINGS, "device": str(device)}
+
+
+def tiny_model(n_layers=4, device="cpu"):
+    """A tiny LM initialised on the CPU from seed 0, on ``device``."""
     torch.manual_seed(0)
     return Transformer(TransformerConfig(vocab_size=20, max_len=16, n_layers=n_layers, d_model=16,
-                                         n_heads=2, d_ffn=32, dropout=0.0, task="lm"))
+                                         n_heads=2, d_ffn=32, dropout=0.0, task="lm")).to(device)
 
 
 def block_params(model, i):
@@ -58,8 +65,8 @@ def assert_optimizer_consistent(loop):
     assert sum(p.numel() for p in in_opt) == costs.params_trainable(loop.model)
 
 
-def test_tied_layers_share_storage_and_parameters_drop():
-    model = tiny_model()
+def test_tied_layers_share_storage_and_parameters_drop(device):
+    model = tiny_model(device=device)
     untied = costs.params_trainable(model)
     per_block = sum(p.numel() for p in block_params(model, 0))
     AllTying(model, {}, {})
@@ -70,11 +77,11 @@ def test_tied_layers_share_storage_and_parameters_drop():
     assert costs.params_trainable(model) == untied - 3 * per_block
     assert costs.params_total(model) == untied - 3 * per_block
     # a gradient step on the shared tensor is seen by every block
-    x = torch.randint(0, 20, (2, 8))
+    x = torch.randint(0, 20, (2, 8)).to(device)
     model(x).sum().backward()
     assert model.blocks[3].ffn.fc1.weight.grad is model.blocks[0].ffn.fc1.weight.grad
 
-    model = tiny_model(5)
+    model = tiny_model(5, device=device)
     EveryKTying(model, {"tying_k": 2}, {})
     assert tying_map(model) == [0, 0, 2, 2, 4]
     assert model.blocks[3].attn.q.weight.data_ptr() == model.blocks[2].attn.q.weight.data_ptr()
@@ -84,14 +91,14 @@ def test_tied_layers_share_storage_and_parameters_drop():
     assert tying_class("all") is AllTying and tying_class("rl") is RLTying
 
 
-def test_untying_makes_independent_copies_with_equal_values():
-    model = tiny_model()
+def test_untying_makes_independent_copies_with_equal_values(device):
+    model = tiny_model(device=device)
     apply_tying_map(model, [0, 0, 0, 0])
     assert set_layer(model, 2, 2)  # untie block 2
     assert tying_map(model) == [0, 0, 2, 0]
     for p, q in zip(block_params(model, 2), block_params(model, 0), strict=True):
         assert p is not q and p.data_ptr() != q.data_ptr()
-        assert torch.equal(p, q) and p.requires_grad
+        assert torch.equal(p, q) and p.requires_grad and p.device == q.device  # copied where it was
     with torch.no_grad():
         model.blocks[2].attn.v.weight.add_(1.0)
     assert not torch.equal(model.blocks[2].attn.v.weight, model.blocks[0].attn.v.weight)
@@ -104,9 +111,9 @@ def test_untying_makes_independent_copies_with_equal_values():
         set_layer(model, 1, 2)  # only earlier blocks (or itself)
 
 
-def test_next_map_matches_the_model_and_maps_are_validated():
+def test_next_map_matches_the_model_and_maps_are_validated(device):
     """The pure transition function agrees with what set_layer does to a real model."""
-    model = tiny_model()
+    model = tiny_model(device=device)
     rng = torch.Generator().manual_seed(1)
     for _ in range(60):
         i = int(torch.randint(1, 4, (), generator=rng))
@@ -128,8 +135,8 @@ def run_agent(model, seed, steps, loss_of_map, every=1):
     return rl
 
 
-def test_agent_decides_every_layer_each_round_and_only_legal_ties():
-    model = tiny_model(5)
+def test_agent_decides_every_layer_each_round_and_only_legal_ties(device):
+    model = tiny_model(5, device=device)
     rl = RLTying(model, {"tying_every": 1}, {"seed": 3, "epochs": 1, "steps_per_epoch": 200})
     assert tying_map(model) == [0] * 5  # starts with everything tied to block 0
     seen = set()
@@ -154,9 +161,9 @@ def test_agent_decides_every_layer_each_round_and_only_legal_ties():
             assert 0 <= agent.act(s, layer) <= layer
 
 
-def test_epsilon_reaches_005_at_40_percent_then_the_map_freezes():
+def test_epsilon_reaches_005_at_40_percent_then_the_map_freezes(device):
     steps, every = 400, 4  # 100 rounds: 40 exploring, then one greedy round and frozen
-    model = tiny_model(4)
+    model = tiny_model(4, device=device)
     rl = RLTying(model, {"tying_every": every}, {"seed": 0, "epochs": 2, "steps_per_epoch": steps // 2})
     assert rl.total_rounds == 100 and rl.explore_rounds == 40
     eps = []
@@ -179,7 +186,7 @@ def test_epsilon_reaches_005_at_40_percent_then_the_map_freezes():
         RLTying(tiny_model(), {"tying_explore_frac": 0.0}, {"epochs": 1})
 
 
-def test_the_reward_decides_the_final_map():
+def test_the_reward_decides_the_final_map(device):
     """Losses that favour a known map lead the agent to it; constant losses (reward 0) leave a
     different map for the same seed (same exploration RNG, so only the reward differs)."""
     target = [0, 1, 1, 3]
@@ -189,8 +196,8 @@ def test_the_reward_decides_the_final_map():
 
     const_hits = 0
     for seed in range(3):
-        good = run_agent(tiny_model(4), seed, 800, favour)
-        const = run_agent(tiny_model(4), seed, 800, lambda s: 2.0)
+        good = run_agent(tiny_model(4, device=device), seed, 800, favour)
+        const = run_agent(tiny_model(4, device=device), seed, 800, lambda s: 2.0)
         assert good.frozen and const.frozen
         assert tying_map(good.model) == target, seed
         assert const.agent.buffer.rewards[:len(const.agent.buffer)].abs().max() == 0.0
@@ -236,8 +243,8 @@ def test_td_target_uses_the_target_network():
     assert len(agent.buffer) == 1 and agent.replay(2) is not None
 
 
-def test_optimizer_follows_tie_and_untie_changes(data):
-    loop = TrialLoop({**TINY, "tying": "all"}, data, SETTINGS)
+def test_optimizer_follows_tie_and_untie_changes(data, settings):
+    loop = TrialLoop({**TINY, "tying": "all"}, data, settings)
     assert_optimizer_consistent(loop)
     assert len(loop.opt.param_groups[0]["params"]) == len(list(loop.model.parameters()))
     loop.train_epoch()  # Adam state exists now
@@ -265,7 +272,7 @@ def test_optimizer_follows_tie_and_untie_changes(data):
     assert loop.opt.state[shared]["step"] == step_before + SETTINGS["steps_per_epoch"]
 
     # the agent itself, deciding at every batch, keeps the optimizer consistent
-    rl = TrialLoop({**TINY, "tying": "rl", "tying_every": 1}, data, SETTINGS)
+    rl = TrialLoop({**TINY, "tying": "rl", "tying_every": 1}, data, settings)
     rl.train_epoch()  # 12 steps in all: 5 exploring rounds, the greedy one, frozen
     assert rl.tying.decisions == SETTINGS["steps_per_epoch"] * (TINY["n_layers"] - 1)
     assert rl.tying.frozen
@@ -309,9 +316,9 @@ def test_q_update_converges_on_a_tiny_deterministic_mdp():
         assert q_star[(s, i, agent.act(list(s), i, greedy=True))] == pytest.approx(best)
 
 
-def test_checkpoint_round_trip_restores_tying_and_eval_loss(data, tmp_path):
+def test_checkpoint_round_trip_restores_tying_and_eval_loss(data, tmp_path, settings):
     cfg = {**TINY, "n_layers": 3, "tying": "rl", "tying_every": 2, "tying_explore_frac": 1.0}
-    loop = TrialLoop(cfg, data, SETTINGS)
+    loop = TrialLoop(cfg, data, settings)
     loop.train_epoch()
     if apply_tying_map(loop.model, [0, 1, 1]):  # a map with both a tie and an untied block
         sync_optimizer(loop)
@@ -319,7 +326,7 @@ def test_checkpoint_round_trip_restores_tying_and_eval_loss(data, tmp_path):
     loop.save(str(tmp_path))
     before = loop.evaluate()
 
-    restored = TrialLoop(cfg, data, SETTINGS)
+    restored = TrialLoop(cfg, data, settings)
     assert tying_map(restored.model) == [0, 0, 0]
     restored.load(str(tmp_path))
     assert tying_map(restored.model) == saved_map
@@ -353,11 +360,11 @@ def test_tying_space_loads():
     assert "rl" in space.params["tying"].choices
 
 
-def test_a_budget_of_distinct_blocks_is_never_exceeded_and_bounds_the_td_max():
+def test_a_budget_of_distinct_blocks_is_never_exceeded_and_bounds_the_td_max(device):
     """``tying_max_distinct: 2``: every map the agent leaves during exploration and at the end
     has at most 2 blocks with weights of their own; the TD target's max skips actions that
     would exceed it; a bad budget raises."""
-    model = tiny_model(5)
+    model = tiny_model(5, device=device)
     rl = RLTying(model, {"tying_every": 1, "tying_max_distinct": 2}, {"seed": 1, "epochs": 1, "steps_per_epoch": 100})
     distinct = []
     for step in range(1, 101):

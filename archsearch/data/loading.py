@@ -238,7 +238,10 @@ def _load_file(path: Path) -> "datasets.DatasetDict":
     if path.stat().st_size == 0:
         raise UserError("file is empty", file=str(path), field="dataset")
     if suffix in _TEXT_SUFFIXES:
-        _scan_text_file(path, header=suffix in (".csv", ".tsv"))
+        _scan_text_file(path, header=suffix in (".csv", ".tsv"),
+                        json={".json": "document", ".jsonl": "lines"}.get(suffix))
+    if suffix == ".parquet" and _parquet_rows(path) == 0:  # datasets: "BatchSize must be > 0"
+        raise UserError("the file holds no rows", file=str(path), field="dataset")
     builder, kwargs = LOCAL_FORMATS[suffix]
     try:
         with _quiet_datasets():
@@ -251,13 +254,27 @@ def _load_file(path: Path) -> "datasets.DatasetDict":
     return dd
 
 
-def _scan_text_file(path: Path, *, header: bool) -> None:
+def _parquet_rows(path: Path) -> int | None:
+    """Rows of a Parquet file from its footer, or ``None`` if it is not readable as Parquet
+    (``datasets`` then says why)."""
+    try:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:  # not a Parquet file, or a broken one
+        return None
+
+
+def _scan_text_file(path: Path, *, header: bool, json: str | None = None) -> None:
     """One pass over a local text file, in chunks: it must be UTF-8 and hold a row (below the
-    header line when ``header``).
+    header line when ``header``). ``json="lines"`` (``.jsonl``): every non-blank line must be a
+    JSON object (start with ``{``); ``json="document"`` (``.json``): the file must start with an
+    object or an array. (pyarrow's JSON reader, under ``datasets``, crashes the process on a
+    file that starts with ``null``; other non-objects are refused as clearly.)
 
     Raises:
         UserError: not UTF-8 (line and column of the first bad byte, counted from 1), only
-            blank lines, or only a header line.
+            blank lines, only a header line, or a JSON line / document that is not an object.
     """
     lines_before = 0  # newlines in the chunks already checked
     non_blank = 0  # non-blank lines seen, counted up to 2
@@ -285,13 +302,52 @@ def _scan_text_file(path: Path, *, header: bool) -> None:
                 end = len(data) if end < 0 else end
                 non_blank += bool(data[pos:end].strip())
                 pos = end + 1
+            if json == "lines" and data:
+                _check_json_lines(data, lines_before, path=path)
             lines_before += data.count(b"\n")
             if not block:
                 break
     if non_blank == 0:
         raise UserError("file is empty (blank lines only)", file=str(path), field="dataset")
+    if json == "document":
+        _check_json_document(path)
     if header and non_blank < 2:
         raise UserError("the file has a header line but no rows", file=str(path), field="dataset")
+
+
+def _json_refusal(path: Path, line_no: int, text: bytes, want: str) -> UserError:
+    start = text.decode("utf-8", errors="replace")[:20]
+    return UserError(f"line {line_no} is not {want}: it starts with {start!r}; a .jsonl file holds "
+                     'one object per line ({"text": ..., "label": ...}), a .json file an array of '
+                     "such objects", file=str(path), field="dataset")
+
+
+def _check_json_lines(data: bytes, lines_before: int, *, path: Path) -> None:
+    """Every non-blank line of ``data`` (whole lines of a ``.jsonl`` file, the first of which is
+    line ``lines_before + 1``) starts with ``{`` (a BOM before the first line is allowed)."""
+    for i, line in enumerate(data.split(b"\n")):
+        text = line.strip()
+        if lines_before == 0 and i == 0:
+            text = text.removeprefix(b"\xef\xbb\xbf").strip()
+        if text and text[:1] != b"{":
+            raise _json_refusal(path, lines_before + i + 1, text, "a JSON object")
+
+
+def _check_json_document(path: Path) -> None:
+    """A ``.json`` file starts (after a BOM and blanks) with an object or an array."""
+    lines, first = 0, True
+    with open(path, "rb") as f:
+        while block := f.read(1 << 16):
+            if first:
+                block, first = block.removeprefix(b"\xef\xbb\xbf"), False
+            body = block.lstrip()
+            if body:
+                lines += block[:len(block) - len(body)].count(b"\n")
+                if body[:1] not in (b"{", b"["):
+                    raise _json_refusal(path, lines + 1, body.split(b"\n", 1)[0],
+                                        "a JSON object or array")
+                return
+            lines += block.count(b"\n")
 
 
 def _load_dir(path: Path) -> "datasets.DatasetDict":
@@ -712,6 +768,11 @@ def _load(name, *, text_column, label_column, task) -> "datasets.DatasetDict":
     else:
         lcol = None
 
+    if lcol is not None and lcol == tcol:  # e.g. the only string column is the label
+        given = "label_column" if label_column is not None else "text_column"
+        raise UserError(f"column {tcol!r} would be both the text and the label; pass text_column=... "
+                        f"and label_column=... naming two columns; available columns: "
+                        f"{', '.join(first.column_names)}", file=source, field=given)
     keep = [tcol] + ([lcol] if lcol else [])
     dd = dd.select_columns(keep)
     if task == "classification":

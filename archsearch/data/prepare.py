@@ -367,6 +367,12 @@ def _build(name: str, kind: str | None, tok_path: str | None, vocab_size: int, m
     return {"meta": meta, "tensors": tensors}
 
 
+#: A :func:`prepare` argument -> the search-space field it comes from (errors name that field).
+SPACE_FIELDS = {"vocab_size": "dataset.vocab_size", "max_len": "dataset.max_len",
+                "tokenizer": "dataset.tokenizer", "text_column": "dataset.text_column",
+                "label_column": "dataset.label_column", "dataset": "dataset.name", "task": "task"}
+
+
 def prepare_for_space(space) -> PreparedData:
     """The prepared (tokenized, cached) dataset of a search space: ``space.dataset`` with its
     ``max_train_samples`` cut: a fixed random subset of the training split (seed 0, in the split's
@@ -375,13 +381,20 @@ def prepare_for_space(space) -> PreparedData:
     of the token stream.
 
     Raises:
-        UserError: the dataset cannot be loaded, or its task is not the space's ``task``.
+        UserError: the dataset cannot be loaded, or its task is not the space's ``task``; a
+            mistake in an argument (``vocab_size`` too small for the tokenizer...) names the
+            space file and its field (:data:`SPACE_FIELDS`).
     """
     import dataclasses
 
     ds = space.dataset
-    data = prepare(ds.name, vocab_size=ds.vocab_size, max_len=ds.max_len, tokenizer=ds.tokenizer,
-                   text_column=ds.text_column, label_column=ds.label_column, task=space.task)
+    try:
+        data = prepare(ds.name, vocab_size=ds.vocab_size, max_len=ds.max_len, tokenizer=ds.tokenizer,
+                       text_column=ds.text_column, label_column=ds.label_column, task=space.task)
+    except UserError as e:  # an argument's mistake: it is the space file's field
+        if e.file is None and e.field in SPACE_FIELDS:
+            raise UserError(e.message, file=space.source, field=SPACE_FIELDS[e.field]) from None
+        raise
     if data.task != space.task:
         raise UserError(f"dataset {ds.name!r} is a {data.task} dataset but the space's task is "
                         f"{space.task!r}", file=space.source, field="task")

@@ -406,12 +406,22 @@ def check_resources(space: SearchSpace, nodes: list[dict[str, float]], *, autosc
 
 
 def local_resources(num_cpus: int | None = None) -> list[dict[str, float]]:
-    """What the local Ray a search starts here would have, without starting it: ``num_cpus``
-    (default all) CPUs, the CUDA devices torch sees, the machine's memory (Ray keeps some of it
-    for the object store, so this errs on the generous side). One node."""
+    """What the local Ray a search starts here (``num_cpus`` CPUs, default all) would have,
+    without starting it: Ray's own resolution of this machine's resources (GPUs it detects,
+    memory less the object store), or, should that internal API move, ``num_cpus``, the CUDA
+    devices torch sees and the machine's memory. One node.
+    """
     import os
 
-    node = {"CPU": float(num_cpus or os.cpu_count() or 1)}
+    cpus = num_cpus or os.cpu_count() or 1
+    try:
+        from ray._private.resource_and_label_spec import ResourceAndLabelSpec
+
+        spec = ResourceAndLabelSpec(num_cpus=cpus).resolve(is_head=True).to_resource_dict()
+        return [{k: float(spec.get(k) or 0.0) for k in ("CPU", "GPU", "memory")}]
+    except Exception:  # not this Ray version's internals: estimate as Ray would
+        pass
+    node = {"CPU": float(cpus)}
     try:
         import torch
 
@@ -422,5 +432,5 @@ def local_resources(num_cpus: int | None = None) -> list[dict[str, float]]:
     try:
         node["memory"] = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
-        pass
+        node["memory"] = float("inf")
     return [node]

@@ -53,13 +53,21 @@ def connect(space: SearchSpace, address: str | None, *, num_cpus: int | None = N
             dashboard: bool = False, overridden: tuple[str, ...] = ()) -> None:
     """Start local Ray (or connect to ``address``), then check that a node of the cluster can
     hold one trial (:func:`archsearch.tune.preflight.check_resources`); on an autoscaling
-    cluster a request no node has now is one ``warning:`` line on stderr.
+    cluster a request no node has now is one ``warning:`` line on stderr. A local Ray is
+    checked before it starts too (:func:`archsearch.tune.preflight.local_resources`, Ray's own
+    resolution of this machine), so an impossible request never waits for Ray to start.
 
     Raises:
         UserError: unreachable ``address``; a fixed cluster without room for one trial.
     """
+    import ray
+
+    from archsearch.tune.preflight import local_resources
     from archsearch.tune.ray_session import cluster_autoscales, node_resources
 
+    if address is None and not ray.is_initialized():  # refused without starting Ray at all
+        check_resources(space, local_resources(num_cpus), autoscaling=False, local=True,
+                        overridden=overridden)
     init_ray(address, num_cpus=num_cpus, dashboard=dashboard)
     warning = check_resources(space, node_resources(), autoscaling=cluster_autoscales(address),
                               local=address is None, overridden=overridden)
