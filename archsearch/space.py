@@ -186,7 +186,7 @@ class Budget(_Strict):
     max_failures: int = Field(1, ge=0)  #: retries of a failed trial from its last checkpoint
     #: training/inference precision: bf16 autocast where the GPU supports it under ``auto``,
     #: fp32 on a CPU (:func:`archsearch.tune.trainable.resolve_precision`)
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
 
 
 class _UnitCube:

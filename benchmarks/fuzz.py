@@ -619,12 +619,16 @@ def run_case(case: Case, scratch: Path, *, timeout_s: float = HANG_S) -> Outcome
         shutil.rmtree(d, ignore_errors=True)
 
 
-def untracked_files() -> set[str]:
-    """Files of the checkout that git does not track and does not ignore, and tracked files
-    that changed: what a case must not add to (compared before and after)."""
-    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
-                         capture_output=True, text=True).stdout
-    return set(out.splitlines())
+def checkout_entries() -> set[str]:
+    """What a case could leave in the checkout, compared before and after a fuzz run: the
+    top level's entries and everything under ``runs/``, ``reports/`` and ``.hypothesis/``
+    (where a search, a report or Hypothesis would write). Not ``git status``: other people's
+    edits to the checkout during the run are not the fuzzer's."""
+    out = {p.name for p in ROOT.iterdir()}
+    for sub in ("runs", "reports", ".hypothesis"):
+        if (ROOT / sub).is_dir():
+            out |= {str(p.relative_to(ROOT)) for p in (ROOT / sub).rglob("*")}
+    return out
 
 
 @contextlib.contextmanager
@@ -716,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.time()
     scratch = Path(tempfile.mkdtemp(prefix="archsearch-fuzz-"))
-    git_before = untracked_files()
+    checkout_before = checkout_entries()
     outcomes: list[Outcome] = []
     warm: dict[str, float] = {}
     try:
@@ -736,8 +740,7 @@ def main(argv: list[str] | None = None) -> int:
         resources_s, resources_err, resources_code = impossible_resources_exit_s(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    git_after = untracked_files()
-    polluted = sorted(git_after - git_before)
+    polluted = sorted(checkout_entries() - checkout_before)
 
     by_kind = table(outcomes)
     summary = {

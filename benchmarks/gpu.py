@@ -256,7 +256,8 @@ def run(args) -> int:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     summary = summarize(list(done.values()))
-    write_result(Path(args.out), summary, provenance(command=" ".join(["python", *sys.argv]),
+    write_result(Path(args.out), summary, provenance(commits=os.environ.get("ARCHSEARCH_COMMIT") or None,
+                                                     command=" ".join(["python", *sys.argv]),
                                                      seeds=sorted({r["seed"] for r in done.values()}),
                                                      wall_s=time.perf_counter() - t_start,
                                                      device=str(next(iter(done.values()))["device"]) if done else None,

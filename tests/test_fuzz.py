@@ -45,10 +45,10 @@ def scratch(tmp_path_factory, cache_dir):
     """The fuzz sandbox (the session's data cache, the Hub offline), and afterwards: the
     checkout and ``~/.cache/archsearch`` gained nothing."""
     d = tmp_path_factory.mktemp("fuzz")
-    checkout, home_cache = fuzz.untracked_files(), _cache_listing()
+    checkout, home_cache = fuzz.checkout_entries(), _cache_listing()
     with fuzz.sandbox_env(d, cache=cache_dir):
         yield d
-    assert fuzz.untracked_files() == checkout, "a fuzz case wrote into the checkout"
+    assert fuzz.checkout_entries() - checkout == set(), "a fuzz case wrote into the checkout"
     assert _cache_listing() == home_cache, "a fuzz case wrote into ~/.cache/archsearch"
 
 
