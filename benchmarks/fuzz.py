@@ -71,6 +71,9 @@ from common import ROOT, provenance, write_result  # noqa: E402
 OUT = ROOT / "benchmarks" / "results" / "fuzz.json"
 #: A case that takes longer than this is a hang.
 HANG_S = 30.0
+#: Issue 40's targets for the summary.
+TARGETS = {"spaces_tried": ">= 2000", "data_files_tried": ">= 500", "tracebacks": "== 0",
+           "hangs": "== 0", "impossible_resources_exit_s": "<= 10"}
 
 #: The tests' tiny space (tests/conftest.py TINY_SPACE): 1,024 real sentences, tiny models.
 TINY = {
@@ -500,6 +503,7 @@ class Outcome:
     seconds: float
     stderr: str
     detail: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def broken(self) -> bool:
@@ -614,7 +618,9 @@ def run_case(case: Case, scratch: Path, *, timeout_s: float = HANG_S) -> Outcome
         code, _, stderr, seconds, trace = run_cli_inprocess(argv, d, timeout_s)
         after = _listing(d)
         wrote = sorted(k for k in after if before.get(k) != after[k])
-        return judge(case.kind, case.what, code, stderr, seconds, trace, wrote)
+        out = judge(case.kind, case.what, code, stderr, seconds, trace, wrote)
+        out.meta = dict(case.meta)
+        return out
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -699,14 +705,18 @@ def impossible_resources_exit_s(scratch: Path) -> tuple[float, str, int]:
     return time.perf_counter() - t0, proc.stderr, proc.returncode
 
 
-def table(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
-    """``{kind: {verdict: count, "tried": n}}``."""
+def table(outcomes: list[Outcome], by: str | None = None) -> dict[str, dict[str, int]]:
+    """``{kind: {verdict: count, "tried": n}}``; with ``by``, rows are ``KIND/META`` for the
+    case's ``meta[by]`` (e.g. ``data_file/parquet``)."""
     out: dict[str, dict[str, int]] = {}
     for o in outcomes:
-        row = out.setdefault(o.kind, {"tried": 0})
+        if by is not None and by not in o.meta:
+            continue
+        key = o.kind if by is None else f"{o.kind}/{o.meta[by]}"
+        row = out.setdefault(key, {"tried": 0})
         row["tried"] += 1
         row[o.verdict] = row.get(o.verdict, 0) + 1
-    return out
+    return dict(sorted(out.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -720,6 +730,9 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.time()
     scratch = Path(tempfile.mkdtemp(prefix="archsearch-fuzz-"))
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(scratch / "hypothesis")  # not .hypothesis/ in the working directory
     checkout_before = checkout_entries()
     outcomes: list[Outcome] = []
     warm: dict[str, float] = {}
@@ -757,7 +770,12 @@ def main(argv: list[str] | None = None) -> int:
     prov = provenance(seeds={"space": args.seed, "fixed": args.seed + 1, "data_file": args.seed + 2},
                       wall_s=time.time() - t0)
     write_result(args.out, summary, prov,
+                 targets=TARGETS,
                  cases=by_kind,
+                 cases_by={"space_base": table(outcomes, "base"),
+                           "space_text_mutation": table(outcomes, "text"),
+                           "fixed_form": table(outcomes, "form"),
+                           "data_format": table(outcomes, "format")},
                  broken_total=len(failures),
                  checkout_files_added=polluted,
                  case_seconds={"median": round(seconds[len(seconds) // 2], 3) if seconds else None,

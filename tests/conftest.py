@@ -92,6 +92,12 @@ def pytest_configure(config):
     private = tempfile.mkdtemp(prefix="aspt-", dir=os.environ.get("RAY_TMPDIR") or "/tmp")
     _state["ray_tmpdir"], _state["old_ray_tmpdir"] = private, os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = private
+    try:  # Hypothesis' own files (constants, unicode tables) there too, not in the checkout
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(Path(private) / "hypothesis")
+    except ImportError:
+        pass
 
 
 @pytest.hookimpl(trylast=True)

@@ -31,21 +31,27 @@ def small_data(cache_dir):
                                            "test": head("test", N_TEST)})
 
 
-def trained_loop(data, **cfg):
+def trained_loop(data, device, **cfg):
     from archsearch.tune.trainable import TrialLoop
 
     torch.set_num_threads(1)
     base = {"n_layers": 3, "d_model": 32, "n_heads": 4, "warmup_steps": 5, "flops_budget": 0.5}
     loop = TrialLoop({**base, **cfg}, data, {"epochs": 1, "batch_size": 32, "seed": 0,
-                                             "latency_batch_size": 32})
+                                             "latency_batch_size": 32, "device": str(device)})
     loop.train_epoch()
     return loop
 
 
-def test_dht_histogram_counts_exactly_the_evaluated_samples(small_data):
+def on_device(loop, split):
+    """The evaluation batches of ``split`` on the loop's device, as evaluation runs them."""
+    for x, mask, y in loop.eval_batches(split):
+        yield x.to(loop.device), None if mask is None else mask.to(loop.device), y
+
+
+def test_dht_histogram_counts_exactly_the_evaluated_samples(small_data, device):
     from archsearch.dynamic.known_costs import known_costs_fn
 
-    loop = trained_loop(small_data, gating="dht", dht_lambda=0.5, dht_warmup_steps=3,
+    loop = trained_loop(small_data, device, gating="dht", dht_lambda=0.5, dht_warmup_steps=3,
                         dht_warmup_max_steps=8)
     g = loop.gating
     assert g.takeover_step is not None and g.updates > 0  # the bandit routes the evaluation
@@ -53,8 +59,10 @@ def test_dht_histogram_counts_exactly_the_evaluated_samples(small_data):
         m = loop.evaluate(split)  # also times latency on 6 validation batches of 32 afterwards
         assert m["dht_eval_samples"] == n, (split, m["dht_eval_samples"])
         counts = Counter()  # the greedy choices evaluation made, recomputed per split
-        for x, mask, _ in loop.eval_batches(split):
-            for depth, idx, _ in g.plan(x, mask):
+        for x, mask, _ in on_device(loop, split):
+            with loop.autocast():
+                plan = g.plan(x, mask)
+            for depth, idx, _ in plan:
                 counts[depth] += len(idx)
         assert sum(counts.values()) == n
         assert m["dht_depth_hist"] == pytest.approx({str(d): counts[d] / n for d in g.depths}, abs=1e-12)
@@ -69,14 +77,14 @@ def test_dht_histogram_counts_exactly_the_evaluated_samples(small_data):
             assert m["flops_per_sample"] / static == pytest.approx(m["dht_calibrated_flops_fraction"], abs=1e-9)
 
 
-def test_depth_predictor_histogram_of_a_test_evaluation_is_the_test_splits(small_data):
-    loop = trained_loop(small_data, gating="depth_predictor", gamma=0.5, min_layers=1)
+def test_depth_predictor_histogram_of_a_test_evaluation_is_the_test_splits(small_data, device):
+    loop = trained_loop(small_data, device, gating="depth_predictor", gamma=0.5, min_layers=1)
     g = loop.gating
     for split, n in (("validation", N_VAL), ("test", N_TEST), ("validation", N_VAL)):
         m = loop.evaluate(split)
         depths, expected = [], 0.0  # the exits evaluation took on this split, recomputed
-        with torch.no_grad():
-            for x, mask, _ in loop.eval_batches(split):
+        with torch.no_grad(), loop.autocast():
+            for x, mask, _ in on_device(loop, split):
                 depths += g.predict_depths(x, mask).tolist()
                 expected += float(g.expected_depth(g._front(x, mask)[2].softmax(-1)).sum())
         assert len(depths) == n

@@ -257,6 +257,30 @@ def test_unreadable_space_file_says_where(tmp_path, content, says):
     assert e.value.one_line() == f"{path}: {says}"
 
 
+def test_an_absurd_architecture_is_refused_before_it_is_costed(tmp_path):
+    """``n_layers`` scaled by 1e9 (1e9 .. 3e9) passed validation, and the constraint check then
+    built the smallest model, layer by layer on the ``meta`` device: a hang (over 30 s, and
+    without a constraint every trial would have crashed). Sizes are bounded before anything is
+    built (``ARCH_LIMITS``)."""
+    from archsearch.errors import UserError
+    from archsearch.tune.preflight import check_launch
+
+    from conftest import tiny_space
+
+    space = tiny_space(tmp_path, params={**TINY_SPACE["params"],
+                                         "n_layers": {"type": "int", "low": 10**9, "high": 3 * 10**9}})
+    t0 = time.time()
+    with pytest.raises(UserError) as e:
+        check_launch(space, searcher="tpe", address=None)
+    assert time.time() - t0 < 5
+    assert e.value.one_line() == (f"{space.source}: params.n_layers.low: n_layers 1e+09 is over "
+                                  "the limit of 1,024: a typo?")
+    wide = tiny_space(tmp_path, fixed={"d_ffn_mult": 1e9})
+    with pytest.raises(UserError) as e:
+        check_launch(wide, searcher="tpe", address=None)
+    assert e.value.field == "fixed.d_ffn_mult"
+
+
 def test_dataset_argument_mistakes_name_the_space_file(tmp_path, cache_dir):
     """``error: vocab_size: vocab_size must be ...`` named neither the file nor the space's
     field (``prepare``'s own argument name leaked)."""

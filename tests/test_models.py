@@ -390,14 +390,15 @@ def mixed_length_data(cache_dir):
     return dataclasses.replace(data, data={**data.data, "validation": val})
 
 
-def test_eval_lengths_are_the_trainables_validation_batches(mixed_length_data):
+def test_eval_lengths_are_the_trainables_validation_batches(mixed_length_data, device):
     from archsearch.models.config import eval_lengths
     from archsearch.tune.trainable import TrialLoop
 
     lengths = eval_lengths(mixed_length_data)
     assert lengths[1] == (32, 100) and lengths[0] == (int(mixed_length_data.validation.lengths[:256].max()), 256)
     assert lengths[0][0] < 32
-    loop = TrialLoop({"n_layers": 1, "d_model": 16, "n_heads": 2}, mixed_length_data, {"epochs": 1})
+    loop = TrialLoop({"n_layers": 1, "d_model": 16, "n_heads": 2}, mixed_length_data,
+                     {"epochs": 1, "device": str(device)})
     assert [(x.shape[1], x.shape[0]) for x, _, _ in loop.eval_batches()] == lengths
     assert [(T, n) for T, n in eval_lengths(mixed_length_data, 100)] == \
         [(x.shape[1], x.shape[0]) for x, _, _ in loop.eval_batches(batch_size=100)]
@@ -405,7 +406,7 @@ def test_eval_lengths_are_the_trainables_validation_batches(mixed_length_data):
     assert eval_lengths(lm) == [(24, 1)]
 
 
-def test_known_costs_equal_what_a_static_trial_reports(mixed_length_data):
+def test_known_costs_equal_what_a_static_trial_reports(mixed_length_data, device):
     import pickle
 
     cloudpickle = pytest.importorskip("cloudpickle")
@@ -415,7 +416,7 @@ def test_known_costs_equal_what_a_static_trial_reports(mixed_length_data):
     from archsearch.tune.trainable import TrialLoop
 
     settings = {"epochs": 1, "batch_size": 64, "seed": 0, "latency_batch_size": 4,
-                "fixed": {"d_ffn_mult": 2}}
+                "fixed": {"d_ffn_mult": 2}, "device": str(device)}
     cost_fn = known_costs_fn(mixed_length_data, settings["fixed"])
     for cfg in ({"n_layers": 2, "d_model": 32, "n_heads": 2},
                 {"n_layers": 1, "d_model": 48, "n_heads": 4, "d_ffn": 80}):

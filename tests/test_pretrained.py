@@ -23,11 +23,11 @@ CKPT = minilm.get_model_path()
 
 
 @pytest.fixture(scope="module")
-def ours():
-    return transformer_from_pretrained(CKPT, max_len=48).eval()
+def ours(device):
+    return transformer_from_pretrained(CKPT, max_len=48).to(device).eval()
 
 
-def batch():
+def batch(device="cpu"):
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 30000, (4, 24), generator=g)
     ids[:, 0] = 101  # [CLS]
@@ -35,15 +35,15 @@ def batch():
     mask[1, 15:] = False
     mask[3, 6:] = False
     ids[~mask] = 0
-    return ids, mask
+    return ids.to(device), mask.to(device)
 
 
-def test_all_gates_open_equals_hf_bert_model_within_1e_4(ours):
+def test_all_gates_open_equals_hf_bert_model_within_1e_4(ours, device):
     from transformers import BertModel
 
     torch.set_num_threads(1)
-    hf = BertModel.from_pretrained(str(CKPT), local_files_only=True).eval()
-    ids, mask = batch()
+    hf = BertModel.from_pretrained(str(CKPT), local_files_only=True).to(device).eval()
+    ids, mask = batch(device)
     with torch.no_grad():
         out = hf(input_ids=ids, attention_mask=mask.long(), output_hidden_states=True)
         ref = out.last_hidden_state  # (B, T, d)
@@ -52,7 +52,7 @@ def test_all_gates_open_equals_hf_bert_model_within_1e_4(ours):
         # DHT with every gate forced open runs the same path
         from archsearch.dynamic.dht import DHTGating
 
-        dht = DHTGating(ours, {"n_fixed": 1}, {"seed": 0})
+        dht = DHTGating(ours, {"n_fixed": 1, "exit_heads": False}, {"seed": 0})  # the fixture's heads stay
         dht.force_depth = 6
         logits_dht = dht.predict(ids, mask)[0]
         logits = ours(ids, mask)
@@ -93,7 +93,7 @@ def test_bad_checkpoints_raise(tmp_path):
         transformer_from_pretrained(d, max_len=48)
 
 
-def test_init_from_in_the_trainable_fine_tunes_on_the_checkpoint_tokenizer(cache_dir):
+def test_init_from_in_the_trainable_fine_tunes_on_the_checkpoint_tokenizer(cache_dir, device):
     from archsearch.data import prepare
     from archsearch.dynamic.known_costs import known_costs_fn
     from archsearch.tune.trainable import TrialLoop
@@ -108,9 +108,9 @@ def test_init_from_in_the_trainable_fine_tunes_on_the_checkpoint_tokenizer(cache
         "validation": dataclasses.replace(va, input_ids=va.input_ids[:16], attention_mask=va.attention_mask[:16],
                                           labels=va.labels[:16])})
     loop = TrialLoop({"init_from": str(CKPT), "gating": "dht", "lr": 5e-5, "dht_warmup_steps": 0,
-                      "warmup_steps": 1}, data, {"epochs": 1, "batch_size": 32, "seed": 0})
+                      "warmup_steps": 1}, data, {"epochs": 1, "batch_size": 32, "seed": 0, "device": str(device)})
     assert loop.mcfg.n_layers == 6 and loop.mcfg.d_model == 384
-    ref = transformer_from_pretrained(CKPT, max_len=24)
+    ref = transformer_from_pretrained(CKPT, max_len=24).to(device)
     torch.testing.assert_close(loop.model.blocks[5].ffn.fc2.weight, ref.blocks[5].ffn.fc2.weight)
     loop.train_epoch()
     m = loop.evaluate()

@@ -42,13 +42,13 @@ def _data(pad_id: int = 0) -> _Data:
 
 
 @pytest.mark.parametrize("model_type", ["bert", "distilbert"])
-def test_cut_keeps_the_first_blocks_and_equals_early_exit_of_the_full_model(checkpoints, model_type):
+def test_cut_keeps_the_first_blocks_and_equals_early_exit_of_the_full_model(checkpoints, model_type, device):
     from archsearch.models.pretrained import transformer_from_pretrained
 
     torch.set_num_threads(1)
     ckpt = checkpoints / model_type
-    full = transformer_from_pretrained(ckpt, max_len=16).eval()
-    cut = transformer_from_pretrained(ckpt, max_len=16, n_layers=2).eval()
+    full = transformer_from_pretrained(ckpt, max_len=16).to(device).eval()
+    cut = transformer_from_pretrained(ckpt, max_len=16, n_layers=2).to(device).eval()
     assert (full.config.n_layers, cut.config.n_layers, len(cut.blocks)) == (LAYERS, 2, 2)
     own, ref = cut.state_dict(), full.state_dict()
     assert set(own) == {k for k in ref if not k.startswith(("blocks.2.", "blocks.3."))}
@@ -56,7 +56,7 @@ def test_cut_keeps_the_first_blocks_and_equals_early_exit_of_the_full_model(chec
         if not name.startswith("head."):
             torch.testing.assert_close(w, ref[name], rtol=0, atol=0, msg=name)
     cut.head.load_state_dict(full.head.state_dict())  # both heads are fresh: make them equal
-    ids, mask = padded_batch(0, 120)
+    ids, mask = padded_batch(0, 120, device=device)
     with torch.no_grad():
         torch.testing.assert_close(cut(ids, mask), full(ids, mask, n_layers=2), rtol=0, atol=1e-6)
 

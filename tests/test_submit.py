@@ -104,6 +104,157 @@ def test_stage_ships_the_project_without_large_directories(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
+# the job's environment check (archsearch/tune/envcheck.py)
+# ------------------------------------------------------------------------------------------
+
+
+def test_job_runs_the_environment_check_first():
+    import archsearch
+    from archsearch.tune.submit import job_command, search_command
+
+    argv = search_command("s.yaml", name="n", storage="/s/runs", reports="/s/reports", searcher="tpe")
+    assert job_command(argv) == (f"python archsearch/tune/envcheck.py {archsearch.__version__} && "
+                                 "python -m archsearch.cli search s.yaml --address auto --searcher "
+                                 "tpe --name n --storage /s/runs --reports /s/reports --no-progress")
+
+
+def test_envcheck_knows_every_dependency_of_pyproject():
+    import re
+    import tomllib
+
+    from archsearch.tune.envcheck import REQUIRED
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.match(r"[A-Za-z0-9_.-]+", d).group(0) for d in deps}
+    assert set(REQUIRED) == names
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory):
+    """The project as a job's working directory gets it."""
+    from archsearch.tune.submit import stage
+
+    dest = tmp_path_factory.mktemp("staged") / "project"
+    stage(ROOT / "search_spaces" / "default.yaml", dest)
+    return dest
+
+
+def _envcheck(python: list[str], staged: Path, version: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    return subprocess.run([*python, "archsearch/tune/envcheck.py", version], cwd=staged, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_envcheck_passes_in_the_projects_environment(staged):
+    import archsearch
+
+    proc = _envcheck([sys.executable], staged, archsearch.__version__)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def test_envcheck_names_what_a_bare_python_lacks(staged, tmp_path):
+    """A Python without the dependencies (a fresh ``venv --without-pip``, and this Python with
+    ``-S``: no site-packages): one line naming the Python, the first missing package, the
+    rest, and the fix; exit code 2."""
+    import venv
+
+    import archsearch
+
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "bare")
+    bare = tmp_path / "bare" / "bin" / "python"
+    for python, exe in (([str(bare)], str(bare)), ([sys.executable, "-S"], sys.executable)):
+        proc = _envcheck(python, staged, archsearch.__version__)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        line, = proc.stderr.splitlines()
+        assert line.startswith(f"error: {exe}: torch: this Python (")
+        assert "lacks torch, ray, optuna," in line and "typer" in line
+        assert f"of the 19 packages archsearch {archsearch.__version__} needs" in line
+        assert "the image in cluster/" in line and "`ray start` from the project's environment" in line
+
+
+def test_envcheck_refuses_another_archsearch_version(staged):
+    proc = _envcheck([sys.executable], staged, "0.0.1")
+    assert proc.returncode == 2
+    line, = proc.stderr.splitlines()
+    assert line.startswith(f"error: {sys.executable}: archsearch: imports archsearch ")
+    assert "not the submitted 0.0.1" in line
+
+
+@pytest.fixture(scope="module")
+def bare_head(tmp_path_factory, cache_dir):
+    """A Ray head started outside the project's environment as far as its jobs can tell: its
+    ``python`` (the one a job's entrypoint runs) is a fresh ``venv --without-pip``, without a
+    dependency of archsearch. Ray itself runs from this environment (the head must run); own
+    temp dir and ports, its process group stopped afterwards."""
+    import venv
+
+    tmp = Path(tempfile.mkdtemp(prefix="asb-", dir="/tmp"))
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp / "bare")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "PATH": f"{tmp / 'bare' / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin"}
+    env.pop("RAY_ADDRESS", None)
+    env.pop("VIRTUAL_ENV", None)
+    dash = free_port()
+    argv = [str(Path(sys.executable).parent / "ray"), "start", "--head",
+            f"--port={free_port()}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+            f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+            "--num-cpus=1", f"--temp-dir={tmp / 'ray'}", "--disable-usage-stats"]
+    log = open(tmp / "ray-start.log", "w")
+    starter = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    url = f"http://127.0.0.1:{dash}"
+    try:
+        assert starter.wait(timeout=180) == 0, (tmp / "ray-start.log").read_text()[-2000:]
+        from ray.job_submission import JobSubmissionClient
+
+        deadline = time.time() + 120
+        while True:
+            try:
+                JobSubmissionClient(url).get_version()
+                break
+            except Exception:
+                if time.time() > deadline:
+                    raise
+                time.sleep(1)
+        yield url, tmp / "bare" / "bin" / "python"
+    finally:
+        for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(starter.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.time() + grace
+            while time.time() < deadline:
+                try:
+                    os.killpg(starter.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.5)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_submit_wait_to_a_head_without_the_dependencies(tmp_path, bare_head):
+    """The job ends with the environment check's one line (no ``ModuleNotFoundError``
+    traceback), and ``submit --wait`` passes it on with the job's exit code 2."""
+    url, bare_python = bare_head
+    space = tiny_space_file(tmp_path)
+    proc = subprocess.run(cli_command("submit", space, "--address", url, "--storage",
+                                      tmp_path / "runs", "--name", "bare", "--wait"),
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    (tmp_path / "transcript.txt").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: job raysubmit_") and " FAILED: " in last, proc.stderr
+    assert f"{bare_python}: torch: this Python (" in last
+    assert "the image in cluster/" in last
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------------------------------------------------------
 # a real head
 # ------------------------------------------------------------------------------------------
 
@@ -243,8 +394,10 @@ def test_submit_a_space_of_the_project(tmp_path, ray_head):
     assert proc.returncode == 0, proc.stderr
     client = JobSubmissionClient(ray_head)
     job, = [j for j in client.list_jobs() if (j.metadata or {}).get("archsearch_run") == "inproject"]
-    assert job.entrypoint.split()[:5] == ["python", "-m", "archsearch.cli", "search",
-                                          "search_spaces/default.yaml"]
+    check, search = job.entrypoint.split(" && ")
+    assert check.split()[:2] == ["python", "archsearch/tune/envcheck.py"]
+    assert search.split()[:5] == ["python", "-m", "archsearch.cli", "search",
+                                  "search_spaces/default.yaml"]
     run = RunDir(storage / "inproject")
     deadline = time.time() + 240
     while not run.spec_file.is_file():

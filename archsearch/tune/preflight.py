@@ -19,8 +19,9 @@ starting Ray, with the resources of this machine (:func:`local_resources`) for t
 2. the command line's budget overrides, validated like the YAML's budget (:func:`effective_space`);
 3. the Ray address (:func:`archsearch.tune.ray_session.check_address`);
 4. local paths made absolute, since trials run in their own directories (:func:`absolute_local_paths`);
-5. every ``init_from`` the space can produce, without loading a tensor (:func:`check_init_from`);
-6. a pretrained ``dataset.tokenizer`` (:func:`check_tokenizer`).
+5. the architecture's sizes under :data:`ARCH_LIMITS` (:func:`check_architecture`);
+6. every ``init_from`` the space can produce, without loading a tensor (:func:`check_init_from`);
+7. a pretrained ``dataset.tokenizer`` (:func:`check_tokenizer`).
 
 :func:`check_constraints` then refuses ``max`` constraints on known costs that even the
 smallest architecture cannot meet (under a FLOPs budget too). The run directory itself
@@ -63,9 +64,32 @@ def check_launch(space: SearchSpace, *, searcher: str, address: str | None,
                             gpus_per_trial=gpus_per_trial)
     check_address(address)
     space = absolute_local_paths(space)
+    check_architecture(space)
     check_init_from(space)
     check_tokenizer(space)
     return space
+
+
+# ---------------------------------------------------------------------- architecture
+#: The largest value each architecture key may take: far beyond any model trained here, and
+#: below what a typo (``n_layers: 3e9``) would hang the pre-launch costing on (the smallest
+#: model is built layer by layer on the ``meta`` device) or crash every trial with.
+ARCH_LIMITS = {"n_layers": 1024, "d_model": 65536, "n_heads": 1024, "d_ffn": 1 << 20,
+               "d_ffn_mult": 256}
+
+
+def check_architecture(space: SearchSpace) -> None:
+    """Every value the space can give an architecture key (``fixed``, a categorical's choices,
+    an int/float param's ``low`` and ``high``) is at most its :data:`ARCH_LIMITS`.
+
+    Raises:
+        UserError: naming the space file and the field (``params.n_layers.high``).
+    """
+    for key, limit in ARCH_LIMITS.items():
+        for fld, value in space._values(key):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > limit:
+                raise UserError(f"{key} {value:g} is over the limit of {limit:,}: a typo?",
+                                file=space.source, field=fld)
 
 
 def check_search(space: SearchSpace, *, searcher: str, address: str | None,
