@@ -410,12 +410,17 @@ def run_trial(cfg: dict[str, Any], data, settings: dict[str, Any],
 def train_trial(config: dict[str, Any], data=None, settings: dict[str, Any] | None = None) -> None:
     """Ray Tune function trainable (bind ``data`` and ``settings`` with ``tune.with_parameters``).
 
-    Resumes from ``tune.get_checkpoint()`` when Tune restarts the trial.
+    Resumes from ``tune.get_checkpoint()`` when Tune restarts the trial. On a worker Ray gave a
+    GPU (``budget.gpus_per_trial``, fractions included: 0.25 packs four trials on one GPU), Ray
+    sets ``CUDA_VISIBLE_DEVICES`` to it and the loop trains on ``cuda`` there; each epoch's
+    results record ``ray_gpu_ids`` (what Ray assigned) beside ``device``.
     """
+    import ray
     import torch
     from ray import tune
 
     settings = settings or {}
+    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     threads = int(settings.get("threads", 1))
     torch.set_num_threads(max(1, threads))
     loop = TrialLoop(config, data, settings)
@@ -427,6 +432,7 @@ def train_trial(config: dict[str, Any], data=None, settings: dict[str, Any] | No
         restored_from = loop.epoch
     while loop.epoch < int(settings["epochs"]):
         metrics = loop.run_epoch()
+        metrics["ray_gpu_ids"] = gpu_ids
         if restored_from is not None:
             metrics["restored_from_epoch"] = restored_from
         with tempfile.TemporaryDirectory() as d:
