@@ -241,7 +241,7 @@ def run(args) -> int:
         rec = {"name": name, **row, "accuracy": m["accuracy"], "flops_per_sample": m["flops_per_sample"],
                "train_seconds": loop.train_seconds, "steps": loop.step, "device": m["device"],
                "precision_ran": m["precision"], "correct": test_correct(loop)}
-        if row["seed"] == 0 and (row["gating"] != "static" or row["depth"] == 6):
+        if row["seed"] == 0:  # every seed-0 row, the static cuts too (the baseline a user tries first)
             loop.model.eval()
             with loop.autocast():
                 for bname, bl in batches.items():
@@ -294,6 +294,9 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         s[f"{g}_train_time_ratio"] = ratio(get(f"{g}@0.5/s0/fp32", "train_seconds"), get(full, "train_seconds"))
     for k in (2, 3, 4, 6):
         s[f"static{k}_accuracy"] = mean([get(f"static{k}/s{j}/fp32", "accuracy") for j in range(3)])
+        if k != 6:
+            for b in ("b1", "b32", "b256_t256"):
+                s[f"static{k}_wall_ratio_{b}"] = ratio(get(f"static{k}/s0/fp32", f"wall_s_{b}"), get(full, f"wall_s_{b}"))
     fp32 = [get(f"static6/s{k}/fp32", "accuracy") for k in range(3)]
     bf16 = [get(f"static6/s{k}/bf16", "accuracy") for k in range(3)]
     pairs = [(a, b) for a, b in zip(fp32, bf16) if a is not None and b is not None]
