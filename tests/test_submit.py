@@ -10,6 +10,7 @@ that head only (its own process group).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -180,25 +181,17 @@ def test_envcheck_refuses_another_archsearch_version(staged):
     assert "not the submitted 0.0.1" in line
 
 
-@pytest.fixture(scope="module")
-def bare_head(tmp_path_factory, cache_dir):
-    """A Ray head started outside the project's environment as far as its jobs can tell: its
-    ``python`` (the one a job's entrypoint runs) is a fresh ``venv --without-pip``, without a
-    dependency of archsearch. Ray itself runs from this environment (the head must run); own
-    temp dir and ports, its process group stopped afterwards."""
-    import venv
-
-    tmp = Path(tempfile.mkdtemp(prefix="asb-", dir="/tmp"))
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp / "bare")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "PATH": f"{tmp / 'bare' / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin"}
-    env.pop("RAY_ADDRESS", None)
-    env.pop("VIRTUAL_ENV", None)
+@contextlib.contextmanager
+def _ray_head(tmp: Path, env: dict, *, num_cpus: int, stop_jobs: bool = False):
+    """``ray start --head`` under ``env`` in a process group of its own (``tmp/ray`` as its
+    temp dir, free ports, ``num_cpus`` CPUs, dashboard on 127.0.0.1); yields the dashboard URL
+    once the job API answers. Afterwards (with ``stop_jobs``) stops the jobs still running,
+    then that process group (SIGTERM, then SIGKILL), and removes ``tmp``."""
     dash = free_port()
     argv = [str(Path(sys.executable).parent / "ray"), "start", "--head",
             f"--port={free_port()}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
             f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-            "--num-cpus=1", f"--temp-dir={tmp / 'ray'}", "--disable-usage-stats"]
+            f"--num-cpus={num_cpus}", f"--temp-dir={tmp / 'ray'}", "--disable-usage-stats"]
     log = open(tmp / "ray-start.log", "w")
     starter = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
@@ -216,8 +209,18 @@ def bare_head(tmp_path_factory, cache_dir):
                 if time.time() > deadline:
                     raise
                 time.sleep(1)
-        yield url, tmp / "bare" / "bin" / "python"
+        yield url
     finally:
+        if stop_jobs:
+            try:
+                from ray.job_submission import JobSubmissionClient
+
+                client = JobSubmissionClient(url)
+                for job in client.list_jobs():
+                    if str(job.status) not in ("SUCCEEDED", "FAILED", "STOPPED") and job.submission_id:
+                        client.stop_job(job.submission_id)
+            except Exception:
+                pass
         for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
             try:
                 os.killpg(starter.pid, sig)
@@ -232,6 +235,24 @@ def bare_head(tmp_path_factory, cache_dir):
                 time.sleep(0.5)
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def bare_head(tmp_path_factory, cache_dir):
+    """A Ray head started outside the project's environment as far as its jobs can tell: its
+    ``python`` (the one a job's entrypoint runs) is a fresh ``venv --without-pip``, without a
+    dependency of archsearch. Ray itself runs from this environment (the head must run); own
+    temp dir and ports, its process group stopped afterwards."""
+    import venv
+
+    tmp = Path(tempfile.mkdtemp(prefix="asb-", dir="/tmp"))
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp / "bare")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "PATH": f"{tmp / 'bare' / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin"}
+    env.pop("RAY_ADDRESS", None)
+    env.pop("VIRTUAL_ENV", None)
+    with _ray_head(tmp, env, num_cpus=1) as url:
+        yield url, tmp / "bare" / "bin" / "python"
 
 
 @pytest.mark.ray
@@ -270,53 +291,8 @@ def ray_head(cache_dir):
            "ARCHSEARCH_CACHE": str(cache_dir),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("RAY_ADDRESS", None)
-    dash = free_port()
-    argv = [str(Path(sys.executable).parent / "ray"), "start", "--head",
-            f"--port={free_port()}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-            f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-            "--num-cpus=2", f"--temp-dir={tmp / 'ray'}", "--disable-usage-stats"]
-    log = open(tmp / "ray-start.log", "w")
-    starter = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
-    url = f"http://127.0.0.1:{dash}"
-    try:
-        assert starter.wait(timeout=180) == 0, (tmp / "ray-start.log").read_text()[-2000:]
-        from ray.job_submission import JobSubmissionClient
-
-        deadline = time.time() + 120
-        while True:
-            try:
-                JobSubmissionClient(url).get_version()
-                break
-            except Exception:
-                if time.time() > deadline:
-                    raise
-                time.sleep(1)
+    with _ray_head(tmp, env, num_cpus=2, stop_jobs=True) as url:
         yield url
-    finally:
-        try:
-            from ray.job_submission import JobSubmissionClient
-
-            client = JobSubmissionClient(url)
-            for job in client.list_jobs():
-                if str(job.status) not in ("SUCCEEDED", "FAILED", "STOPPED") and job.submission_id:
-                    client.stop_job(job.submission_id)
-        except Exception:
-            pass
-        for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(starter.pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.time() + grace
-            while time.time() < deadline:
-                try:
-                    os.killpg(starter.pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.5)
-        log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.mark.ray
