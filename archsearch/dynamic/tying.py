@@ -48,13 +48,12 @@ Parameter Sharing across Layers in Transformers").
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
 
-from archsearch.dynamic.base import TrialContext, TyingController
+from archsearch.dynamic.base import TrialContext, TyingController, planned_steps
 from archsearch.dynamic.tying_agent import ImprovementReward, TyingAgent
 from archsearch.dynamic.tying_maps import (
     apply_tying_map,
@@ -70,18 +69,14 @@ from archsearch.dynamic.tying_settings import AllTyingSettings, EveryKTyingSetti
 UPDATES_PER_ROUND = 4
 
 
-def total_steps(settings: dict[str, Any], loop: TrialContext | None = None,
-                batch_size: int | None = None) -> int:
-    """Optimizer steps of the whole run, as the trial loop counts them: ``epochs x steps per
-    epoch`` (LM: ``settings["steps_per_epoch"]``, default 200; classification: ``ceil(train rows
-    / batch size)``, the batch size being the trial's ``batch_size`` or the budget's, default 64).
-    :class:`RLTying` uses ``tying_total_steps`` instead when it is set."""
-    epochs = int(settings.get("epochs", 1))
-    data = getattr(loop, "data", None) if loop is not None else None
-    if data is not None and getattr(data, "task", "lm") != "lm":
-        bs = int(batch_size or settings.get("batch_size", 64))
-        return epochs * math.ceil(len(data.train) / bs)
-    return epochs * int(settings.get("steps_per_epoch") or 200)
+def total_steps(settings: dict[str, Any], loop: TrialContext | None = None) -> int:
+    """Optimizer steps of the whole run: the trial loop's own count
+    (:func:`~archsearch.dynamic.base.planned_steps`), or without a loop ``epochs x
+    settings["steps_per_epoch"]`` (default 200). :class:`RLTying` uses ``tying_total_steps``
+    instead when it is set."""
+    if loop is not None:
+        return planned_steps(loop)
+    return int(settings.get("epochs", 1)) * int(settings.get("steps_per_epoch") or 200)
 
 
 class _MapTying(TyingController):
@@ -177,7 +172,7 @@ class RLTying(_MapTying):
         self.max_distinct = self.n_layers if cap is None else cap
         if self.max_distinct > max(self.n_layers, 1):
             raise ValueError(f"tying_max_distinct: must be at most n_layers={self.n_layers}, got {cap}")
-        steps = s.tying_total_steps or total_steps(settings, loop, batch_size=cfg.get("batch_size"))
+        steps = s.tying_total_steps or total_steps(settings, loop)
         self.total_rounds = max(1, steps // self.every)
         #: rounds with exploration; the greedy final round follows them
         self.explore_rounds = max(1, round(s.tying_explore_frac * self.total_rounds))
