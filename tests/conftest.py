@@ -290,6 +290,25 @@ def tiny_run(tmp_path_factory, ray_session, cache_dir):
 # ------------------------------------------------------------------------------------------
 
 
+def sentence_subsets(**rows: int):
+    """Rotten Tomatoes sentences (BPE, vocabulary 1000, ``max_len`` 32: the real data of the tiny
+    model tests) with each named split cut to its first ``rows[split]`` rows, e.g.
+    ``sentence_subsets(train=512, validation=192)``; other splits whole. Call it from a
+    fixture that uses ``cache_dir``."""
+    import dataclasses
+
+    from archsearch.data import prepare
+
+    data = prepare("rotten_tomatoes_sentences", vocab_size=1000, max_len=32)
+    parts = dict(data.data)
+    for split, n in rows.items():
+        s = data[split]
+        assert len(s) >= n, (split, len(s), n)
+        parts[split] = dataclasses.replace(s, input_ids=s.input_ids[:n], attention_mask=s.attention_mask[:n],
+                                           labels=s.labels[:n])
+    return dataclasses.replace(data, data=parts)
+
+
 def load_benchmark(name: str):
     """The script ``benchmarks/<name>.py`` loaded as a module (benchmarks are scripts, not a
     package): ``load_benchmark("length_adaptive").summarize(...)``. ``benchmarks/`` goes on

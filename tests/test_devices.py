@@ -9,10 +9,11 @@ Real training of a tiny model on real data through :class:`~archsearch.tune.trai
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
+
+from conftest import sentence_subsets
 import torch
 
 from test_gating_contract import predictions
@@ -28,17 +29,7 @@ CFG = {"gating": "dht", "tying": "rl", "tying_every": 2, "n_layers": 3, "d_model
 
 @pytest.fixture(scope="module")
 def small_data(cache_dir):
-    from archsearch.data import prepare
-
-    data = prepare("rotten_tomatoes_sentences", vocab_size=1000, max_len=32)
-
-    def head(split, n):
-        s = data[split]
-        return dataclasses.replace(s, input_ids=s.input_ids[:n], attention_mask=s.attention_mask[:n],
-                                   labels=s.labels[:n])
-
-    return dataclasses.replace(data, data={**data.data, "train": head("train", N_TRAIN),
-                                           "validation": head("validation", N_VAL), "test": head("test", N_TEST)})
+    return sentence_subsets(train=N_TRAIN, validation=N_VAL, test=N_TEST)
 
 
 def make_loop(data, device, seed=0, cfg=None, **settings):

@@ -5,10 +5,11 @@ Real training on real data (tiny models, a few seconds each)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 
 import pytest
+
+from conftest import sentence_subsets
 import torch
 
 N_TRAIN, N_VAL, N_TEST = 640, 256, 300  # the test split is not a multiple of any batch size
@@ -16,19 +17,7 @@ N_TRAIN, N_VAL, N_TEST = 640, 256, 300  # the test split is not a multiple of an
 
 @pytest.fixture(scope="module")
 def small_data(cache_dir):
-    from archsearch.data import prepare
-
-    data = prepare("rotten_tomatoes_sentences", vocab_size=1000, max_len=32)
-
-    def head(split, n):
-        s = data[split]
-        assert len(s) >= n
-        return dataclasses.replace(s, input_ids=s.input_ids[:n], attention_mask=s.attention_mask[:n],
-                                   labels=s.labels[:n])
-
-    return dataclasses.replace(data, data={**data.data, "train": head("train", N_TRAIN),
-                                           "validation": head("validation", N_VAL),
-                                           "test": head("test", N_TEST)})
+    return sentence_subsets(train=N_TRAIN, validation=N_VAL, test=N_TEST)
 
 
 def trained_loop(data, device, **cfg):

@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+from conftest import sentence_subsets
 import torch
 
 from archsearch.dynamic import GATING, gating_class
@@ -29,17 +31,7 @@ BUDGET = 0.5
 
 @pytest.fixture(scope="module")
 def small_data(cache_dir):
-    from archsearch.data import prepare
-
-    data = prepare("rotten_tomatoes_sentences", vocab_size=1000, max_len=32)
-
-    def head(split, n):
-        s = data[split]
-        return dataclasses.replace(s, input_ids=s.input_ids[:n], attention_mask=s.attention_mask[:n],
-                                   labels=s.labels[:n])
-
-    return dataclasses.replace(data, data={**data.data, "train": head("train", N_TRAIN),
-                                           "validation": head("validation", N_VAL), "test": head("test", N_TEST)})
+    return sentence_subsets(train=N_TRAIN, validation=N_VAL, test=N_TEST)
 
 
 def poisoned(data):

@@ -7,10 +7,11 @@ Real training of tiny models on real data through :class:`~archsearch.tune.train
 from __future__ import annotations
 
 import ast
-import dataclasses
 from pathlib import Path
 
 import pytest
+
+from conftest import sentence_subsets
 import torch
 
 from archsearch.dynamic import GATING
@@ -22,17 +23,7 @@ MODELS = Path(__file__).resolve().parents[1] / "archsearch" / "models"
 
 @pytest.fixture(scope="module")
 def small_data(cache_dir):
-    from archsearch.data import prepare
-
-    data = prepare("rotten_tomatoes_sentences", vocab_size=1000, max_len=32)
-
-    def head(split, n):
-        s = data[split]
-        return dataclasses.replace(s, input_ids=s.input_ids[:n], attention_mask=s.attention_mask[:n],
-                                   labels=s.labels[:n])
-
-    return dataclasses.replace(data, data={**data.data, "train": head("train", N_TRAIN),
-                                           "validation": head("validation", N_VAL)})
+    return sentence_subsets(train=N_TRAIN, validation=N_VAL)
 
 
 @pytest.mark.parametrize("task", ["classification", "lm"])
