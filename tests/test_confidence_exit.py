@@ -15,16 +15,7 @@ from archsearch.dynamic import gating_class
 from archsearch.dynamic.confidence_exit import NEVER, ConfidenceExitGating
 from archsearch.dynamic.exits import all_exit_loss, first_stop, run_cascade
 from archsearch.models import costs
-from test_depth_predictor import make_batch, make_model
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core machine: one thread avoids oversubscription stalls."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+from test_depth_predictor import make_batch, make_model, one_thread  # noqa: F401 (one_thread: autouse fixture)
 
 
 class FakeLoop:
