@@ -78,7 +78,8 @@ class TrialLoop:
         settings: budget values: ``epochs``, ``batch_size``, ``steps_per_epoch`` (LM),
             ``eval_blocks`` (LM), ``latency_batch_size``, ``seed``, ``threads``, ``fixed``,
             ``device`` (default: ``cuda`` when available, else ``cpu``), ``precision``
-            (``fp32`` / ``bf16`` / ``fp16`` / ``auto``, :func:`resolve_precision`).
+            (``fp32``, the default as ``budget.precision``'s / ``bf16`` / ``fp16`` / ``auto``,
+            :func:`resolve_precision`).
 
     Attributes:
         mcfg: the model's :class:`~archsearch.models.transformer.TransformerConfig`.
@@ -95,7 +96,7 @@ class TrialLoop:
         self.cfg = trial_config(cfg, settings.get("fixed"))
         self.data, self.settings = data, settings
         self.device = torch.device(settings.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.precision = resolve_precision(str(settings.get("precision") or "auto"), self.device)
+        self.precision = resolve_precision(str(settings.get("precision") or "fp32"), self.device)
         seed = int(settings.get("seed", 0))
         torch.manual_seed(seed)
         self.gen = torch.Generator().manual_seed(seed)
