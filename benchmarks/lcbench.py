@@ -36,6 +36,7 @@ import argparse
 import functools
 import json
 import math
+import statistics
 import os
 import platform
 import subprocess
@@ -241,6 +242,207 @@ def make_split(seed: int = 0) -> dict:
     return {"train": order[:20], "validation": order[20:24], "test": order[24:]}
 
 
+# ---------------------------------------------------------------------- searchers and runs
+RUNS = ROOT / "benchmarks" / "data" / "lcbench_runs.jsonl"
+LC_BUDGETS = (10, 20, 40)
+N_INIT = 6  # the protocol's initial design for every model-based searcher and TPE/GP's startup
+LC_SEARCHERS = ("random", "tpe", "nsga2", "gp", "qnehvi", "transfer", "ahto")
+REGRET_FLOOR = 1e-4
+
+
+@functools.lru_cache(maxsize=None)
+def transfer_design(n: int = N_INIT, split_path: str = str(PROTOCOL)) -> tuple:
+    """The non-RL transfer baseline's initial design: ``n`` configs of the 32,768-point Sobol
+    pool chosen greedily to maximise the mean over the *training* tasks of the normalised
+    hypervolume of the chosen set (a greedy set cover of the training tasks' fronts; in the
+    spirit of Wistuba et al. 2015, "Learning hyperparameter optimization initializations").
+    Candidates: the union of the training tasks' Pareto-front configs in the pool."""
+    from scipy.stats import qmc
+
+    s = surrogate()
+    train = load_split(Path(split_path))["train"]
+    U = qmc.Sobol(d=len(PARAMS), scramble=True, seed=0).random_base2(REFERENCE_SAMPLE_LOG2)
+    cfgs = s.decode(U)
+    Ys, cand = {}, set()
+    for t in train:
+        y = s.predict(t, cfgs)
+        Y = np.stack([y["val_accuracy"], -y["time"]], -1)
+        Ys[t] = Y
+        order = np.argsort(-Y[:, 0], kind="stable")
+        best = -np.inf
+        for i in order:  # the pool's front on this task
+            if Y[i, 1] > best:
+                cand.add(int(i))
+                best = Y[i, 1]
+    cand = sorted(cand)
+    chosen: list[int] = []
+    for _ in range(n):
+        def gain(i):
+            return np.mean([hv2(Ys[t][chosen + [i]], task_reference(t)["ref"]) / task_reference(t)["best"]
+                            for t in train])
+        chosen.append(max((i for i in cand if i not in chosen), key=gain))
+    return tuple(json.dumps(cfgs[i], sort_keys=True) for i in chosen)
+
+
+def build_searcher(name: str, problem: "LCBenchProblem", seed: int, **kwargs):
+    """The searcher ``name`` of :data:`LC_SEARCHERS` for ``problem``, through
+    ``archsearch.search.make`` (the CLI's construction path) with the protocol's initial design
+    of :data:`N_INIT`; ``transfer`` is ``qnehvi`` whose initial design is :func:`transfer_design`."""
+    from archsearch.search import make
+
+    if name in ("random", "nsga2"):
+        return make(name, problem.space, seed=seed, **kwargs)
+    if name in ("tpe", "gp"):
+        return make(name, problem.space, seed=seed, n_startup_trials=N_INIT, **kwargs)
+    if name == "transfer":
+        return make("qnehvi", problem.space, seed=seed, n_init=N_INIT,
+                    initial_configs=[json.loads(c) for c in transfer_design()], **kwargs)
+    return make(name, problem.space, seed=seed, n_init=N_INIT, **kwargs)
+
+
+def _run_job(job: tuple) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    from searchers import run_one
+
+    task, n_obj, name, seed, budget, label, kwargs = job
+    problem = LCBenchProblem(task, n_obj, budget)
+    t0 = time.time()
+    r = run_one(problem, label, seed, budget=budget, core=build_searcher(name, problem, seed, **kwargs))
+    r.update(task=task, objectives=n_obj, seconds=time.time() - t0, kwargs=kwargs)
+    return r
+
+
+def read_lc_runs(path: Path = RUNS) -> list[dict]:
+    """Runs of a data file, one per (problem, searcher label, seed): the longest."""
+    best: dict[tuple, dict] = {}
+    if not Path(path).exists():
+        return []
+    for line in Path(path).read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        k = (r["problem"], r["searcher"], r["seed"])
+        if k not in best or len(r["curve"]) > len(best[k]["curve"]):
+            best[k] = r
+    return list(best.values())
+
+
+def _tasks(spec: str) -> list[str]:
+    split = load_split()
+    out = []
+    for part in spec.split(","):
+        out += split[part] if part in split else [part]
+    return out
+
+
+def cmd_run(args) -> None:
+    """Resumable: one JSON line per (problem, searcher label, seed); ``--workers`` processes."""
+    from multiprocessing import get_context
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from common import git_commit
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {(r["problem"], r["searcher"], r["seed"]) for r in read_lc_runs(out) if len(r["curve"]) >= args.budget}
+    kwargs = json.loads(args.kwargs) if args.kwargs else {}
+    jobs = []
+    for seed in _seeds(args.seeds):
+        for task in _tasks(args.tasks):
+            for name in args.searchers:
+                label = args.label or name
+                pname = f"lcbench{'' if args.objectives == 2 else '1'}_{task}"
+                if (pname, label, seed) not in done:
+                    jobs.append((task, args.objectives, name, seed, args.budget, label, kwargs))
+    commit = git_commit()
+    print(f"{len(jobs)} runs to do ({len(done)} done) -> {out}", flush=True)
+    start = time.time()
+    ctx = get_context("spawn")
+    with ctx.Pool(args.workers) as pool:
+        for k, r in enumerate(pool.imap_unordered(_run_job, jobs), 1):
+            r["commit"] = commit
+            with open(out, "a") as f:
+                f.write(json.dumps(r) + "\n")
+            at = "/".join(f"{r['curve'][b - 1]:.3f}" for b in LC_BUDGETS if b <= len(r["curve"]))
+            print(f"[{k}/{len(jobs)}] {r['problem']} {r['searcher']} seed={r['seed']} hv={at} "
+                  f"{r['seconds']:.1f}s (elapsed {time.time() - start:.0f}s)", flush=True)
+
+
+def _seeds(spec: str) -> list[int]:
+    out = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+    return out
+
+
+def log_regret(hv: float, best: float) -> float:
+    """``log10`` of the normalised hypervolume regret ``1 - hv / best``, floored at 1e-4."""
+    return math.log10(max(1.0 - hv / best, REGRET_FLOOR))
+
+
+def summarize_lcbench(runs: list[dict], tasks: list[str], searchers: list[str], budgets=LC_BUDGETS,
+                      objectives: int = 2, seeds: list[int] | None = None) -> dict:
+    """Per task x searcher x budget: median over seeds of log10 regret (the seeds every searcher
+    has on that task); the normaliser is the larger of the Sobol reference and the best any run
+    found. Returns ``{"table": ..., "seeds": ..., "normaliser": ...}``."""
+    prefix = "lcbench" if objectives == 2 else "lcbench1"
+    table, seeds_used, norm = {}, {}, {}
+    for t in tasks:
+        p = f"{prefix}_{t}"
+        rs = [r for r in runs if r["problem"] == p]
+        by = {s: {r["seed"]: r for r in rs if r["searcher"] == s} for s in searchers}
+        if not rs or any(not v for v in by.values()):
+            continue
+        common = sorted(set.intersection(*(set(v) for v in by.values())))
+        if seeds is not None:
+            common = [k for k in common if k in seeds]
+        best = max(max(rs[0]["max_hv"], max(max(r["hv"]) for r in rs)), 1e-12)
+        norm[t] = {"sobol": rs[0]["max_hv"], "used": best}
+        seeds_used[t] = common
+        table[t] = {s: {str(b): statistics.median(log_regret(by[s][k]["hv"][b - 1], best) for k in common)
+                        for b in budgets if all(len(by[s][k]["hv"]) >= b for k in common)}
+                    for s in searchers}
+    return {"table": table, "seeds": seeds_used, "normaliser": norm}
+
+
+def compare(table: dict, a: str, b: str, budget: int) -> dict:
+    """``a`` vs ``b`` at ``budget`` over the tasks of ``table``: median over tasks of the ratio of
+    (linear) median regrets, two-sided Wilcoxon signed-rank p over tasks (log10 regrets), and the
+    number of tasks where ``a``'s median regret is worse."""
+    from scipy.stats import wilcoxon
+
+    pairs = [(v[a][str(budget)], v[b][str(budget)]) for v in table.values()
+             if str(budget) in v.get(a, {}) and str(budget) in v.get(b, {})]
+    if not pairs:
+        return {"ratio": None, "p": None, "worse": None, "tasks": 0}
+    ratios = [10 ** (x - y) for x, y in pairs]
+    d = [x - y for x, y in pairs if x != y]
+    p = float(wilcoxon(d).pvalue) if len(d) >= 5 else None
+    return {"ratio": float(statistics.median(ratios)), "p": p, "worse": sum(x > y for x, y in pairs),
+            "tasks": len(pairs)}
+
+
+def cmd_summarize(args) -> None:
+    runs = read_lc_runs(Path(args.runs))
+    tasks = _tasks(args.tasks)
+    s = summarize_lcbench(runs, tasks, args.searchers, objectives=args.objectives)
+    hdr = "task     " + "".join(f"{x:>20s}" for x in args.searchers)
+    print(f"median log10 HV regret at {'/'.join(map(str, LC_BUDGETS))} trials (seeds per task: "
+          f"{sorted({len(v) for v in s['seeds'].values()})})")
+    print(hdr)
+    for t, row in s["table"].items():
+        cells = ["/".join(f"{row[x].get(str(b), float('nan')):.2f}" for b in LC_BUDGETS) for x in args.searchers]
+        print(f"{t:8s} " + "".join(f"{c:>20s}" for c in cells))
+    ref = args.searchers[-1]
+    for other in args.searchers[:-1]:
+        c = compare(s["table"], ref, other, 20)
+        print(f"{ref} vs {other} at 20: ratio {c['ratio']}, p {c['p']}, worse on {c['worse']}/{c['tasks']}")
+
+
 # ---------------------------------------------------------------------- check against yahpo-gym
 _YAHPO_SCRIPT = """
 import json, sys
@@ -331,6 +533,23 @@ def main(argv=None) -> None:
     c.set_defaults(fn=cmd_check_yahpo)
     t = sub.add_parser("tasks", help="print the committed split")
     t.set_defaults(fn=cmd_tasks)
+    r = sub.add_parser("run", help="searches on LCBench tasks (resumable)")
+    r.add_argument("--tasks", default="test", help="train|validation|test|TASK_ID, comma-separated")
+    r.add_argument("--searchers", nargs="+", default=list(LC_SEARCHERS[:-1]))
+    r.add_argument("--seeds", default="0-4")
+    r.add_argument("--budget", type=int, default=40)
+    r.add_argument("--objectives", type=int, default=2, choices=(1, 2))
+    r.add_argument("--workers", type=int, default=2)
+    r.add_argument("--label", default=None, help="record the runs under this searcher name (a variant)")
+    r.add_argument("--kwargs", default=None, help="JSON keyword arguments for the searcher")
+    r.add_argument("--out", default=str(RUNS))
+    r.set_defaults(fn=cmd_run)
+    m = sub.add_parser("summarize", help="print the regret table (searchers.py summarize writes the JSON)")
+    m.add_argument("--runs", default=str(RUNS))
+    m.add_argument("--tasks", default="test")
+    m.add_argument("--searchers", nargs="+", default=list(LC_SEARCHERS[:-1]))
+    m.add_argument("--objectives", type=int, default=2)
+    m.set_defaults(fn=cmd_summarize)
     args = p.parse_args(argv)
     args.fn(args)
 

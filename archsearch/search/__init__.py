@@ -1,7 +1,7 @@
 """Outer-loop searchers (docs/design.md "AHTO outer loop"): a framework-free ask/tell core.
 
 :func:`make` builds any searcher by name: ``ahto`` and ``qnehvi`` (BoTorch, model-based; see
-:mod:`archsearch.search.ahto`) and the Optuna baselines ``random``, ``tpe``, ``nsga2``
+:mod:`archsearch.search.ahto`) and the Optuna baselines ``random``, ``tpe``, ``nsga2``, ``gp`` (Optuna's ``GPSampler``)
 (:mod:`archsearch.search.baselines`). The CLI wraps a core in the Tune adapter of
 :mod:`archsearch.search.adapters.ray`; plain Optuna and Ray users drop in
 :class:`~archsearch.search.samplers.AHTOSampler` and :class:`~archsearch.search.raysearch.AHTOSearch`
@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-SEARCHERS = ("ahto", "qnehvi", "random", "tpe", "nsga2")
+SEARCHERS = ("ahto", "qnehvi", "random", "tpe", "nsga2", "gp")
 
 
 def make(name: str, space, *, seed: int = 0, cost_fn=None, **kwargs):
@@ -31,7 +31,7 @@ def make(name: str, space, *, seed: int = 0, cost_fn=None, **kwargs):
         from archsearch.search.ahto import make_model_based
 
         return make_model_based(name, space, seed=seed, cost_fn=cost_fn, **kwargs)
-    if name in ("random", "tpe", "nsga2"):
+    if name in ("random", "tpe", "nsga2", "gp"):
         from archsearch.search.baselines import OptunaSearcher
 
         return OptunaSearcher(name, space, seed=seed, cost_fn=cost_fn, **kwargs)

@@ -49,6 +49,9 @@ class QNEHVISearcher(Searcher):
         trust_length: side of the trust region (unit cube) used while no observation lies
             inside the reference box.
         max_gp_points: observations the GP is fitted on at most (:meth:`gp_subset`).
+        initial_configs: configs the initial design proposes first, in order (a warm start,
+            as Optuna's ``enqueue_trial``: e.g. configs that did well on related tasks); the
+            Sobol design fills the rest of ``n_init``.
     """
 
     name = "qnehvi"
@@ -57,8 +60,11 @@ class QNEHVISearcher(Searcher):
     def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_init: int | None = None,
                  num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15,
                  mc_samples: int = 32, gp_maxiter: int = 60, horizon: int | None = None,
-                 trust_length: float = 0.2, max_gp_points: int = 200):
+                 trust_length: float = 0.2, max_gp_points: int = 200,
+                 initial_configs: list[dict] | None = None):
         super().__init__(space, seed=seed, cost_fn=cost_fn)
+        self.initial_configs = [dict(c) for c in initial_configs or []]
+        self.initial_used = 0
         budget = getattr(space, "budget", None)
         self.horizon = int(horizon or (budget.trials if budget is not None else 40))
         self.d = len(space.dims())
@@ -119,6 +125,9 @@ class QNEHVISearcher(Searcher):
             return self._model_suggest(usable)
 
     def _sobol(self) -> dict[str, Any]:
+        if self.initial_used < len(self.initial_configs):
+            self.initial_used += 1
+            return dict(self.initial_configs[self.initial_used - 1])
         engine = torch.quasirandom.SobolEngine(self.d, scramble=True, seed=self.seed)
         engine.fast_forward(self.sobol_pos)
         if self.table is not None:  # the unvisited row nearest to the next Sobol point
@@ -288,10 +297,11 @@ class QNEHVISearcher(Searcher):
 
     # ------------------------------------------------------------------ state
     def _state(self) -> Any:
-        return {"sobol_pos": self.sobol_pos}
+        return {"sobol_pos": self.sobol_pos, "initial_used": self.initial_used}
 
     def _load_state(self, state: Any) -> None:
         self.sobol_pos = int(state["sobol_pos"])
+        self.initial_used = int(state.get("initial_used", 0))
 
 
 class AHTOSearcher(QNEHVISearcher):

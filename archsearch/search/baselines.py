@@ -36,16 +36,17 @@ from typing import Any
 
 from archsearch.search.base import CostFn, Observation, Searcher
 
-BASELINES = ("random", "tpe", "nsga2")
+BASELINES = ("random", "tpe", "nsga2", "gp")
 
 
 class OptunaSearcher(Searcher):
     """An Optuna sampler driven through ``study.ask`` / ``study.tell``.
 
     Args:
-        kind: ``"random"``, ``"tpe"`` or ``"nsga2"``.
+        kind: ``"random"``, ``"tpe"``, ``"nsga2"`` or ``"gp"`` (Optuna's ``GPSampler``: a GP with
+            log EI / log EHVI, Optuna's own model-based baseline).
         space, seed, cost_fn: see :class:`~archsearch.search.base.Searcher`.
-        n_startup_trials: TPE's random start (default: ``min(6, budget.trials)``);
+        n_startup_trials: TPE's and GPSampler's random start (default: ``min(6, budget.trials)``);
             population_size: NSGA-II's (default: ``max(4, min(20, budget.trials // 3))``);
             max_resample: re-asks for a known-infeasible suggestion.
 
@@ -69,6 +70,10 @@ class OptunaSearcher(Searcher):
         elif kind == "tpe":
             startup = n_startup_trials if n_startup_trials is not None else min(6, horizon)
             sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
+        elif kind == "gp":
+            startup = n_startup_trials if n_startup_trials is not None else min(6, horizon)
+            sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup,
+                                                warn_independent_sampling=False)
         else:
             pop = population_size or max(4, min(20, horizon // 3))
             sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=pop)
