@@ -498,8 +498,11 @@ def cmd_check_yahpo(args) -> None:
     diffs = check_yahpo(args.python, args.n, args.seed)
     ver = subprocess.run([args.python, "-c", "import yahpo_gym, onnxruntime; print(yahpo_gym.__version__ if hasattr(yahpo_gym, '__version__') else '1.0.2', onnxruntime.__version__)"],
                          capture_output=True, text=True).stdout.split()
-    worst = max(d["max_rel_diff"] for d in diffs.values())
-    out = {"summary": {"rows": args.n, "max_rel_diff": worst, "agrees": worst < 1e-5, "per_target": diffs},
+    # float32 network, batches of different sizes: agreement = within float32 rounding of the
+    # target's scale (1e-5 of its largest magnitude), for every target
+    worst = max(d["max_abs_diff"] / max(abs(d["range"][0]), abs(d["range"][1])) for d in diffs.values())
+    out = {"summary": {"rows": args.n, "max_abs_diff_over_scale": worst, "agrees": worst < 1e-5,
+                       "per_target": diffs},
            "provenance": _provenance(args, t0, {"yahpo_side": ver})}
     CHECK_OUT.parent.mkdir(parents=True, exist_ok=True)
     CHECK_OUT.write_text(json.dumps(out, indent=2) + "\n")
