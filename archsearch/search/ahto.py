@@ -11,8 +11,8 @@ params) with the cost function, and maximise qLogNEHVI with pending trials as ``
   observation lies inside the reference box (every objective better than its ``ref``), the
   candidates come from a trust region around the observation nearest to the box (side
   ``trust_length`` of the unit cube) instead of chasing variance across the cube.
-* :class:`AHTOSearcher` is the same searcher under AHTO's name: its learned policy was removed
-  because it did not beat plain qLogNEHVI on the benchmark (numbers in its docstring).
+* :class:`AHTOSearcher` adds the meta-trained acquisition policy of
+  :mod:`archsearch.search.policy`: a wider candidate pool re-scored from dimension-free features.
 
 Both can be restricted to a fixed set of configurations (:meth:`restrict_configurations`, as
 Syne Tune's ``restrict_configurations`` for replay on a recorded table): the Sobol design takes
@@ -305,29 +305,137 @@ class QNEHVISearcher(Searcher):
 
 
 class AHTOSearcher(QNEHVISearcher):
-    """AHTO as built: qLogNEHVI (qLogNEI for one objective) with AHTO's design choices, and no
-    learned policy.
+    """AHTO: qLogNEHVI (qLogNEI for one objective) plus the meta-trained acquisition policy of
+    :mod:`archsearch.search.policy`.
 
-    The seed (Adaptive Hyper-Transformer Optimization) adds an RL policy that chooses the next
-    architecture from the GP's mean and uncertainty. Ours did (a factorised policy, REINFORCE
-    on-policy with the normalised hypervolume improvement as reward, choosing among the
-    acquisition's near-ties, at most 5 candidates each with >= 0.5 of the best acquisition
-    value), and it was removed because it did not beat plain qLogNEHVI on
-    ``benchmarks/searchers.py`` (20 seeds, paired by seed, median normalised HV of AHTO-with-policy
-    over qLogNEHVI at 20 / 40 / 80 trials: replay 0.988 / 1.000 / 0.999, DTLZ2 1.182 / 1.017 /
-    1.001, C2DTLZ2 1.026 / 0.993 / 0.885; Wilcoxon signed-rank p >= 0.07 everywhere, signs
-    mixed). docs/design.md ("AHTO outer loop") follows DESIGN.md's rule: a policy that does not
-    beat plain qLogNEHVI goes. What remains of AHTO is in :class:`QNEHVISearcher`: the Sobol
-    design sized from the number of params and the budget, the trust region while no
-    observation lies inside the reference box, already-seen configs dropped, known costs from
-    the cost model, the fidelity input. ``ahto`` and ``qnehvi`` are therefore the same searcher
-    (same seed, same suggestions: ``tests/test_searchers.py::test_ahto_is_qnehvi``); both names
-    stay so that existing runs, specs and the ``AHTOSampler`` / ``AHTOSearch`` adapters keep
-    working. A saved state of the policy era (with ``policy`` / ``rewards`` entries) restores:
-    those entries are ignored.
+    Each model-based ask fits the same GP and acquisition as :class:`QNEHVISearcher`, then
+    builds a wider pool of candidates (the ``optimize_acqf`` restarts, ``n_sobol`` Sobol points,
+    ``n_perturb`` perturbations of the front and of the restarts), computes each candidate's
+    dimension-free features (GP posterior mean gap and standard deviation per objective, log
+    acquisition and its rank, probability of feasibility, distances to observed and front
+    points, budget used) and proposes the candidate the policy scores highest. The policy is a
+    residual on the log acquisition, meta-trained across LCBench tasks
+    (``benchmarks/ahto_policy.py``; weights and manifest in ``ahto_policy.json``); an untrained
+    (zero) residual is "argmax of the log acquisition over the pool". The ask's ``extra`` says
+    ``decided_by: meta_policy`` and whether the policy's choice differs from the acquisition's
+    (``policy_changed``).
+
+    History: an earlier policy (REINFORCE from scratch inside each run, choosing among near-ties)
+    was removed because it never beat plain qLogNEHVI (``benchmarks/searchers.py``: Wilcoxon
+    p >= 0.07 everywhere); this one is trained across tasks before any search.
+
+    Args:
+        space, seed, cost_fn, and the rest: as :class:`QNEHVISearcher`.
+        policy: path of a weights file; ``None`` (default) the shipped one; ``"none"`` no policy
+            (then the searcher is :class:`QNEHVISearcher` exactly).
+        n_sobol: Sobol points added to the pool (unit cube).
+        n_perturb: perturbations of front points, and as many of the optimiser's restarts.
+        perturb_scale: standard deviation of a perturbation (unit cube).
+        record_pool: keep the last pool's configs, features and choice in ``last_pool``
+            (policy training).
+
+    Raises:
+        FileNotFoundError, ValueError: an explicit ``policy`` file that is missing or malformed.
     """
 
     name = "ahto"
+
+    def __init__(self, space, *, seed: int = 0, cost_fn: CostFn | None = None, n_init: int | None = None,
+                 num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15, mc_samples: int = 32,
+                 gp_maxiter: int = 60, horizon: int | None = None, trust_length: float = 0.2,
+                 max_gp_points: int = 200, initial_configs: list[dict] | None = None,
+                 policy: str | None = None, n_sobol: int = 64, n_perturb: int = 16,
+                 perturb_scale: float = 0.1, record_pool: bool = False):
+        super().__init__(space, seed=seed, cost_fn=cost_fn, n_init=n_init, num_restarts=num_restarts,
+                         raw_samples=raw_samples, maxiter=maxiter, mc_samples=mc_samples,
+                         gp_maxiter=gp_maxiter, horizon=horizon, trust_length=trust_length,
+                         max_gp_points=max_gp_points, initial_configs=initial_configs)
+        from archsearch.search import policy as pol
+
+        self.policy = None if policy == "none" else pol.load_policy(policy)
+        self.n_sobol, self.n_perturb, self.perturb_scale = int(n_sobol), int(n_perturb), float(perturb_scale)
+        self.record_pool = bool(record_pool)
+        self.last_pool: dict[str, Any] | None = None
+
+    def _objective_posterior(self, model, X: torch.Tensor, fid: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(n, m)`` posterior mean and standard deviation of each objective, maximisation form
+        (a known metric: its value, standard deviation 0)."""
+        Xin = torch.cat([X, torch.ones(len(X), 1, dtype=DTYPE)], -1) if fid else X
+        with torch.no_grad():
+            post = model.posterior(Xin)
+            mu, sd = post.mean, post.variance.clamp_min(0).sqrt()  # (n, k_model)
+        if mu.dim() == 1:
+            mu, sd = mu.unsqueeze(-1), sd.unsqueeze(-1)
+        cols_m, cols_s = [], []
+        K = self._known(X) if self.known_names else None
+        for k, sign in zip(self.metrics, self.signs):
+            if k in self.known_names:
+                cols_m.append(sign * K[:, self.known_names.index(k)])
+                cols_s.append(torch.zeros(len(X), dtype=DTYPE))
+            else:
+                j = self.modelled.index(k)
+                cols_m.append(sign * mu[:, j])
+                cols_s.append(sd[:, j])
+        return torch.stack(cols_m, -1), torch.stack(cols_s, -1)
+
+    def _p_feasible(self, model, X: torch.Tensor, fid: bool) -> torch.Tensor:
+        """``(n,)`` probability that every learned constraint holds (independent Gaussians)."""
+        learned = [(self.modelled.index(k), lo, hi) for k, (lo, hi) in self.constraints.items()
+                   if k in self.modelled]
+        p = torch.ones(len(X), dtype=DTYPE)
+        if not learned:
+            return p
+        Xin = torch.cat([X, torch.ones(len(X), 1, dtype=DTYPE)], -1) if fid else X
+        with torch.no_grad():
+            post = model.posterior(Xin)
+        mu, sd = post.mean.reshape(len(X), -1), post.variance.reshape(len(X), -1).clamp_min(1e-18).sqrt()
+        normal = torch.distributions.Normal(torch.zeros((), dtype=DTYPE), torch.ones((), dtype=DTYPE))
+        for j, lo, hi in learned:
+            if hi is not None:
+                p = p * normal.cdf((hi - mu[:, j]) / sd[:, j])
+            if lo is not None:
+                p = p * normal.cdf((mu[:, j] - lo) / sd[:, j])
+        return p
+
+    def _model_suggest(self, obs):
+        if self.policy is None and not self.record_pool or self.table is not None:
+            return super()._model_suggest(obs)
+        from botorch.utils.multi_objective.pareto import is_non_dominated
+
+        from archsearch.search import policy as pol
+
+        model, acqf, fid = self._acquisition(obs)
+        X_opt = self._optimiser_candidates(acqf, self.trust_region(obs))
+        feas = [o for o in obs if self.feasible(o.metrics)] or obs
+        Y = torch.tensor([self.objective_values(o.metrics) for o in feas], dtype=DTYPE)
+        X_obs = torch.tensor([o.x for o in obs], dtype=DTYPE)
+        X_front = torch.tensor([o.x for o in feas], dtype=DTYPE)[is_non_dominated(Y)]
+        g = torch.Generator().manual_seed(zlib.crc32(f"pool:{self.seed}:{self.n_asked}".encode()))
+        Xc, src = pol.candidate_pool(X_opt, X_front, self.d, n_sobol=self.n_sobol, n_perturb=self.n_perturb,
+                                     scale=self.perturb_scale, generator=g)
+        cfgs, Xr = self._round(Xc)
+        ranked, vals = self._ranked(acqf, cfgs, Xr)  # usable candidates, by acquisition
+        if not ranked:
+            return super()._model_suggest(obs)
+        Xk = Xr[ranked]
+        mean, sd = self._objective_posterior(model, Xk, fid)
+        feats = pol.candidate_features(
+            log_acq=vals, mean=mean, sd=sd, best=Y.max(0).values,
+            y_sd=Y.std(0) if len(Y) > 1 else torch.ones(Y.shape[-1], dtype=DTYPE),
+            p_feasible=self._p_feasible(model, Xk, fid), X=Xk, X_obs=X_obs, X_front=X_front,
+            budget_used=min(self.n_asked / max(self.horizon, 1), 1.0), sources=[src[i] for i in ranked])
+        if self.policy is not None:
+            with torch.no_grad():
+                choice = int(torch.argmax(self.policy(feats)))
+        else:
+            choice = 0
+        if self.record_pool:
+            self.last_pool = {"configs": [cfgs[i] for i in ranked], "features": feats, "chosen": choice}
+        best = ranked[choice]
+        self.last_info = {"n_candidates": len(ranked), "best_source": src[best],
+                          "best_value": float(vals[choice]), "policy_changed": choice != 0}
+        return cfgs[best], {"source": src[best], "decided_by": "meta_policy" if self.policy is not None
+                            else "acquisition", "policy_changed": choice != 0}
 
 
 def make_model_based(name: str, space, *, seed: int = 0, cost_fn: CostFn | None = None,
