@@ -28,6 +28,7 @@ posterior, meta-trained on related tasks; here as a *residual* on qLogNEHVI, Ame
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -93,10 +94,16 @@ def load_policy(path: str | Path | None = None) -> PolicyNet | None:
         if path is not None:
             raise FileNotFoundError(f"{p}: no such policy weights file")
         return None
+    return _load(str(p.resolve()), p.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: str, mtime_ns: int) -> PolicyNet:
+    """Parsed once per file version: the Optuna sampler rebuilds its searcher on every trial."""
     try:
-        return PolicyNet.from_json(json.loads(p.read_text()))
+        return PolicyNet.from_json(json.loads(Path(path).read_text()))
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
-        raise ValueError(f"{p}: not a policy weights file ({e})") from e
+        raise ValueError(f"{path}: not a policy weights file ({e})") from e
 
 
 def candidate_pool(X_opt: torch.Tensor, X_front: torch.Tensor, d: int, *, n_sobol: int, n_perturb: int,

@@ -215,19 +215,60 @@ class CoreSearch(Searcher):
 
 
 class AHTOSearch(CoreSearch):
-    """AHTO (GP + qLogNEHVI/qLogNEI; its policy was removed, see ``AHTOSearcher``) as a Ray Tune searcher; arguments as
-    :class:`CoreSearch` without ``searcher``."""
+    """AHTO (GP + qLogNEHVI/qLogNEI + the meta-trained acquisition policy of
+    :mod:`archsearch.search.policy`) as a Ray Tune searcher.
 
-    def __init__(self, **kwargs: Any):
-        super().__init__("ahto", **kwargs)
+    Args:
+        param_space, metric, mode, seed, points_to_evaluate, n_init: as :class:`CoreSearch`.
+        policy: a policy weights file; ``None`` the shipped one; ``"none"``: no policy.
+        n_sobol, n_perturb, perturb_scale: the policy's candidate pool.
+        num_restarts, raw_samples, maxiter: ``optimize_acqf`` effort per ask (restarts, raw
+            Sobol samples for their starts, L-BFGS-B iterations).
+        mc_samples: quasi-MC samples of the acquisition.
+        gp_maxiter: L-BFGS-B iterations of each GP's marginal-likelihood fit.
+        max_gp_points: observations the GP is fitted on at most.
+
+    Raises:
+        ValueError: as :class:`CoreSearch`.
+    """
+
+    def __init__(self, *, param_space: dict | None = None, metric: str | Sequence[str] | None = None,
+                 mode: str | Sequence[str] | None = None, seed: int = 0,
+                 points_to_evaluate: list[dict] | None = None, n_init: int = 10, policy: str | None = None,
+                 n_sobol: int = 64, n_perturb: int = 16, perturb_scale: float = 0.1, num_restarts: int = 2,
+                 raw_samples: int = 32, maxiter: int = 15, mc_samples: int = 32, gp_maxiter: int = 60,
+                 max_gp_points: int = 200):
+        super().__init__("ahto", param_space=param_space, metric=metric, mode=mode, seed=seed,
+                         points_to_evaluate=points_to_evaluate, n_init=n_init, policy=policy, n_sobol=n_sobol,
+                         n_perturb=n_perturb, perturb_scale=perturb_scale, num_restarts=num_restarts,
+                         raw_samples=raw_samples, maxiter=maxiter, mc_samples=mc_samples,
+                         gp_maxiter=gp_maxiter, max_gp_points=max_gp_points)
 
 
 class QNEHVISearch(CoreSearch):
-    """Plain BoTorch qLogNEHVI (qLogNEI for one objective) as a Ray Tune searcher; arguments as
-    :class:`CoreSearch` without ``searcher``."""
+    """Plain BoTorch qLogNEHVI (qLogNEI for one objective) as a Ray Tune searcher.
 
-    def __init__(self, **kwargs: Any):
-        super().__init__("qnehvi", **kwargs)
+    Args:
+        param_space, metric, mode, seed, points_to_evaluate, n_init: as :class:`CoreSearch`.
+        num_restarts, raw_samples, maxiter: ``optimize_acqf`` effort per ask (restarts, raw
+            Sobol samples for their starts, L-BFGS-B iterations).
+        mc_samples: quasi-MC samples of the acquisition.
+        gp_maxiter: L-BFGS-B iterations of each GP's marginal-likelihood fit.
+        max_gp_points: observations the GP is fitted on at most.
+
+    Raises:
+        ValueError: as :class:`CoreSearch`.
+    """
+
+    def __init__(self, *, param_space: dict | None = None, metric: str | Sequence[str] | None = None,
+                 mode: str | Sequence[str] | None = None, seed: int = 0,
+                 points_to_evaluate: list[dict] | None = None, n_init: int = 10, num_restarts: int = 2,
+                 raw_samples: int = 32, maxiter: int = 15, mc_samples: int = 32, gp_maxiter: int = 60,
+                 max_gp_points: int = 200):
+        super().__init__("qnehvi", param_space=param_space, metric=metric, mode=mode, seed=seed,
+                         points_to_evaluate=points_to_evaluate, n_init=n_init, num_restarts=num_restarts,
+                         raw_samples=raw_samples, maxiter=maxiter, mc_samples=mc_samples,
+                         gp_maxiter=gp_maxiter, max_gp_points=max_gp_points)
 
 
 __all__ = ["AHTOSearch", "QNEHVISearch", "CoreSearch", "distributions_from_ray"]

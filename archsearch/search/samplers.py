@@ -29,7 +29,8 @@ space from the study. On every trial it
    the same point), FAIL ones are failures; trials added with ``study.add_trial``, a resumed
    study and other workers all inform it, because nothing is kept between calls;
 4. asks the core (a scrambled Sobol design for the first ``n_startup_trials``, then the GP and
-   qLogNEHVI, or qLogNEI for one objective; AHTO is the same searcher since its policy was removed: :mod:`archsearch.search.ahto`).
+   qLogNEHVI, or qLogNEI for one objective; AHTO adds its meta-trained candidate policy:
+   :mod:`archsearch.search.ahto`).
 
 Pruned trials are ignored (their values are not the objective's). Sources: Optuna's sampler
 API (``optuna.samplers.BaseSampler``: relative vs independent sampling); qLogNEHVI/qLogNEI:
@@ -220,23 +221,60 @@ class CoreSearcherSampler(BaseSampler):
 
 
 class AHTOSampler(CoreSearcherSampler):
-    """AHTO (GP + qLogNEHVI/qLogNEI; its policy was removed, see ``AHTOSearcher``) as an Optuna sampler.
+    """AHTO (GP + qLogNEHVI/qLogNEI + the meta-trained acquisition policy of
+    :mod:`archsearch.search.policy`) as an Optuna sampler.
 
-    Arguments as :class:`CoreSearcherSampler` (without ``searcher``).
+    Args:
+        seed, n_startup_trials, independent_sampler, constraints_func: as
+            :class:`CoreSearcherSampler`.
+        policy: a policy weights file; ``None`` the shipped one; ``"none"``: no policy (plain
+            qLogNEHVI).
+        n_sobol, n_perturb, perturb_scale: the policy's candidate pool (Sobol points;
+            perturbations of the front and of the restarts; their standard deviation, unit cube).
+        num_restarts, raw_samples, maxiter: ``optimize_acqf`` effort per ask (restarts, raw
+            Sobol samples for their starts, L-BFGS-B iterations).
+        mc_samples: quasi-MC samples of the acquisition.
+        gp_maxiter: L-BFGS-B iterations of each GP's marginal-likelihood fit.
+        max_gp_points: observations the GP is fitted on at most (beyond: the best
+            non-dominated layers and the most recent trials).
     """
 
-    def __init__(self, **kwargs: Any):
-        super().__init__("ahto", **kwargs)
+    def __init__(self, *, seed: int | None = None, n_startup_trials: int = 10,
+                 independent_sampler: BaseSampler | None = None,
+                 constraints_func: Callable[[FrozenTrial], Sequence[float]] | None = None,
+                 policy: str | None = None, n_sobol: int = 64, n_perturb: int = 16,
+                 perturb_scale: float = 0.1, num_restarts: int = 2, raw_samples: int = 32,
+                 maxiter: int = 15, mc_samples: int = 32, gp_maxiter: int = 60, max_gp_points: int = 200):
+        super().__init__("ahto", seed=seed, n_startup_trials=n_startup_trials,
+                         independent_sampler=independent_sampler, constraints_func=constraints_func,
+                         policy=policy, n_sobol=n_sobol, n_perturb=n_perturb, perturb_scale=perturb_scale,
+                         num_restarts=num_restarts, raw_samples=raw_samples, maxiter=maxiter,
+                         mc_samples=mc_samples, gp_maxiter=gp_maxiter, max_gp_points=max_gp_points)
 
 
 class QNEHVISampler(CoreSearcherSampler):
     """Plain BoTorch qLogNEHVI (qLogNEI for one objective) as an Optuna sampler.
 
-    Arguments as :class:`CoreSearcherSampler` (without ``searcher``).
+    Args:
+        seed, n_startup_trials, independent_sampler, constraints_func: as
+            :class:`CoreSearcherSampler`.
+        num_restarts, raw_samples, maxiter: ``optimize_acqf`` effort per ask (restarts, raw
+            Sobol samples for their starts, L-BFGS-B iterations).
+        mc_samples: quasi-MC samples of the acquisition.
+        gp_maxiter: L-BFGS-B iterations of each GP's marginal-likelihood fit.
+        max_gp_points: observations the GP is fitted on at most (beyond: the best
+            non-dominated layers and the most recent trials).
     """
 
-    def __init__(self, **kwargs: Any):
-        super().__init__("qnehvi", **kwargs)
+    def __init__(self, *, seed: int | None = None, n_startup_trials: int = 10,
+                 independent_sampler: BaseSampler | None = None,
+                 constraints_func: Callable[[FrozenTrial], Sequence[float]] | None = None,
+                 num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15, mc_samples: int = 32,
+                 gp_maxiter: int = 60, max_gp_points: int = 200):
+        super().__init__("qnehvi", seed=seed, n_startup_trials=n_startup_trials,
+                         independent_sampler=independent_sampler, constraints_func=constraints_func,
+                         num_restarts=num_restarts, raw_samples=raw_samples, maxiter=maxiter,
+                         mc_samples=mc_samples, gp_maxiter=gp_maxiter, max_gp_points=max_gp_points)
 
 
 __all__ = ["AHTOSampler", "QNEHVISampler", "CoreSearcherSampler", "param_space_from_distributions",
