@@ -192,3 +192,38 @@ def test_initial_configs_come_first():
     s = make("qnehvi", space(), seed=0, initial_configs=first, n_init=4)
     asked = [s.ask()[1] for _ in range(3)]
     assert asked[:2] == first and asked[2] not in first
+
+
+def _fake_lc_runs(path, tasks, level):
+    """Runs whose regret at every trial is ``level[searcher](task)`` (HV = max_hv (1 - regret))."""
+    rows = []
+    for t in tasks:
+        for s, f in level.items():
+            for seed in range(5):
+                reg = f(t) * (1 + 0.01 * seed)
+                rows.append({"problem": f"lcbench_{t}", "searcher": s, "seed": seed, "max_hv": 100.0,
+                             "hv": [100.0 * (1 - reg)] * 20, "curve": [1 - reg] * 20, "seconds": 1.0,
+                             "commit": "x", "torch_threads": 1})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_lcbench_keys_detect_a_gain_and_not_a_copy(lcbench, tmp_path):
+    """searchers.py's issue-37 keys on fake runs: ahto at half of qnehvi's regret on 9 of 10 test
+    tasks gives ratio 0.5, p < 0.05, 1 task worse; a copy of qnehvi (the broken variant) gives
+    ratio 1, no p (every difference is zero) and no task worse."""
+    import searchers
+
+    tasks = lcbench.load_split()["test"]
+    worse = tasks[0]
+    level = {"qnehvi": lambda t: 0.1, "tpe": lambda t: 0.2, "gp": lambda t: 0.1,
+             "ahto": lambda t: 0.12 if t == worse else 0.05}
+    keys, details = searchers.lcbench_keys(_fake_lc_runs(tmp_path / "a.jsonl", tasks, level))
+    assert keys["ahto_regret_ratio_vs_qnehvi_at_20"] == pytest.approx(0.5)
+    assert keys["ahto_wilcoxon_p_vs_qnehvi_at_20"] < 0.05
+    assert keys["ahto_tasks_worse_than_qnehvi_at_20"] == 1
+    assert keys["ahto_regret_ratio_vs_tpe_at_20"] == pytest.approx(0.25)
+    level["ahto"] = level["qnehvi"]
+    keys, _ = searchers.lcbench_keys(_fake_lc_runs(tmp_path / "b.jsonl", tasks, level))
+    assert keys["ahto_regret_ratio_vs_qnehvi_at_20"] == pytest.approx(1.0)
+    assert keys["ahto_wilcoxon_p_vs_qnehvi_at_20"] is None and keys["ahto_tasks_worse_than_qnehvi_at_20"] == 0
