@@ -146,6 +146,7 @@ TARGETS = {
     "ahto_hv_ratio_vs_gp_conditional_at_40": ">= 1.0",
 }
 LC_RUNS = ROOT / "benchmarks" / "data" / "lcbench_runs.jsonl"
+COND_RUNS = ROOT / "benchmarks" / "data" / "conditional_runs.jsonl"
 
 
 # ---------------------------------------------------------------------- problems
@@ -497,7 +498,7 @@ def _fractions(values: list) -> dict:
 
 
 def summarize(runs_path: Path = RUNS, out: Path = OUT, png: Path | None = PNG, times_path: Path = TIMES,
-              quiet: bool = False, lc_runs: Path = LC_RUNS) -> dict:
+              quiet: bool = False, lc_runs: Path = LC_RUNS, cond_runs: Path = COND_RUNS) -> dict:
     """Write the result JSON (and the PNG unless ``png`` is None); return the JSON's content."""
     runs = read_runs(runs_path)
     problems = [p for p in PROBLEMS if any(r["problem"] == p for r in runs)]
@@ -594,7 +595,10 @@ def summarize(runs_path: Path = RUNS, out: Path = OUT, png: Path | None = PNG, t
     summary["ahto_hv_ratio_vs_qnehvi_synthetic_at_40_per_problem"] = synth
     summary["ahto_hv_ratio_vs_qnehvi_synthetic_at_40"] = min(synth.values()) if len(synth) == 3 and all(
         v is not None for v in synth.values()) else None
-    summary["ahto_hv_ratio_vs_gp_conditional_at_40"] = None  # deliverable 5: not built (closing note of issue 37)
+    import conditional
+
+    cond = conditional.summary(conditional.read_runs(cond_runs))
+    summary["ahto_hv_ratio_vs_gp_conditional_at_40"] = cond.pop("ahto_hv_ratio_vs_gp_conditional_at_40")
     import operator
 
     ops = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
@@ -602,7 +606,7 @@ def summarize(runs_path: Path = RUNS, out: Path = OUT, png: Path | None = PNG, t
     for k, t in TARGETS.items():
         op, bound = t.split()
         met[k] = summary[k] is not None and bool(ops[op](summary[k], float(bound)))
-    details = {"lcbench": lc_details, "hv_table": table, "trials_to_95": t95, "seeds": seeds, "normaliser": norm,
+    details = {"lcbench": lc_details, "conditional": cond, "hv_table": table, "trials_to_95": t95, "seeds": seeds, "normaliser": norm,
                "model_based_ask_sources": sources, "replay_counts": counts, "timing": asks,
                "suggest_time": times, "budgets": list(BUDGETS), "horizon": HORIZON,
                "replay_table": str(TABLE.relative_to(ROOT)), "runs_file": str(runs_path)}

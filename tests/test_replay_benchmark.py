@@ -208,7 +208,7 @@ def _fake_file(bench, tmp_path, extra=()):
     times = tmp_path / "times.json"
     times.write_text(json.dumps({"100obs_1pending": {"wall_median": 0.5}, "500obs_64pending": {"wall_median": 3.0}}))
     return bench.summarize(path, tmp_path / "s.json", tmp_path / "s.png", times, quiet=True,
-                           lc_runs=tmp_path / "no_lcbench_runs.jsonl")
+                           lc_runs=tmp_path / "no_lcbench_runs.jsonl", cond_runs=tmp_path / "no_cond.jsonl")
 
 
 def test_summary_keys_on_a_fake_runs_file(bench, tmp_path):

@@ -15,10 +15,13 @@
 No archsearch search space is needed: like Optuna's own ``GPSampler``, the sampler takes the
 space from the study. On every trial it
 
-1. infers the relative search space: the distributions every finished trial shares
-   (``IntersectionSearchSpace``; a param that only some trials have, e.g. in a branch of a
-   define-by-run objective, is sampled independently by ``independent_sampler``, random by
-   default);
+1. infers the relative search space: with ``model_branches=True`` (default) the *union* of the
+   finished trials' distributions (a param that only some trials have, e.g. in a branch of a
+   define-by-run objective, is modelled too: a trial without it encodes it at a fixed value,
+   the param's low end, plus an "active" indicator column, so one GP sees every branch; a name
+   whose distribution differs between trials is left to ``independent_sampler``); with
+   ``model_branches=False`` the distributions every finished trial shares
+   (``IntersectionSearchSpace``; branch params sampled independently, random by default);
 2. builds an :class:`archsearch.space.ParamSpace` from those distributions (float/int bounds,
    ``log`` and ``step`` kept; categorical choices one-hot), the study's directions and metric
    names (``study.set_metric_names``, else ``objective_0``, ...) and the constraint keys found
@@ -51,6 +54,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 CONSTRAINT_PREFIX = "constraint:"
 EXTRA_ATTR = "archsearch:ask"  #: trial system attribute: what the core decided at ask time
+ACTIVE_SUFFIX = "?active"  #: the indicator param of a branch param (model_branches)
 
 
 def _jsonable(v: Any) -> Any:
@@ -118,13 +122,16 @@ class CoreSearcherSampler(BaseSampler):
             ``RandomSampler(seed)``).
         constraints_func: the older Optuna constraint API (``FrozenTrial -> sequence of
             floats``, feasible when all <= 0); prefer ``Trial.set_constraint`` in the objective.
+        model_branches: model the params of every branch of a define-by-run objective (the
+            union of the trials' params, with "active" indicators); False: only the params
+            every trial shares.
         searcher_kwargs: passed to the searcher's constructor (e.g. ``num_restarts``).
     """
 
     def __init__(self, searcher: str = "ahto", *, seed: int | None = None,
                  n_startup_trials: int = 10, independent_sampler: BaseSampler | None = None,
                  constraints_func: Callable[[FrozenTrial], Sequence[float]] | None = None,
-                 **searcher_kwargs: Any):
+                 model_branches: bool = True, **searcher_kwargs: Any):
         import numpy as np
 
         self.searcher = searcher
@@ -134,6 +141,7 @@ class CoreSearcherSampler(BaseSampler):
         self._constraints_func = constraints_func
         self._kwargs = searcher_kwargs
         self._intersection = IntersectionSearchSpace()
+        self.model_branches = bool(model_branches)
         self.last_source: str | None = None  #: what proposed the last relative sample
 
     def reseed_rng(self) -> None:
@@ -145,7 +153,8 @@ class CoreSearcherSampler(BaseSampler):
     # ------------------------------------------------------------------ relative sampling
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         out = {}
-        for name, dist in self._intersection.calculate(study).items():
+        space = self._union(study) if self.model_branches else self._intersection.calculate(study)
+        for name, dist in space.items():
             if dist.single():
                 continue
             if isinstance(dist, CategoricalDistribution) and not all(
@@ -153,6 +162,18 @@ class CoreSearcherSampler(BaseSampler):
                 continue  # e.g. None among the choices: sampled independently
             out[name] = dist
         return out
+
+    @staticmethod
+    def _union(study: Study) -> dict[str, BaseDistribution]:
+        """Every param of the finished trials whose distribution is the same wherever it appears."""
+        out: dict[str, BaseDistribution] = {}
+        clash: set[str] = set()
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            for name, dist in t.distributions.items():
+                if name in out and out[name] != dist:
+                    clash.add(name)
+                out.setdefault(name, dist)
+        return {k: v for k, v in sorted(out.items()) if k not in clash}
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -179,13 +200,23 @@ class CoreSearcherSampler(BaseSampler):
             names = study.metric_names
         except AttributeError:  # Optuna < 3.2
             names = None
-        space = param_space_from_distributions(search_space, study.directions, names, keys)
+        # params some trials lack (branches): an "active" indicator each, when modelled
+        branch = [k for k in search_space if self.model_branches and
+                  not all(k in t.params for t in trials if t.state == TrialState.COMPLETE)]
+        dists = dict(search_space)
+        dists.update({f"{k}{ACTIVE_SUFFIX}": IntDistribution(0, 1) for k in branch})
+        space = param_space_from_distributions(dists, study.directions, names, keys)
         metrics = [o.metric for o in space.objectives]
         core = make(self.searcher, space, seed=self._seed, n_init=self.n_startup_trials, **self._kwargs)
+        low = space.decode([0.0] * len(space.dims()))
         for t in trials:
-            if not all(k in t.params for k in search_space):
+            if not self.model_branches and not all(k in t.params for k in search_space):
                 continue  # from another branch of a define-by-run objective
-            config = {k: t.params[k] for k in search_space}
+            config = {k: t.params[k] for k in search_space if k in t.params}
+            for k in branch:  # an inactive param: fixed at its low end, indicator 0
+                config[f"{k}{ACTIVE_SUFFIX}"] = int(k in config)
+                if k not in config:
+                    config[k] = low[k]
             tid = f"optuna-{t.number}"
             if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING):
                 continue
@@ -225,7 +256,7 @@ class AHTOSampler(CoreSearcherSampler):
     :mod:`archsearch.search.policy`) as an Optuna sampler.
 
     Args:
-        seed, n_startup_trials, independent_sampler, constraints_func: as
+        seed, n_startup_trials, independent_sampler, constraints_func, model_branches: as
             :class:`CoreSearcherSampler`.
         policy: a policy weights file; ``None`` the shipped one; ``"none"``: no policy (plain
             qLogNEHVI).
@@ -242,12 +273,12 @@ class AHTOSampler(CoreSearcherSampler):
     def __init__(self, *, seed: int | None = None, n_startup_trials: int = 10,
                  independent_sampler: BaseSampler | None = None,
                  constraints_func: Callable[[FrozenTrial], Sequence[float]] | None = None,
-                 policy: str | None = None, n_sobol: int = 64, n_perturb: int = 16,
+                 model_branches: bool = True, policy: str | None = None, n_sobol: int = 64, n_perturb: int = 16,
                  perturb_scale: float = 0.1, num_restarts: int = 2, raw_samples: int = 32,
                  maxiter: int = 15, mc_samples: int = 32, gp_maxiter: int = 60, max_gp_points: int = 200):
         super().__init__("ahto", seed=seed, n_startup_trials=n_startup_trials,
                          independent_sampler=independent_sampler, constraints_func=constraints_func,
-                         policy=policy, n_sobol=n_sobol, n_perturb=n_perturb, perturb_scale=perturb_scale,
+                         model_branches=model_branches, policy=policy, n_sobol=n_sobol, n_perturb=n_perturb, perturb_scale=perturb_scale,
                          num_restarts=num_restarts, raw_samples=raw_samples, maxiter=maxiter,
                          mc_samples=mc_samples, gp_maxiter=gp_maxiter, max_gp_points=max_gp_points)
 
@@ -256,7 +287,7 @@ class QNEHVISampler(CoreSearcherSampler):
     """Plain BoTorch qLogNEHVI (qLogNEI for one objective) as an Optuna sampler.
 
     Args:
-        seed, n_startup_trials, independent_sampler, constraints_func: as
+        seed, n_startup_trials, independent_sampler, constraints_func, model_branches: as
             :class:`CoreSearcherSampler`.
         num_restarts, raw_samples, maxiter: ``optimize_acqf`` effort per ask (restarts, raw
             Sobol samples for their starts, L-BFGS-B iterations).
@@ -269,10 +300,11 @@ class QNEHVISampler(CoreSearcherSampler):
     def __init__(self, *, seed: int | None = None, n_startup_trials: int = 10,
                  independent_sampler: BaseSampler | None = None,
                  constraints_func: Callable[[FrozenTrial], Sequence[float]] | None = None,
-                 num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15, mc_samples: int = 32,
-                 gp_maxiter: int = 60, max_gp_points: int = 200):
+                 model_branches: bool = True, num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15,
+                 mc_samples: int = 32, gp_maxiter: int = 60, max_gp_points: int = 200):
         super().__init__("qnehvi", seed=seed, n_startup_trials=n_startup_trials,
                          independent_sampler=independent_sampler, constraints_func=constraints_func,
+                         model_branches=model_branches,
                          num_restarts=num_restarts, raw_samples=raw_samples, maxiter=maxiter,
                          mc_samples=mc_samples, gp_maxiter=gp_maxiter, max_gp_points=max_gp_points)
 
