@@ -169,3 +169,36 @@ def test_told_config_not_the_asked_one_is_what_the_model_learns():
     X = model.train_inputs[0] if not hasattr(model, "models") else model.models[0].train_inputs[0]
     want = torch.tensor([space.encode(r) for r in answered], dtype=X.dtype)
     assert torch.allclose(X.reshape(-1, X.shape[-1])[-4:], want)
+
+
+def _branched(trial):
+    kind = trial.suggest_categorical("kind", ["a", "b"])
+    x = trial.suggest_float("x", 0.0, 1.0)
+    if kind == "a":
+        return x + (trial.suggest_float("ya", 0.0, 1.0) - 0.3) ** 2
+    return x + 0.2 + (trial.suggest_float("yb", 0.0, 1.0) - 0.5) ** 2
+
+
+@pytest.mark.parametrize("model_branches", [True, False])
+def test_branch_params_are_modelled_or_left_to_the_independent_sampler(model_branches):
+    """A define-by-run objective with branches: with ``model_branches`` the relative search
+    space is the union (kind, x, ya, yb), the core's space adds an "active" indicator per branch
+    param and learns from every trial; without it only (kind, x) is modelled (the ablation)."""
+    study = optuna.create_study(sampler=QNEHVISampler(seed=0, model_branches=model_branches, **FAST))
+    for kind in ("a", "b", "a", "b"):
+        study.enqueue_trial({"kind": kind})
+    study.optimize(_branched, n_trials=6)
+    sampler = study.sampler
+    space = sampler.infer_relative_search_space(study, study.trials[-1])
+    core = sampler.build_core(study, space)
+    if model_branches:
+        assert set(space) == {"kind", "x", "ya", "yb"}
+        assert {"ya?active", "yb?active"} <= set(core.space.params)
+        assert len(core.finished()) == 6  # every trial informs the GP, whatever its branch
+        # each trial's indicators say which branch it ran: (ya active, yb active)
+        assert {(o.config["ya?active"], o.config["yb?active"]) for o in core.finished()} == {(1, 0), (0, 1)}
+    else:
+        assert set(space) == {"kind", "x"} and len(core.finished()) == 6
+        assert not any(k.endswith("?active") for k in core.space.params)
+    sources = [t.system_attrs[EXTRA_ATTR]["source"] for t in study.trials]
+    assert "optimizer" in sources
