@@ -17,11 +17,14 @@ VARIANT --kwargs '{"policy": FILE}'``); the test tasks are run once, with the ch
    ``sum_a softmax(score / T)_a r_a`` (all-action policy gradient) minus ``l2`` times the mean
    squared residual (the pull toward plain qLogNEHVI), Adam, full batch; writes the weights
    and a manifest (training tasks, seeds, states, commit, wall time, hyperparameters).
+3. ``ship``: the protocol's selection rule on the validation runs; the chosen variant's weights
+   (with the validation table added to the manifest) become ``archsearch/search/ahto_policy.json``.
 
 Usage::
 
     python benchmarks/ahto_policy.py collect --seeds 0-1 --workers 2
     python benchmarks/ahto_policy.py train --temperature 1.0 --l2 0.01 --out /tmp/p_t1.json
+    python benchmarks/ahto_policy.py ship ahto_t0.3=/tmp/p_t0.3.json ahto_t1=/tmp/p_t1.json ...
 """
 
 from __future__ import annotations
@@ -185,6 +188,36 @@ def cmd_train(args) -> None:
     print(json.dumps(manifest["train_mean_reward"]), f"-> {args.out}")
 
 
+def cmd_ship(args) -> None:
+    """The selection rule of the protocol, executed: the variant with the lowest mean over the
+    validation tasks of the median log10 regret at 20 trials ships as the package's weights,
+    with the validation table in its manifest."""
+    import statistics
+
+    import lcbench
+    from archsearch.search.policy import WEIGHTS
+
+    variants = dict(v.split("=", 1) for v in args.variants)  # label=weights file
+    runs = lcbench.read_lc_runs(Path(args.runs))
+    val = lcbench.load_split()["validation"]
+    labels = ["qnehvi", *variants]
+    S = lcbench.summarize_lcbench(runs, val, labels, budgets=(10, 20))
+    if len(S["table"]) != len(val):
+        raise SystemExit(f"validation runs missing: tasks with every variant: {sorted(S['table'])}")
+    mean = {s: {b: statistics.mean(v[s][b] for v in S["table"].values()) for b in ("10", "20")} for s in labels}
+    chosen = min(variants, key=lambda s: mean[s]["20"])
+    blob = json.loads(Path(variants[chosen]).read_text())
+    blob["manifest"]["validation"] = {
+        "rule": "lowest mean over the validation tasks of the median (over seeds) log10 HV regret at 20 trials",
+        "tasks": val, "seeds": S["seeds"], "mean_log10_regret": mean, "chosen": chosen,
+        "per_task": S["table"]}
+    out = Path(args.out or WEIGHTS)
+    out.write_text(json.dumps(blob) + "\n")
+    for s in labels:
+        print(f"{s:16s} mean log10 regret at 10 / 20: {mean[s]['10']:.3f} / {mean[s]['20']:.3f}")
+    print(f"chosen {chosen} -> {out}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -206,6 +239,11 @@ def main(argv=None) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", required=True)
     t.set_defaults(fn=cmd_train)
+    sh = sub.add_parser("ship", help="pick the variant by the validation rule and install its weights")
+    sh.add_argument("variants", nargs="+", help="LABEL=WEIGHTS_FILE (LABEL: the runs' searcher label)")
+    sh.add_argument("--runs", default=str(ROOT / "benchmarks" / "data" / "lcbench_runs.jsonl"))
+    sh.add_argument("--out", default=None, help="default: archsearch/search/ahto_policy.json")
+    sh.set_defaults(fn=cmd_ship)
     args = p.parse_args(argv)
     args.fn(args)
 

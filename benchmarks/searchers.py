@@ -4,13 +4,17 @@ What is measured
 ----------------
 Searchers, each built by ``archsearch.search.make(name, space, seed=, cost_fn=)`` (the one
 construction path ``archsearch search --searcher NAME`` uses): ``qnehvi`` and the Optuna
-baselines ``random``, ``tpe``, ``nsga2``; ``ahto_policy`` is AHTO with the learned policy it had
-until this benchmark removed it (rows recorded as ``ahto`` at commit 5de6cd6, whose asks the
-policy decided; relabelled when read). Since the removal ``ahto`` builds the same searcher as
-``qnehvi`` (same seed, same suggestions: ``tests/test_searchers.py::test_ahto_is_qnehvi``), so
-``run`` does not run it by default and the summary's ``ahto_*`` keys read the ``qnehvi`` runs
-(``ahto_rows`` says which rows were used; rows recorded as ``ahto`` without the policy take
-precedence). ``policy_gain_*`` compare ``ahto_policy`` with ``qnehvi``: the ablation.
+baselines ``random``, ``tpe``, ``nsga2``; ``ahto_policy`` is AHTO with the per-run learned policy
+it had until this benchmark removed it (rows recorded as ``ahto`` at commit 5de6cd6, whose asks
+the policy decided; relabelled when read). ``ahto`` now carries the meta-trained candidate
+policy of issue 37 (``archsearch/search/policy.py``); on the replay table it does not use it
+(restricted to the table, the table is the pool), so there it is ``qnehvi``. Rows recorded as
+``ahto`` take precedence for the ``ahto_*`` keys, else the ``qnehvi`` rows are read
+(``ahto_rows`` says which). ``policy_gain_*`` compare ``ahto_policy`` with ``qnehvi``: the
+ablation of the removed policy. Issue 37's keys (``ahto_regret_ratio_vs_*``, ...) come from the
+LCBench runs of ``benchmarks/lcbench.py`` and the conditional runs of
+``benchmarks/conditional.py`` (see :func:`lcbench_keys`); ``ahto_hv_ratio_vs_qnehvi_synthetic_at_40``
+from ``ahto`` rows on the synthetic problems.
 Each runs sequentially (ask, evaluate, tell; one trial at a time, no pending trials) for
 HORIZON = 80 trials per seed, seeds 0-19, on four problems. The space's budget (and so AHTO's
 horizon, NSGA-II's population ``min(20, 80 // 3) = 20``, the Sobol design size) is set to 80 in
@@ -111,8 +115,7 @@ TIMES = ROOT / "benchmarks" / "data" / "suggest_times_v2.json"
 OUT = ROOT / "benchmarks" / "results" / "searchers.json"
 PNG = ROOT / "benchmarks" / "results" / "searchers.png"
 SEARCHERS = ("ahto", "qnehvi", "random", "tpe", "nsga2")  # what `run --searchers` accepts
-#: what `run` runs by default: since AHTO's policy was removed, ``ahto`` builds the same searcher
-#: as ``qnehvi`` (tests/test_searchers.py::test_ahto_is_qnehvi), so it is not run twice
+#: what `run` runs by default (``ahto`` with its meta-trained policy: ``run --searchers ahto``)
 RUN_SEARCHERS = ("qnehvi", "random", "tpe", "nsga2")
 #: the label of the runs of AHTO with its (removed) policy: ``ahto`` rows whose asks were
 #: decided by the policy (``decided_by``); kept as the ablation that removed it
