@@ -26,7 +26,7 @@ app.add_typer(data_app, name="data")
 @app.command()
 def search(
     space_file: Path = typer.Argument(..., help="Search space YAML (see search_spaces/)."),
-    searcher: str = typer.Option("tpe", help="ahto | qnehvi | random | tpe | nsga2 | gp"),
+    searcher: str = typer.Option("gp", help="gp (default: Optuna GPSampler) | ahto | qnehvi | random | tpe | nsga2"),
     trials: Optional[int] = typer.Option(None, min=1, help="Override budget.trials."),
     address: Optional[str] = typer.Option(None, help="Ray cluster: auto | HOST:PORT | ray://... "
                                           "(default: start local Ray)."),
@@ -60,7 +60,7 @@ def search(
 @app.command()
 def check(
     space_file: Path = typer.Argument(..., help="Search space YAML."),
-    searcher: str = typer.Option("tpe", help="ahto | qnehvi | random | tpe | nsga2 | gp"),
+    searcher: str = typer.Option("gp", help="gp (default: Optuna GPSampler) | ahto | qnehvi | random | tpe | nsga2"),
     trials: Optional[int] = typer.Option(None, min=1, help="Override budget.trials."),
     cpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.cpus_per_trial."),
     gpus_per_trial: Optional[float] = typer.Option(None, help="Override budget.gpus_per_trial."),
@@ -218,7 +218,7 @@ def submit(
                                 "accepted: the search writes plain files (optuna.db, records)."),
     reports: Optional[str] = typer.Option(None, help="Where reports go on the cluster (absolute "
                                           "path; default: 'reports' next to --storage)."),
-    searcher: str = typer.Option("tpe", help="ahto | qnehvi | random | tpe | nsga2 | gp"),
+    searcher: str = typer.Option("gp", help="gp (default: Optuna GPSampler) | ahto | qnehvi | random | tpe | nsga2"),
     trials: Optional[int] = typer.Option(None, min=1, help="Override budget.trials."),
     name: Optional[str] = typer.Option(None, help="Run name (default: SPACE-SEARCHER-TIME, made "
                                        "here so the run directory is known at once)."),

@@ -75,7 +75,7 @@ def connect(space: SearchSpace, address: str | None, *, num_cpus: int | None = N
         print(warning, file=sys.stderr)
 
 
-def start_run(space: SearchSpace, *, searcher: str = "tpe", trials: int | None = None,
+def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = None,
               address: str | None = None, name: str | None = None, storage: str | Path = "runs",
               cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,
               num_cpus: int | None = None, fixed: dict[str, Any] | None = None,
@@ -248,7 +248,7 @@ def _fit(launch: Launch, *, progress: bool, ray_dashboard: bool, restore: bool,
     return result
 
 
-def run_search(space: SearchSpace, *, searcher: str = "tpe", trials: int | None = None,
+def run_search(space: SearchSpace, *, searcher: str = "gp", trials: int | None = None,
                address: str | None = None, name: str | None = None, storage: str | Path = "runs",
                reports: str | Path = "reports", progress: bool = True,
                cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,

@@ -275,7 +275,7 @@ def job_command(search_argv: list[str]) -> str:
 
 
 def submit_search(space_file: Path, *, address: str | None, storage: str,
-                  reports: str | None = None, searcher: str = "tpe", trials: int | None = None,
+                  reports: str | None = None, searcher: str = "gp", trials: int | None = None,
                   name: str | None = None, fixed: str | None = None,
                   cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,
                   env: dict[str, str] | None = None) -> Submission:
