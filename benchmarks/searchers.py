@@ -609,6 +609,9 @@ def summarize(runs_path: Path = RUNS, out: Path = OUT, png: Path | None = PNG, t
     for k, t in TARGETS.items():
         op, bound = t.split()
         met[k] = summary[k] is not None and bool(ops[op](summary[k], float(bound)))
+        if k.startswith("ahto_wilcoxon_p_vs_"):  # significant *in ahto's favour*: its ratio below 1
+            ratio = summary.get(k.replace("wilcoxon_p", "regret_ratio"))
+            met[k] = met[k] and ratio is not None and ratio < 1.0
     details = {"lcbench": lc_details, "conditional": cond, "hv_table": table, "trials_to_95": t95, "seeds": seeds, "normaliser": norm,
                "model_based_ask_sources": sources, "replay_counts": counts, "timing": asks,
                "suggest_time": times, "budgets": list(BUDGETS), "horizon": HORIZON,
@@ -662,7 +665,7 @@ def lcbench_keys(path: Path = LC_RUNS) -> tuple[dict, dict]:
     for budget in lcbench.LC_BUDGETS:
         means = {s: statistics.mean(v[s][str(budget)] for v in S["table"].values())
                  for s in present if S["table"] and all(str(budget) in v[s] for v in S["table"].values())}
-        if means:
+        if means and len(means) == len(present):  # only where every searcher reached the budget
             keys[f"lcbench_best_searcher_at_{budget}"] = min(means, key=means.get)
             details.setdefault("mean_log10_regret", {})[str(budget)] = means
     from archsearch.search.policy import WEIGHTS
