@@ -31,6 +31,10 @@ import torch
 from archsearch.search.base import KNOWN_COST_METRICS, CostFn, Observation, Searcher
 
 DTYPE = torch.double
+#: what can propose a model-based ask (``extra["source"]``): the acquisition optimiser, the trust
+#: region, uniform points, a replay table, and the AHTO policy's pool (``pool_*``)
+MODEL_SOURCES = frozenset({"optimizer", "trust_region", "uniform", "table", "pool_sobol",
+                           "pool_front_perturbation", "pool_optimizer_perturbation"})
 
 
 class QNEHVISearcher(Searcher):
