@@ -92,11 +92,12 @@ def cmd_collect(args) -> None:
     from multiprocessing import get_context
 
     import lcbench
+    from common import parse_seeds
 
     states = Path(args.states)
     states.mkdir(parents=True, exist_ok=True)
     tasks = lcbench.load_split()["train"]
-    jobs = [(t, seed, args.policy, str(states), args.tag) for seed in lcbench._seeds(args.seeds) for t in tasks]
+    jobs = [(t, seed, args.policy, str(states), args.tag) for seed in parse_seeds(args.seeds) for t in tasks]
     print(f"{len(jobs)} episodes -> {states}", flush=True)
     t0 = time.time()
     with get_context("spawn").Pool(args.workers) as pool:
@@ -198,7 +199,7 @@ def cmd_ship(args) -> None:
     from archsearch.search.policy import WEIGHTS
 
     variants = dict(v.split("=", 1) for v in args.variants)  # label=weights file
-    runs = lcbench.read_lc_runs(Path(args.runs))
+    runs = lcbench.read_runs(Path(args.runs))
     val = lcbench.load_split()["validation"]
     labels = ["qnehvi", *variants]
     S = lcbench.summarize_lcbench(runs, val, labels, budgets=(10, 20))

@@ -74,3 +74,12 @@ def write_result(path: Path, summary: dict[str, Any], prov: dict[str, Any], **re
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({"summary": summary, "provenance": prov, **rest}, indent=1) + "\n")
     os.replace(tmp, path)
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """Seeds from a command-line spec: ``"0-19"``, ``"0,3,5-7"``."""
+    out = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+    return out

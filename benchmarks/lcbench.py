@@ -47,6 +47,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # searchers.py, common.py
+from searchers import hv2_min, read_runs  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "yahpo_lcbench"
 PROTOCOL = ROOT / "benchmarks" / "protocols" / "lcbench_split.json"
@@ -156,18 +159,10 @@ def search_space(objectives: int = 2, trials: int = 40, name: str = "lcbench"):
 
 
 def hv2(Y: np.ndarray, ref) -> float:
-    """Hypervolume of ``Y`` (n, 2), both objectives maximised, above ``ref`` (a sweep)."""
+    """Hypervolume of ``Y`` (n, 2), both objectives maximised, above ``ref``: the sweep of
+    ``searchers.hv2_min`` on the negated points."""
     Y = np.asarray(Y, dtype=np.float64).reshape(-1, 2)
-    Y = Y[(Y[:, 0] > ref[0]) & (Y[:, 1] > ref[1])]
-    if not len(Y):
-        return 0.0
-    Y = Y[np.argsort(-Y[:, 0], kind="stable")]
-    hv, best1 = 0.0, ref[1]
-    for a, b in Y:
-        if b > best1:
-            hv += (a - ref[0]) * (b - best1)
-            best1 = b
-    return float(hv)
+    return hv2_min((-Y).tolist(), [-ref[0], -ref[1]])
 
 
 @functools.lru_cache(maxsize=None)
@@ -314,22 +309,6 @@ def _run_job(job: tuple) -> dict:
     return r
 
 
-def read_lc_runs(path: Path = RUNS) -> list[dict]:
-    """Runs of a data file, one per (problem, searcher label, seed): the longest."""
-    best: dict[tuple, dict] = {}
-    if not Path(path).exists():
-        return []
-    for line in Path(path).read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        k = (r["problem"], r["searcher"], r["seed"])
-        if k not in best or len(r["curve"]) > len(best[k]["curve"]):
-            best[k] = r
-    return list(best.values())
-
-
 def _tasks(spec: str) -> list[str]:
     split = load_split()
     out = []
@@ -342,15 +321,14 @@ def cmd_run(args) -> None:
     """Resumable: one JSON line per (problem, searcher label, seed); ``--workers`` processes."""
     from multiprocessing import get_context
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import git_commit
+    from common import git_commit, parse_seeds
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = {(r["problem"], r["searcher"], r["seed"]) for r in read_lc_runs(out) if len(r["curve"]) >= args.budget}
+    done = {(r["problem"], r["searcher"], r["seed"]) for r in read_runs(out) if len(r["curve"]) >= args.budget}
     kwargs = json.loads(args.kwargs) if args.kwargs else {}
     jobs = []
-    for seed in _seeds(args.seeds):
+    for seed in parse_seeds(args.seeds):
         for task in _tasks(args.tasks):
             for name in args.searchers:
                 label = args.label or name
@@ -369,14 +347,6 @@ def cmd_run(args) -> None:
             at = "/".join(f"{r['curve'][b - 1]:.3f}" for b in LC_BUDGETS if b <= len(r["curve"]))
             print(f"[{k}/{len(jobs)}] {r['problem']} {r['searcher']} seed={r['seed']} hv={at} "
                   f"{r['seconds']:.1f}s (elapsed {time.time() - start:.0f}s)", flush=True)
-
-
-def _seeds(spec: str) -> list[int]:
-    out = []
-    for part in spec.split(","):
-        a, _, b = part.partition("-")
-        out += list(range(int(a), int(b) + 1)) if b else [int(a)]
-    return out
 
 
 def log_regret(hv: float, best: float) -> float:
@@ -427,7 +397,7 @@ def compare(table: dict, a: str, b: str, budget: int) -> dict:
 
 
 def cmd_summarize(args) -> None:
-    runs = read_lc_runs(Path(args.runs))
+    runs = read_runs(Path(args.runs))
     tasks = _tasks(args.tasks)
     s = summarize_lcbench(runs, tasks, args.searchers, objectives=args.objectives)
     hdr = "task     " + "".join(f"{x:>20s}" for x in args.searchers)

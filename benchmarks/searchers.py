@@ -357,14 +357,6 @@ def run_one(problem, searcher: str, seed: int, budget: int = HORIZON, core=None)
             "ask_seconds": secs, "ask_cpu_seconds": cpu, "torch_threads": torch.get_num_threads()}
 
 
-def _seeds(spec: str) -> list[int]:
-    out = []
-    for part in spec.split(","):
-        a, _, b = part.partition("-")
-        out += list(range(int(a), int(b) + 1)) if b else [int(a)]
-    return out
-
-
 def read_runs(path: Path) -> list[dict]:
     """The runs of a data file, one per (problem, searcher, seed): the longest (first on ties)."""
     best: dict[tuple, dict] = {}
@@ -390,13 +382,13 @@ def cmd_run(args) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from common import git_commit
+    from common import git_commit, parse_seeds
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {(r["problem"], r["searcher"], r["seed"]) for r in read_runs(out) if len(r["curve"]) >= args.budget}
     commit = git_commit()
-    todo = [(p, seed, s) for p in args.problems for seed in _seeds(args.seeds) for s in args.searchers
+    todo = [(p, seed, s) for p in args.problems for seed in parse_seeds(args.seeds) for s in args.searchers
             if (p, s, seed) not in done]
     print(f"{len(todo)} runs to do ({len(done)} done) -> {out}", flush=True)
     problems, start = {}, time.time()
@@ -642,7 +634,7 @@ def lcbench_keys(path: Path = LC_RUNS) -> tuple[dict, dict]:
     worse than qnehvi, the policy's training hours (its manifest), and the regret table."""
     import lcbench
 
-    runs = lcbench.read_lc_runs(Path(path))
+    runs = read_runs(Path(path))
     test = lcbench.load_split()["test"]
     present = [s for s in lcbench.LC_SEARCHERS if any(r["searcher"] == s for r in runs)]
     keys: dict = {"ahto_tasks_worse_than_qnehvi_at_20": None}

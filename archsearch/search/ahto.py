@@ -365,15 +365,15 @@ class AHTOSearcher(QNEHVISearcher):
         self.record_pool = bool(record_pool)
         self.last_pool: dict[str, Any] | None = None
 
-    def _objective_posterior(self, model, X: torch.Tensor, fid: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(n, m)`` posterior mean and standard deviation of each objective, maximisation form
-        (a known metric: its value, standard deviation 0)."""
+    def _pool_posterior(self, model, X: torch.Tensor, fid: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One posterior over the pool ``X`` (n, d): ``(n, m)`` mean and standard deviation of
+        each objective, maximisation form (a known metric: its value, standard deviation 0), and
+        ``(n,)`` the probability that every learned constraint holds (independent Gaussians)."""
         Xin = torch.cat([X, torch.ones(len(X), 1, dtype=DTYPE)], -1) if fid else X
         with torch.no_grad():
             post = model.posterior(Xin)
-            mu, sd = post.mean, post.variance.clamp_min(0).sqrt()  # (n, k_model)
-        if mu.dim() == 1:
-            mu, sd = mu.unsqueeze(-1), sd.unsqueeze(-1)
+        mu = post.mean.reshape(len(X), -1)  # (n, k_model)
+        sd = post.variance.reshape(len(X), -1).clamp_min(0).sqrt()
         cols_m, cols_s = [], []
         K = self._known(X) if self.known_names else None
         for k, sign in zip(self.metrics, self.signs):
@@ -384,26 +384,18 @@ class AHTOSearcher(QNEHVISearcher):
                 j = self.modelled.index(k)
                 cols_m.append(sign * mu[:, j])
                 cols_s.append(sd[:, j])
-        return torch.stack(cols_m, -1), torch.stack(cols_s, -1)
-
-    def _p_feasible(self, model, X: torch.Tensor, fid: bool) -> torch.Tensor:
-        """``(n,)`` probability that every learned constraint holds (independent Gaussians)."""
-        learned = [(self.modelled.index(k), lo, hi) for k, (lo, hi) in self.constraints.items()
-                   if k in self.modelled]
         p = torch.ones(len(X), dtype=DTYPE)
-        if not learned:
-            return p
-        Xin = torch.cat([X, torch.ones(len(X), 1, dtype=DTYPE)], -1) if fid else X
-        with torch.no_grad():
-            post = model.posterior(Xin)
-        mu, sd = post.mean.reshape(len(X), -1), post.variance.reshape(len(X), -1).clamp_min(1e-18).sqrt()
         normal = torch.distributions.Normal(torch.zeros((), dtype=DTYPE), torch.ones((), dtype=DTYPE))
-        for j, lo, hi in learned:
+        for k, (lo, hi) in self.constraints.items():
+            if k not in self.modelled:
+                continue
+            j = self.modelled.index(k)
+            s = sd[:, j].clamp_min(1e-9)
             if hi is not None:
-                p = p * normal.cdf((hi - mu[:, j]) / sd[:, j])
+                p = p * normal.cdf((hi - mu[:, j]) / s)
             if lo is not None:
-                p = p * normal.cdf((mu[:, j] - lo) / sd[:, j])
-        return p
+                p = p * normal.cdf((mu[:, j] - lo) / s)
+        return torch.stack(cols_m, -1), torch.stack(cols_s, -1), p
 
     def _model_suggest(self, obs):
         if self.policy is None and not self.record_pool or self.table is not None:
@@ -426,11 +418,11 @@ class AHTOSearcher(QNEHVISearcher):
         if not ranked:
             return super()._model_suggest(obs)
         Xk = Xr[ranked]
-        mean, sd = self._objective_posterior(model, Xk, fid)
+        mean, sd, p_feasible = self._pool_posterior(model, Xk, fid)
         feats = pol.candidate_features(
             log_acq=vals, mean=mean, sd=sd, best=Y.max(0).values,
             y_sd=Y.std(0) if len(Y) > 1 else torch.ones(Y.shape[-1], dtype=DTYPE),
-            p_feasible=self._p_feasible(model, Xk, fid), X=Xk, X_obs=X_obs, X_front=X_front,
+            p_feasible=p_feasible, X=Xk, X_obs=X_obs, X_front=X_front,
             budget_used=min(self.n_asked / max(self.horizon, 1), 1.0), sources=[src[i] for i in ranked])
         if self.policy is not None:
             with torch.no_grad():
