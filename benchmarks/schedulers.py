@@ -1,0 +1,465 @@
+"""Schedulers on LCBench: how much training time each needs to reach the same front (issue 38).
+
+A search is simulated exactly on the YAHPO LCBench surrogate (``benchmarks/lcbench.py``):
+trials run one after another (one worker), each a configuration drawn uniformly from the unit
+cube of LCBench's 7 hyperparameters (the **same sequence for every scheduler**: seeded by task and
+seed), trained epoch by epoch up to 52; a scheduler may stop it at a report. A trial stopped
+after ``e`` epochs costs LCBench's ``time`` at epoch ``e`` (seconds of training) and adds the point
+(``val_accuracy`` at ``e``, ``time`` at 52) to the front: two objectives, maximise accuracy and
+minimise the configuration's full-budget training time (known from the configuration, as FLOPs
+are in archsearch; a stopped trial is a valid point with fewer epochs, as in the product's
+reports). The search ends when the summed training time reaches the task's budget
+(``BUDGET_FULL_TRIALS`` x the mean full-training time of the task's 4,096-point Sobol sample).
+
+Schedulers, each from its library: ``none``; ``asha`` (Ray Tune's ``ASHAScheduler``, max_t 52,
+grace 1, reduction factor 3: rungs 1, 3, 9, 27); ``hyperband`` (Optuna's ``HyperbandPruner``,
+min_resource 1, max_resource 52, reduction factor 3); ``median`` (Optuna's ``MedianPruner``, 5
+startup trials, a report every epoch); ``ahto`` (:class:`archsearch.search.scheduler.StopPolicy`
+with the shipped weights, decisions at ASHA's rungs). ASHA, Hyperband and AHTO report at epochs
+1, 3, 9, 27, 52 (their decisions only change there); the median rule at every epoch.
+
+Scores per (task, seed): the hypervolume curve over cumulative training time; ``time_to_95``
+= the training time at which the HV first reaches 95% of the task's best-known HV (the best
+final HV of any run of this benchmark on the task; ``inf`` if never); ``hv_at_half`` = HV at half
+the budget. Per task: the median over seeds; across the 10 test tasks: the median of per-task
+ratios and a paired Wilcoxon signed-rank test (task = unit).
+
+Commands::
+
+    python benchmarks/schedulers.py train                 # PGPE on the 20 training tasks
+    python benchmarks/schedulers.py validate              # variants on the 4 validation tasks
+    python benchmarks/schedulers.py run --seeds 0-19      # test tasks, every scheduler
+    python benchmarks/schedulers.py summarize             # -> benchmarks/results/schedulers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lcbench as L  # noqa: E402
+from common import parse_seeds, provenance, write_result  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PROTOCOL = ROOT / "benchmarks" / "protocols" / "schedulers.json"
+RUNS = ROOT / "benchmarks" / "data" / "scheduler_runs.jsonl"
+OUT = ROOT / "benchmarks" / "results" / "schedulers.json"
+SCHEDULERS = ("none", "asha", "hyperband", "median", "ahto")
+BUDGET_FULL_TRIALS = 50
+MAX_TRIALS = 3000
+REPORTS = (1, 3, 9, 27, L.EPOCHS)
+TARGET = 0.95
+REGRET_FLOOR = 1e-4
+GRID = 100
+
+
+# ---------------------------------------------------------------------- the simulated search
+@functools.lru_cache(maxsize=None)
+def task_budget(task: str) -> float:
+    """Training-time budget of a search on ``task`` (seconds): ``BUDGET_FULL_TRIALS`` x the
+    mean epoch-52 ``time`` of a 4,096-point Sobol sample (seed 1)."""
+    from scipy.stats import qmc
+
+    s = L.surrogate()
+    U = qmc.Sobol(d=len(L.PARAMS), scramble=True, seed=1).random_base2(12)
+    return BUDGET_FULL_TRIALS * float(s.predict(task, s.decode(U))["time"].mean())
+
+
+def curves(task: str, seed: int, n: int = MAX_TRIALS, epochs=None) -> dict:
+    """The first ``n`` trials of seed ``seed`` on ``task``: ``acc`` and ``time`` ``(n, E)`` at
+    ``epochs`` (default: all 52), the configurations uniform in the unit cube
+    (``default_rng([seed, task])``)."""
+    s = L.surrogate()
+    epochs = np.arange(1, L.EPOCHS + 1) if epochs is None else np.asarray(epochs)
+    U = np.random.default_rng([int(seed), int(task)]).random((n, len(L.PARAMS)))
+    cfgs = s.decode(U)
+    ep = np.repeat(epochs, n)
+    y = s.predict(task, cfgs * len(epochs), ep)
+    return {"epochs": epochs, "acc": y["val_accuracy"].reshape(len(epochs), n).T,
+            "time": y["time"].reshape(len(epochs), n).T}
+
+
+class Front:
+    """The running 2-objective front (max accuracy, min cost) and its HV above ``ref``
+    (maximisation form ``(acc_ref, -cost_ref)``)."""
+
+    def __init__(self, ref):
+        self.ref, self.pts, self.hv = ref, np.empty((0, 2)), 0.0
+
+    def add(self, acc: float, cost: float) -> bool:
+        p = np.array([acc, -cost])
+        if len(self.pts) and np.any(np.all(self.pts >= p, axis=1)):
+            return False
+        keep = ~np.all(p >= self.pts, axis=1) if len(self.pts) else np.zeros(0, bool)
+        self.pts = np.vstack([self.pts[keep], p])
+        self.hv = L.hv2(self.pts, self.ref)
+        return True
+
+
+class _Trial:  # what Ray's ASHAScheduler reads of a trial
+    def __init__(self, i):
+        self.trial_id = str(i)
+
+
+def _decider(name: str, weights=None, seed: int = 0):
+    """``(start(i, cost), report(i, epoch, acc, budget_used) -> continue?, end(i, epoch, acc))``
+    and the report epochs of scheduler ``name``."""
+    if name == "none":
+        return (lambda i, c: None), (lambda i, e, v, b: True), (lambda i, e, v: None), (L.EPOCHS,)
+    if name in ("ahto", "policy"):
+        from archsearch.search.scheduler import StopPolicy
+
+        pol = StopPolicy(weights, max_t=L.EPOCHS, grace_period=1, reduction_factor=3, mode="max")
+        return pol.add, (lambda i, e, v, b: pol.on_result(i, e, v, b)), (lambda i, e, v: None), REPORTS
+    if name == "asha":
+        from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+        sched = ASHAScheduler(metric="acc", mode="max", time_attr="training_iteration", max_t=L.EPOCHS,
+                              grace_period=1, reduction_factor=3)
+        trials = {}
+
+        def start(i, c):
+            trials[i] = _Trial(i)
+            sched.on_trial_add(None, trials[i])
+
+        def report(i, e, v, b):
+            return sched.on_trial_result(None, trials[i], {"training_iteration": e, "acc": v}) \
+                != TrialScheduler.STOP
+
+        return start, report, (lambda i, e, v: None), REPORTS
+    if name in ("hyperband", "median"):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        pruner = (optuna.pruners.HyperbandPruner(min_resource=1, max_resource=L.EPOCHS, reduction_factor=3)
+                  if name == "hyperband" else optuna.pruners.MedianPruner(n_startup_trials=5))
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=seed),
+                                    pruner=pruner, study_name=f"sim-{seed}")
+        live = {}
+
+        def start(i, c):
+            live[i] = study.ask()
+
+        def report(i, e, v, b):
+            live[i].report(v, e)
+            return not live[i].should_prune()
+
+        def end(i, e, v):
+            t = live.pop(i)
+            if e < L.EPOCHS:
+                study.tell(t, state=optuna.trial.TrialState.PRUNED)
+            else:
+                study.tell(t, v)
+
+        return start, report, end, (REPORTS if name == "hyperband" else tuple(range(1, L.EPOCHS + 1)))
+    raise ValueError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}")
+
+
+def simulate(task: str, seed: int, scheduler: str, weights=None, data: dict | None = None) -> dict:
+    """One search. Returns ``{"t": [...], "hv": [...]}`` (cumulative training seconds at each
+    front change and the HV after it), ``trials``, ``stopped``, ``spent`` (seconds), ``budget``."""
+    budget = task_budget(task)
+    ref = L.task_reference(task)["ref"]
+    epochs = REPORTS if scheduler != "median" else None
+    d = data or curves(task, seed, epochs=epochs)
+    col = {int(e): j for j, e in enumerate(d["epochs"])}
+    full = d["time"][:, col[L.EPOCHS]]
+    start, report, end, reports = _decider(scheduler, weights, seed)
+    front, spent, ts, hvs, stopped, i = Front(ref), 0.0, [], [], 0, 0
+    while spent < budget and i < len(full):
+        start(i, float(full[i]))
+        for e in reports:
+            v = float(d["acc"][i, col[e]])
+            if not report(i, e, v, spent / budget) and e < L.EPOCHS:
+                break
+        end(i, e, v)
+        stopped += e < L.EPOCHS
+        spent += float(d["time"][i, col[e]])
+        if front.add(v, float(full[i])):
+            ts.append(round(spent, 3))
+            hvs.append(front.hv)
+        i += 1
+    return {"t": ts, "hv": hvs, "trials": i, "stopped": stopped, "spent": spent, "budget": budget}
+
+
+def hv_at(run: dict, t: float) -> float:
+    """HV of ``run`` once ``t`` seconds of training were spent (0 before its first trial ended)."""
+    k = np.searchsorted(np.asarray(run["t"]), t, side="right")
+    return float(run["hv"][k - 1]) if k else 0.0
+
+
+def time_to(run: dict, hv_target: float) -> float:
+    """First cumulative training time at which ``run``'s HV reaches ``hv_target`` (``inf``: never)."""
+    for t, h in zip(run["t"], run["hv"]):
+        if h >= hv_target:
+            return float(t)
+    return math.inf
+
+
+def auc_log_regret(run: dict, best: float) -> float:
+    """Mean over ``GRID`` evenly spaced times in (0, budget] of log10 HV regret (floor 1e-4):
+    the training objective (lower is better; each regret reduction counts for the time it saves)."""
+    grid = np.linspace(run["budget"] / GRID, run["budget"], GRID)
+    hv = np.array([hv_at(run, t) for t in grid])
+    return float(np.mean(np.log10(np.maximum((best - hv) / best, REGRET_FLOOR))))
+
+
+# ---------------------------------------------------------------------- training (PGPE)
+def _episodes(job: tuple) -> list[float]:
+    """Worker: AUC log-regret of each weight vector on one (task, seed) (curves computed once)."""
+    task, seed, weight_list = job
+    d = curves(task, seed, epochs=REPORTS)
+    best = L.task_reference(task)["best"]
+    return [auc_log_regret(simulate(task, seed, "policy", w, data=d), best) for w in weight_list]
+
+
+def _pool(workers: int):
+    import multiprocessing as mp
+
+    return mp.get_context("spawn").Pool(workers)
+
+
+def train(*, iterations: int, pairs: int, tasks_per_iter: int, sigma: float, lr: float, l2: float,
+          seed: int, workers: int, log=print) -> dict:
+    """Parameter-exploring policy gradient (PGPE, Sehnke et al. 2010, symmetric sampling) on the
+    committed training tasks: each iteration draws ``tasks_per_iter`` training tasks (each with a
+    fresh search seed, common to every perturbation: common random numbers) and ``pairs``
+    perturbations ``eps ~ N(0, sigma^2)``; the gradient of the mean fitness (-AUC log regret) is
+    ``mean_p (f(mu+eps_p) - f(mu-eps_p)) eps_p / (2 sigma^2)``; Adam (lr) on it, plus an L2 pull
+    of strength ``l2`` toward ASHA's weights. Starts at ASHA's weights."""
+    from archsearch.search.scheduler import ASHA_WEIGHTS
+
+    train_tasks = L.load_split()["train"]
+    rng = np.random.default_rng(seed)
+    theta0 = np.array(ASHA_WEIGHTS)
+    mu, m, v = theta0.copy(), np.zeros_like(theta0), np.zeros_like(theta0)
+    history = []
+    with _pool(workers) as pool:
+        for it in range(iterations):
+            t0 = time.time()
+            tasks = rng.choice(train_tasks, size=tasks_per_iter, replace=False)
+            seeds = rng.integers(1000, 10**6, size=tasks_per_iter)
+            eps = rng.normal(0.0, sigma, size=(pairs, len(mu)))
+            eps[:, -1] *= 0.2  # the bias moves every decision at once: explore it less
+            ws = [mu] + [w for e in eps for w in (mu + e, mu - e)]
+            res = np.array(pool.map(_episodes, [(str(t), int(s), [w.tolist() for w in ws])
+                                                for t, s in zip(tasks, seeds)]))  # (tasks, 1 + 2P)
+            fit = -res.mean(0)
+            diff = fit[1::2] - fit[2::2]
+            g = (diff[:, None] * eps).mean(0) / (2 * sigma ** 2) - l2 * (mu - theta0)
+            m = 0.9 * m + 0.1 * g
+            v = 0.999 * v + 0.001 * g ** 2
+            mu = mu + lr * (m / (1 - 0.9 ** (it + 1))) / (np.sqrt(v / (1 - 0.999 ** (it + 1))) + 1e-8)
+            history.append({"iteration": it, "auc_mu": float(res[:, 0].mean()), "mu": mu.round(4).tolist(),
+                            "seconds": round(time.time() - t0, 1)})
+            log(f"it {it:3d}  auc(mu) {res[:, 0].mean():+.4f}  mu {np.round(mu, 3).tolist()}  {time.time() - t0:.0f}s")
+    return {"weights": mu.tolist(), "history": history}
+
+
+# ---------------------------------------------------------------------- runs
+def _run_job(job: tuple) -> dict:
+    split, task, seed, scheduler, label, weights = job
+    t0 = time.time()
+    r = simulate(task, seed, "policy" if weights is not None else scheduler, weights)
+    return {"split": split, "task": task, "seed": seed, "scheduler": scheduler, "label": label,
+            **r, "seconds": round(time.time() - t0, 2)}
+
+
+def read_rows(path: Path = RUNS) -> list[dict]:
+    if not Path(path).exists():
+        return []
+    return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+
+
+def run_jobs(jobs: list[tuple], *, workers: int, path: Path = RUNS, log=print) -> None:
+    """Run the jobs not yet in ``path`` (resumable), appending one JSON row per search."""
+    from common import git_commit
+
+    done = {(r["split"], r["task"], r["seed"], r["label"]) for r in read_rows(path)}
+    todo = [j for j in jobs if (j[0], j[1], j[2], j[4]) not in done]
+    log(f"{len(todo)} of {len(jobs)} searches to run")
+    commit = git_commit()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _pool(workers) as pool, open(path, "a") as f:
+        for k, row in enumerate(pool.imap_unordered(_run_job, todo)):
+            row["commit"] = commit
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            if k % 20 == 0:
+                log(f"{k + 1}/{len(todo)} {row['task']} seed {row['seed']} {row['label']} {row['seconds']}s")
+
+
+def protocol() -> dict:
+    return json.loads(PROTOCOL.read_text())
+
+
+def variant_weights(name: str) -> list[float] | None:
+    """Weights of a validation variant: ``asha`` (untrained), or a trained file's."""
+    from archsearch.search.scheduler import ASHA_WEIGHTS
+
+    if name == "asha_rule":
+        return list(ASHA_WEIGHTS)
+    return json.loads((TRAINED / f"{name}.json").read_text())["weights"]
+
+
+TRAINED = ROOT / "benchmarks" / "data" / "scheduler_policies"
+
+
+# ---------------------------------------------------------------------- scoring
+def per_task(rows: list[dict], labels: list[str], tasks: list[str], seeds: list[int]) -> dict:
+    """``{task: {label: {"time_to_95", "hv_at_half", "auc", "reached"}}}``: medians over seeds;
+    the best-known HV of a task = the best final HV of any of these runs; a run that never
+    reaches 95% of it counts as twice the budget."""
+    by = {(r["task"], r["label"], r["seed"]): r for r in rows}
+    out = {}
+    for task in tasks:
+        runs = {lab: [by[(task, lab, s)] for s in seeds if (task, lab, s) in by] for lab in labels}
+        best = max(r["hv"][-1] for rs in runs.values() for r in rs if r["hv"])
+        ref_best = max(best, L.task_reference(task)["best"])
+        out[task] = {"best_known_hv": best}
+        for lab, rs in runs.items():
+            if not rs:
+                continue
+            tt = [min(time_to(r, TARGET * best), 2 * r["budget"]) for r in rs]
+            out[task][lab] = {
+                "time_to_95_s": float(np.median(tt)),
+                "reached": int(sum(math.isfinite(time_to(r, TARGET * best)) for r in rs)),
+                "hv_at_half": float(np.median([hv_at(r, r["budget"] / 2) for r in rs])) / best,
+                "auc_log_regret": float(np.median([auc_log_regret(r, ref_best) for r in rs])),
+                "trials": float(np.median([r["trials"] for r in rs])),
+                "seeds": len(rs)}
+    return out
+
+
+def compare(table: dict, a: str, b: str, key: str) -> dict:
+    """Median over tasks of ``a/b`` (per-task medians), and a paired Wilcoxon signed-rank test
+    over tasks (two-sided) of the per-task values."""
+    from scipy.stats import wilcoxon
+
+    pairs = [(t[a][key], t[b][key]) for t in table.values() if a in t and b in t]
+    x, y = np.array(pairs).T
+    ratio = float(np.median(x / y))
+    p = float(wilcoxon(x, y).pvalue) if np.any(x != y) else 1.0
+    return {"ratio": ratio, "p": p, "a_lower": int(np.sum(x < y)), "tasks": len(pairs)}
+
+
+# ---------------------------------------------------------------------- commands
+def cmd_train(args) -> None:
+    p = protocol()["training"]
+    t0 = time.time()
+    out = train(iterations=p["iterations"], pairs=p["pairs"], tasks_per_iter=p["tasks_per_iteration"],
+                sigma=p["sigma"], lr=p["lr"], l2=p["l2"], seed=p["seed"], workers=args.workers)
+    TRAINED.mkdir(parents=True, exist_ok=True)
+    hist = out["history"]
+    last = np.mean([h["mu"] for h in hist[-p["average_last"]:]], axis=0)
+    from common import git_commit
+
+    meta = {"training_tasks": L.load_split()["train"], "protocol": p, "commit": git_commit(),
+            "seconds": round(time.time() - t0, 1), "history": hist}
+    (TRAINED / "pgpe.json").write_text(json.dumps({"weights": out["weights"], **meta}, indent=1))
+    (TRAINED / "pgpe_avg.json").write_text(json.dumps({"weights": last.tolist(), **meta}, indent=1))
+    print("wrote", TRAINED / "pgpe.json", TRAINED / "pgpe_avg.json")
+
+
+def cmd_validate(args) -> None:
+    p = protocol()["validation"]
+    tasks, seeds = L.load_split()["validation"], parse_seeds(p["seeds"])
+    jobs = [("validation", t, s, "ahto", v, variant_weights(v)) for v in p["variants"] for t in tasks for s in seeds]
+    run_jobs(jobs, workers=args.workers)
+    rows = [r for r in read_rows() if r["split"] == "validation"]
+    table = per_task(rows, p["variants"], tasks, seeds)
+    score = {}
+    for v in p["variants"]:
+        score[v] = float(np.mean([math.log(table[t][v]["time_to_95_s"] / table[t]["asha_rule"]["time_to_95_s"])
+                                  for t in tasks]))
+        print(f"{v:12s} mean log time-to-95 ratio vs ASHA {score[v]:+.4f}  "
+              f"auc {np.mean([table[t][v]['auc_log_regret'] for t in tasks]):+.4f}")
+    chosen = min(score, key=lambda v: (score[v], v != "asha_rule"))
+    print("chosen:", chosen)
+    VALIDATION_OUT.write_text(json.dumps({"scores": score, "chosen": chosen, "table": table}, indent=1))
+
+
+VALIDATION_OUT = ROOT / "benchmarks" / "data" / "scheduler_validation.json"
+
+
+def cmd_ship(args) -> None:
+    """Write ``archsearch/search/ahto_scheduler.json``: the variant chosen on validation."""
+    from archsearch.search.scheduler import FEATURES, WEIGHTS_FILE
+
+    val = json.loads(VALIDATION_OUT.read_text())
+    chosen = val["chosen"]
+    manifest = {"features": list(FEATURES), "variant": chosen, "validation_scores": val["scores"],
+                "selection_rule": protocol()["validation"]["rule"]}
+    if chosen != "asha_rule":
+        src = json.loads((TRAINED / f"{chosen}.json").read_text())
+        manifest.update({k: src[k] for k in ("training_tasks", "protocol", "commit", "seconds")})
+        manifest["iterations"] = len(src["history"])
+    WEIGHTS_FILE.write_text(json.dumps({"weights": variant_weights(chosen), "manifest": manifest}, indent=1) + "\n")
+    print("wrote", WEIGHTS_FILE)
+
+
+def cmd_run(args) -> None:
+    tasks, seeds = L.load_split()["test"], parse_seeds(args.seeds)
+    jobs = [("test", t, s, sch, sch, None) for sch in SCHEDULERS for t in tasks for s in seeds]
+    run_jobs(jobs, workers=args.workers)
+
+
+def cmd_summarize(args) -> None:
+    t0 = time.time()
+    rows = [r for r in read_rows() if r["split"] == "test"]
+    tasks, seeds = L.load_split()["test"], parse_seeds(args.seeds)
+    table = per_task(rows, list(SCHEDULERS), tasks, seeds)
+    s: dict = {}
+    for b in ("asha", "hyperband", "median", "none"):
+        c = compare(table, "ahto", b, "time_to_95_s")
+        s[f"ahto_time_to_95_ratio_vs_{b}"] = round(c["ratio"], 4)
+        s[f"ahto_wilcoxon_p_vs_{b}"] = round(c["p"], 4)
+        s[f"ahto_faster_than_{b}_tasks"] = f"{c['a_lower']}/{c['tasks']}"
+    h = compare(table, "ahto", "asha", "hv_at_half")
+    s["ahto_hv_ratio_vs_asha_at_equal_time"] = round(h["ratio"], 4)
+    s["ahto_hv_wilcoxon_p_vs_asha"] = round(h["p"], 4)
+    for b in SCHEDULERS:
+        s[f"{b}_time_to_95_median_budget_fraction"] = round(float(np.median(
+            [table[t][b]["time_to_95_s"] / task_budget(t) for t in tasks])), 4)
+        s[f"{b}_reached_95_runs"] = f"{sum(table[t][b]['reached'] for t in tasks)}/{sum(table[t][b]['seeds'] for t in tasks)}"
+    s["asha_time_to_95_ratio_vs_none"] = round(compare(table, "asha", "none", "time_to_95_s")["ratio"], 4)
+    s["asha_time_to_95_ratio_vs_hyperband"] = round(compare(table, "asha", "hyperband", "time_to_95_s")["ratio"], 4)
+    from archsearch.search.scheduler import load_stop_policy
+
+    pol = load_stop_policy()
+    s["targets_met"] = {
+        "ahto_time_to_95_ratio_vs_asha<=0.85": s["ahto_time_to_95_ratio_vs_asha"] <= 0.85,
+        "ahto_wilcoxon_p_vs_asha<0.05": s["ahto_wilcoxon_p_vs_asha"] < 0.05 and s["ahto_time_to_95_ratio_vs_asha"] < 1,
+        "ahto_hv_ratio_vs_asha_at_equal_time>=1.0": s["ahto_hv_ratio_vs_asha_at_equal_time"] >= 1.0}
+    prov = provenance(commits=sorted({r["commit"] for r in rows}), seeds=seeds,
+                      wall_s=sum(r["seconds"] for r in rows) + time.time() - t0,
+                      protocol=str(PROTOCOL.relative_to(ROOT)), runs=len(rows))
+    write_result(OUT, s, prov, per_task=table, policy={"weights": pol["weights"],
+                                                       "variant": pol["manifest"].get("variant")})
+    print(json.dumps(s, indent=1))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name, fn in (("train", cmd_train), ("validate", cmd_validate), ("ship", cmd_ship), ("run", cmd_run),
+                     ("summarize", cmd_summarize)):
+        p = sub.add_parser(name)
+        p.set_defaults(fn=fn)
+        p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+        p.add_argument("--seeds", default="0-19")
+    args = ap.parse_args(argv)
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()
