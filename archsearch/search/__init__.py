@@ -5,7 +5,10 @@
 (:mod:`archsearch.search.baselines`). The CLI wraps a core in the Tune adapter of
 :mod:`archsearch.search.adapters.ray`; plain Optuna and Ray users drop in
 :class:`~archsearch.search.samplers.AHTOSampler` and :class:`~archsearch.search.raysearch.AHTOSearch`
-(both also importable from here). Heavy libraries are imported lazily.
+(both also importable from here). AHTO's learned scheduler is
+:class:`~archsearch.search.pruner.AHTOPruner` for Optuna (``archsearch.search.AHTOPruner``) and
+:class:`archsearch.tune.scheduler.AHTOScheduler` for Ray Tune (``budget.scheduler: ahto``).
+Heavy libraries are imported lazily.
 """
 
 from __future__ import annotations
@@ -39,11 +42,11 @@ def make(name: str, space, *, seed: int = 0, cost_fn=None, **kwargs):
 
 
 _LAZY = {"AHTOSampler": "samplers", "QNEHVISampler": "samplers", "AHTOSearch": "raysearch",
-         "QNEHVISearch": "raysearch"}
+         "QNEHVISearch": "raysearch", "AHTOPruner": "pruner"}
 
 
 def __getattr__(name: str):
-    """``archsearch.search.AHTOSampler`` (Optuna) and ``AHTOSearch`` (Ray Tune), imported on
+    """``archsearch.search.AHTOSampler``, ``AHTOPruner`` (Optuna) and ``AHTOSearch`` (Ray Tune), imported on
     first use so that importing this package stays light."""
     if name in _LAZY:
         import importlib

@@ -182,7 +182,6 @@ def _trainable(launch: Launch):
 
 def _tuner(launch: Launch, progress: bool, restore: bool):
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
 
     from archsearch.tune.callbacks import ProgressBar, TrialRecorder
     from archsearch.tune.searchers import tune_searcher
@@ -191,12 +190,7 @@ def _tuner(launch: Launch, progress: bool, restore: bool):
         return tune.Tuner.restore(str(launch.run.tune_dir), trainable=_trainable(launch),
                                   resume_unfinished=True, resume_errored=False, restart_errored=False)
     space, b = launch.space, launch.space.budget
-    scheduler = None
-    if b.scheduler == "asha" and b.epochs > b.grace_period:
-        obj = space.objectives[0]
-        scheduler = ASHAScheduler(metric=obj.metric, mode=obj.mode, time_attr="training_iteration",
-                                  max_t=b.epochs, grace_period=b.grace_period,
-                                  reduction_factor=b.reduction_factor)
+    scheduler = make_scheduler(space)
     recorder = TrialRecorder(launch.run, b.epochs)
     callbacks = [recorder, ProgressBar(recorder, b.trials, space.objectives[0])] if progress else [recorder]
     watch = pending_watch(launch)
@@ -214,6 +208,40 @@ def _tuner(launch: Launch, progress: bool, restore: bool):
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             failure_config=tune.FailureConfig(max_failures=b.max_failures)),
     )
+
+
+def scheduler_metrics(space) -> tuple[Any, Any]:
+    """The objective a scheduler ranks trials by (the first whose value changes with training:
+    not a known cost, latency or training time; else the first) and the cost objective the
+    AHTO scheduler keeps cheap trials for (the first known-cost objective other than it, or
+    ``None``)."""
+    from archsearch.metrics import KNOWN_COSTS
+
+    curve = [o for o in space.objectives if o.metric not in KNOWN_COSTS
+             and o.metric not in ("latency_ms", "train_seconds")]
+    obj = curve[0] if curve else space.objectives[0]
+    cost = next((o for o in space.objectives if o is not obj and o.metric in KNOWN_COSTS and o.mode == "min"), None)
+    return obj, cost
+
+
+def make_scheduler(space):
+    """The Tune scheduler of ``budget.scheduler``: ``asha`` (Ray's ``ASHAScheduler``), ``ahto``
+    (:class:`archsearch.tune.scheduler.AHTOScheduler`: the learned policy at ASHA's rungs), or
+    ``None`` (``none``, or epochs <= grace period: nothing to stop)."""
+    b = space.budget
+    if b.scheduler == "none" or b.epochs <= b.grace_period:
+        return None
+    obj, cost = scheduler_metrics(space)
+    if b.scheduler == "ahto":
+        from archsearch.tune.scheduler import AHTOScheduler
+
+        return AHTOScheduler(metric=obj.metric, mode=obj.mode, time_attr="training_iteration", max_t=b.epochs,
+                             grace_period=b.grace_period, reduction_factor=b.reduction_factor,
+                             cost_metric=cost.metric if cost else None, num_samples=b.trials)
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(metric=obj.metric, mode=obj.mode, time_attr="training_iteration", max_t=b.epochs,
+                         grace_period=b.grace_period, reduction_factor=b.reduction_factor)
 
 
 def pending_watch(launch: Launch):

@@ -1,0 +1,234 @@
+"""AHTO's learned scheduler (issue 38): the policy at ASHA's rungs, its Ray Tune scheduler and
+Optuna pruner, the shipped weights, and ``budget.scheduler: ahto`` in a real search."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from archsearch.search.scheduler import ASHA_WEIGHTS, FEATURES, StopPolicy, load_stop_policy, rungs
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_T = 27
+
+
+class _Trial:  # what a Tune scheduler reads of a trial
+    def __init__(self, i):
+        self.trial_id = f"t{i}"
+
+
+def curves(n: int = 80, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` noisy saturating learning curves ``(n, MAX_T)`` (accuracy in 0..1) and a cost per
+    curve (cheap curves learn less: a real trade-off for the cost feature)."""
+    rng = np.random.default_rng(seed)
+    final = rng.uniform(0.5, 0.95, n)
+    rate = rng.uniform(0.05, 0.6, n)
+    t = np.arange(1, MAX_T + 1)
+    acc = final[:, None] * (1 - np.exp(-rate[:, None] * t)) + rng.normal(0, 0.01, (n, MAX_T))
+    cost = final * 1e6 * rng.uniform(0.5, 1.5, n)
+    return acc, cost
+
+
+def run_tune_scheduler(sched, acc, cost=None) -> list[int]:
+    """Drive a Tune scheduler sequentially (trial after trial, a result per epoch, no Tune
+    controller needed); returns the epochs each trial trained."""
+    from ray.tune.schedulers import TrialScheduler
+
+    trained = []
+    for i, curve in enumerate(acc):
+        tr = _Trial(i)
+        sched.on_trial_add(None, tr)
+        for e, v in enumerate(curve, start=1):
+            res = {"training_iteration": e, "accuracy": float(v)}
+            if cost is not None:
+                res["flops_per_sample"] = float(cost[i])
+            if sched.on_trial_result(None, tr, res) == TrialScheduler.STOP:
+                break
+        trained.append(e)
+    return trained
+
+
+def test_rungs_are_rays():
+    assert rungs(52, 1, 3) == (1, 3, 9, 27)
+    assert rungs(27, 1, 3) == (1, 3, 9, 27)
+    assert rungs(20, 2, 2) == (2, 4, 8, 16)
+
+
+def test_asha_weights_make_rays_asha_decisions():
+    """With ASHA's weights the learned scheduler is Ray's ASHAScheduler, trial for trial; a
+    changed weight is caught by the same comparison."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    from archsearch.tune.scheduler import AHTOScheduler
+
+    acc, cost = curves()
+    kw = dict(metric="accuracy", mode="max", max_t=MAX_T, grace_period=1, reduction_factor=3)
+    ray_asha = run_tune_scheduler(ASHAScheduler(time_attr="training_iteration", **kw), acc)
+    ours = run_tune_scheduler(AHTOScheduler(weights=ASHA_WEIGHTS, **kw), acc, cost)
+    assert ours == ray_asha
+    assert 1 in ours and MAX_T in ours and len(set(ours)) >= 3  # stops at several rungs
+    broken = run_tune_scheduler(AHTOScheduler(weights=(1, 0, 0, 0, 0, 0, -0.5), **kw), acc, cost)
+    assert broken != ray_asha
+
+
+def test_min_mode_is_the_mirror_of_max():
+    from archsearch.tune.scheduler import AHTOScheduler
+
+    acc, cost = curves(seed=1)
+    kw = dict(max_t=MAX_T, cost_metric="flops_per_sample", num_samples=len(acc))
+    up = run_tune_scheduler(AHTOScheduler(metric="accuracy", mode="max", **kw), acc, cost)
+    down = run_tune_scheduler(AHTOScheduler(metric="accuracy", mode="min", **kw), -acc, cost)
+    assert up == down
+
+
+def test_pruner_makes_the_schedulers_decisions():
+    """Optuna's conventions (stateless ``prune`` over the study, ``report``/``should_prune``)
+    give the decisions of the Tune scheduler with the same weights, costs and budget."""
+    import optuna
+
+    from archsearch.search import AHTOPruner
+    from archsearch.tune.scheduler import AHTOScheduler
+
+    acc, cost = curves(n=40, seed=2)
+    w = load_stop_policy()["weights"]
+    expected = run_tune_scheduler(AHTOScheduler(metric="accuracy", mode="max", max_t=MAX_T,
+                                                cost_metric="flops_per_sample", num_samples=len(acc),
+                                                weights=w), acc, cost)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize",
+                                pruner=AHTOPruner(max_resource=MAX_T, cost_attr="flops_per_sample",
+                                                  n_trials=len(acc), weights=w))
+    trained = []
+    for i, curve in enumerate(acc):
+        t = study.ask()
+        t.set_user_attr("flops_per_sample", float(cost[i]))
+        for e, v in enumerate(curve, start=1):
+            t.report(float(v), e)
+            if t.should_prune():
+                study.tell(t, state=optuna.trial.TrialState.PRUNED)
+                break
+        else:
+            study.tell(t, float(curve[-1]))
+        trained.append(e)
+    assert trained == expected
+    assert min(trained) < MAX_T and max(trained) == MAX_T
+
+
+def test_pruner_refuses_multi_objective_studies():
+    import optuna
+
+    from archsearch.search import AHTOPruner
+
+    study = optuna.create_study(directions=["maximize", "minimize"], pruner=AHTOPruner(max_resource=9))
+    t = study.ask()
+    with pytest.raises(ValueError, match="multi-objective"):
+        study.pruner.prune(study, study._storage.get_trial(t._trial_id))
+
+
+def test_scheduler_state_survives_save_and_restore(tmp_path):
+    """A search resumed from a saved scheduler decides as one that never stopped."""
+    from archsearch.tune.scheduler import AHTOScheduler
+
+    acc, cost = curves(seed=3)
+    kw = dict(metric="accuracy", mode="max", max_t=MAX_T, cost_metric="flops_per_sample", num_samples=len(acc))
+    whole = run_tune_scheduler(AHTOScheduler(**kw), acc, cost)
+    first = AHTOScheduler(**kw)
+    a = run_tune_scheduler(first, acc[:30], cost[:30])
+    first.save(str(tmp_path / "s.json"))
+    second = AHTOScheduler(**kw)
+    second.restore(str(tmp_path / "s.json"))
+    # trial ids continue from 30
+    from ray.tune.schedulers import TrialScheduler
+
+    b = []
+    for i in range(30, len(acc)):
+        tr = _Trial(i)
+        second.on_trial_add(None, tr)
+        for e, v in enumerate(acc[i], start=1):
+            if second.on_trial_result(None, tr, {"training_iteration": e, "accuracy": float(v),
+                                                 "flops_per_sample": float(cost[i])}) == TrialScheduler.STOP:
+                break
+        b.append(e)
+    assert a + b == whole
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ValueError, match="bad.json"):
+        second.restore(str(tmp_path / "bad.json"))
+
+
+def test_shipped_policy_is_the_validation_choice():
+    """The package data holds the variant ``benchmarks/schedulers.py validate`` chose, with
+    its manifest (features, selection rule, validation scores)."""
+    pol = load_stop_policy()
+    man = pol["manifest"]
+    assert man["features"] == list(FEATURES)
+    val = json.loads((ROOT / "benchmarks" / "data" / "scheduler_validation.json").read_text())
+    assert man["variant"] == val["chosen"]
+    assert man["validation_scores"] == val["scores"]
+    assert all(math.isfinite(w) for w in pol["weights"]) and len(pol["weights"]) == len(FEATURES)
+
+
+def test_bad_policy_files_name_the_file(tmp_path):
+    bad = tmp_path / "w.json"
+    bad.write_text("not json")
+    with pytest.raises(ValueError, match="w.json"):
+        load_stop_policy(bad)
+    bad.write_text(json.dumps({"weights": [1, 2]}))
+    with pytest.raises(ValueError, match="expected 7"):
+        load_stop_policy(bad)
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        load_stop_policy(tmp_path / "nope.json")
+    with pytest.raises(ValueError, match="mode"):
+        StopPolicy(ASHA_WEIGHTS, max_t=9, mode="up")
+
+
+def test_a_non_finite_value_stops_the_trial():
+    pol = StopPolicy(ASHA_WEIGHTS, max_t=9)
+    assert pol.on_result("a", 1, 0.5)
+    assert not pol.on_result("b", 1, math.nan)
+
+
+def test_space_picks_the_learning_curve_objective(tmp_path):
+    """``budget.scheduler: ahto`` builds the AHTO scheduler on the objective that changes with
+    training (accuracy, even when FLOPs come first) with FLOPs as its cost; ASHA ranks by the same
+    objective; an unknown scheduler is a one-line error naming the field."""
+    from conftest import tiny_space
+
+    from archsearch.errors import UserError
+    from archsearch.tune.runner import make_scheduler
+    from archsearch.tune.scheduler import AHTOScheduler
+
+    objs = [{"metric": "flops_per_sample", "mode": "min"}, {"metric": "accuracy", "mode": "max"}]
+    budget = {"trials": 4, "epochs": 9, "scheduler": "ahto", "cpus_per_trial": 1}
+    s = make_scheduler(tiny_space(tmp_path, objectives=objs, budget=budget))
+    assert isinstance(s, AHTOScheduler)
+    assert (s._metric, s._mode, s._cost_metric, s.policy.milestones) == ("accuracy", "max", "flops_per_sample",
+                                                                          (1, 3, 9))
+    asha = make_scheduler(tiny_space(tmp_path, objectives=objs, budget={**budget, "scheduler": "asha"}))
+    assert (asha._metric, asha._mode) == ("accuracy", "max")
+    assert make_scheduler(tiny_space(tmp_path, budget={**budget, "scheduler": "none"})) is None
+    with pytest.raises(UserError, match="scheduler"):
+        tiny_space(tmp_path, budget={**budget, "scheduler": "hyperband"})
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_real_search_with_the_ahto_scheduler(tmp_path, ray_session, cache_dir):
+    """A real Ray search with ``scheduler: ahto`` finishes every trial (COMPLETE or STOPPED at a
+    rung) and records the scheduler in its report inputs."""
+    from conftest import tiny_space
+
+    from archsearch.runs import RunDir
+    from archsearch.tune.runner import run_search
+
+    budget = {"trials": 4, "max_concurrent": 1, "epochs": 3, "batch_size": 64, "scheduler": "ahto",
+              "cpus_per_trial": 1, "max_failures": 0}
+    res = run_search(tiny_space(tmp_path, budget=budget), searcher="random", name="ahto-sched",
+                     storage=tmp_path / "runs", reports=tmp_path / "reports", progress=False)
+    recs = RunDir(res.run_dir).read_trials()
+    assert len(recs) == 4
+    assert all(r["status"] in ("TERMINATED", "STOPPED") for r in recs), [r["status"] for r in recs]
+    assert all(len(r["history"]) == (3 if r["status"] == "TERMINATED" else 1) for r in recs)
