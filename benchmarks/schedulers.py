@@ -436,15 +436,18 @@ def cmd_summarize(args) -> None:
     from archsearch.search.scheduler import load_stop_policy
 
     pol = load_stop_policy()
-    s["targets_met"] = {
-        "ahto_time_to_95_ratio_vs_asha<=0.85": s["ahto_time_to_95_ratio_vs_asha"] <= 0.85,
-        "ahto_wilcoxon_p_vs_asha<0.05": s["ahto_wilcoxon_p_vs_asha"] < 0.05 and s["ahto_time_to_95_ratio_vs_asha"] < 1,
-        "ahto_hv_ratio_vs_asha_at_equal_time>=1.0": s["ahto_hv_ratio_vs_asha_at_equal_time"] >= 1.0}
     prov = provenance(commits=sorted({r["commit"] for r in rows}), seeds=seeds,
                       wall_s=sum(r["seconds"] for r in rows) + time.time() - t0,
                       protocol=str(PROTOCOL.relative_to(ROOT)), runs=len(rows))
-    write_result(OUT, s, prov, per_task=table, policy={"weights": pol["weights"],
-                                                       "variant": pol["manifest"].get("variant")})
+    targets = {"ahto_time_to_95_ratio_vs_asha": "<= 0.85", "ahto_wilcoxon_p_vs_asha": "< 0.05",
+               "ahto_hv_ratio_vs_asha_at_equal_time": ">= 1.0"}
+    met = {"ahto_time_to_95_ratio_vs_asha": s["ahto_time_to_95_ratio_vs_asha"] <= 0.85,
+           # significant *in ahto's favour* only
+           "ahto_wilcoxon_p_vs_asha": s["ahto_wilcoxon_p_vs_asha"] < 0.05 and s["ahto_time_to_95_ratio_vs_asha"] < 1,
+           "ahto_hv_ratio_vs_asha_at_equal_time": s["ahto_hv_ratio_vs_asha_at_equal_time"] >= 1.0}
+    s["targets_met"] = f"{sum(met.values())}/{len(met)}"
+    write_result(OUT, s, prov, targets=targets, targets_met_detail=met, per_task=table,
+                 policy={"weights": pol["weights"], "variant": pol["manifest"].get("variant")})
     print(json.dumps(s, indent=1))
 
 
