@@ -32,7 +32,7 @@ from archsearch.errors import UserError
 # ---------------------------------------------------------------------- trial status vocabulary
 RUNNING = "RUNNING"        #: started, not finished (or the driver died while it ran)
 TERMINATED = "TERMINATED"  #: trained for the full budget
-STOPPED = "STOPPED"        #: stopped early (ASHA, or the time budget): metrics of a partial budget
+STOPPED = "STOPPED"        #: stopped early (the ASHA or AHTO scheduler, or the time budget): metrics of a partial budget
 ERROR = "ERROR"            #: raised, returned NaN, or was lost; ``error`` says why
 STATUSES = (RUNNING, TERMINATED, STOPPED, ERROR)
 FINISHED = (TERMINATED, STOPPED)

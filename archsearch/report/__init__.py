@@ -95,7 +95,7 @@ def write_report(
             ``{"trial_id": str, "status": "TERMINATED" | "ERROR" | "STOPPED",
             "config": {name: value}, "metrics": {metric: float} (last reported),
             "history": [{metric: float, "epoch": int, ...}, ...], "error": str | None}``.
-            ``STOPPED`` = stopped early (ASHA, time budget): a valid point with fewer epochs; ``RUNNING``
+            ``STOPPED`` = stopped early (ASHA or AHTO scheduler, time budget): a valid point with fewer epochs; ``RUNNING``
             = unfinished, counted as failed. ``metrics`` may hold ``anytime_curve`` (a
             dynamic trial's operating points, which become sub-trials ``ID#k`` that can be
             on the front: :mod:`archsearch.report.records`) and ``tying_map`` (shown with

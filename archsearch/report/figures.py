@@ -140,7 +140,7 @@ def scatter_note(data: ReportData) -> str:
     note = ["Grey = feasible trial, blue = on the Pareto front"
             + (" (joined by the attainment line)" if m == 2 else "")]
     if data.n_stopped:
-        note.append("hollow = stopped early (ASHA or the time budget)")
+        note.append("hollow = stopped early (the ASHA or AHTO scheduler, or the time budget)")
     if data.constraints:
         if all(r.feasible for r in data.rows if not r.failed):
             note.append("every drawn point meets the constraints")

@@ -93,7 +93,7 @@ def _run_info_rows(data: ReportData) -> list[dict[str, Any]]:
         else:
             text = str(value)
         rows.append(row(label, text))
-    stopped = f", {data.n_stopped} stopped early (ASHA or the time budget)" if data.n_stopped else ""
+    stopped = f", {data.n_stopped} stopped early (the ASHA or AHTO scheduler, or the time budget)" if data.n_stopped else ""
     infeasible = data.n_successful - data.n_feasible
     subs = ""
     if data.subtrials:

@@ -13,7 +13,7 @@ Marker legend shared by the PNGs and the plotly figures:
 * grey: feasible, not on the front;
 * blue, larger: on the Pareto front (joined by a step line for two objectives);
 * red cross: successful but violates a constraint (infeasible);
-* hollow marker: stopped early by ASHA or the time budget (``STOPPED``; fewer epochs);
+* hollow marker: stopped early by the ASHA or AHTO scheduler or the time budget (``STOPPED``; fewer epochs);
 * diamond: a sub-trial ``ID#k``, one operating point of a dynamic trial's anytime curve;
   the points of one trial are joined by a line (its anytime curve);
 * dashed orange step line, beneath the points: the static trials' own Pareto front
