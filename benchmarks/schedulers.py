@@ -467,6 +467,21 @@ def cmd_summarize(args) -> None:
     write_result(OUT, s, prov, targets=targets, targets_met_detail=met, per_task=table,
                  policy={"weights": pol["weights"], "variant": pol["manifest"].get("variant")})
     print(json.dumps(s, indent=1))
+    print(markdown_table(table))
+
+
+def markdown_table(table: dict) -> str:
+    """Per test task: time to 95% of the best-known HV (median over seeds, in units of the
+    task's budget; ``>2`` = censored) and runs that reached it, for every scheduler."""
+    head = "| task | " + " | ".join(SCHEDULERS) + " |\n|---|" + "---|" * len(SCHEDULERS)
+    lines = [head]
+    for t, row in table.items():
+        cells = []
+        for b in SCHEDULERS:
+            f = row[b]["time_to_95_s"] / task_budget(t)
+            cells.append(f"{'>2' if f >= 2 else f'{f:.3f}'} ({row[b]['reached']}/{row[b]['seeds']})")
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> None:
