@@ -198,7 +198,8 @@ def hv_at(run: dict, t: float) -> float:
 
 
 def time_to(run: dict, hv_target: float) -> float:
-    """First cumulative training time at which ``run``'s HV reaches ``hv_target`` (``inf``: never)."""
+    """First cumulative training time at which ``run``'s HV reaches ``hv_target`` (``inf``: never;
+    the search's last trial may end past the budget, so a time up to one trial past it counts)."""
     for t, h in zip(run["t"], run["hv"]):
         if h >= hv_target:
             return float(t)
@@ -233,9 +234,12 @@ def train(*, iterations: int, pairs: int, tasks_per_iter: int, sigma: float, lr:
     """Parameter-exploring policy gradient (PGPE, Sehnke et al. 2010, symmetric sampling) on the
     committed training tasks: each iteration draws ``tasks_per_iter`` training tasks (each with a
     fresh search seed, common to every perturbation: common random numbers) and ``pairs``
-    perturbations ``eps ~ N(0, sigma^2)``; the gradient of the mean fitness (-AUC log regret) is
-    ``mean_p (f(mu+eps_p) - f(mu-eps_p)) eps_p / (2 sigma^2)``; Adam (lr) on it, plus an L2 pull
-    of strength ``l2`` toward ASHA's weights. Starts at ASHA's weights."""
+    perturbations ``eps ~ N(0, sigma^2)`` (the bias's with ``0.2 sigma``); the gradient estimate of
+    the mean fitness (-AUC log regret) is ``mean_p (f(mu+eps_p) - f(mu-eps_p)) eps_p / (2
+    sigma^2)`` for every coordinate (so the bias's is 25x smaller than its own-variance estimate:
+    Adam normalises the scale, but the L2 pull weighs more on it); Adam (lr) on it, plus an L2
+    pull of strength ``l2`` toward ASHA's weights. Starts at ASHA's weights. (As run for the
+    shipped weights; kept so that they are reproducible.)"""
     from archsearch.search.scheduler import ASHA_WEIGHTS
 
     train_tasks = L.load_split()["train"]
@@ -409,8 +413,9 @@ def cmd_ship(args) -> None:
 
 
 def cmd_validate_target(args) -> None:
-    """Protocol v2's choice of the best-known HV's quantile, on the validation tasks: every
-    scheduler (ahto = the shipped policy), the validation seeds; prints, per candidate quantile,
+    """A check of protocol v1's best-known-HV rule on the validation tasks (made after v1's test
+    read, to see whether validation could have warned of censoring): every scheduler (ahto = the
+    shipped policy), the validation seeds; prints, per candidate quantile of the runs' final HVs,
     how many (task, scheduler) medians are censored (never reach 95%)."""
     p = protocol()["validation"]
     tasks, seeds = L.load_split()["validation"], parse_seeds(p["seeds"])

@@ -157,6 +157,52 @@ def test_scheduler_state_survives_save_and_restore(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ValueError, match="bad.json"):
         second.restore(str(tmp_path / "bad.json"))
+    with pytest.raises(ValueError, match="rungs"):  # another max_t: other rungs
+        AHTOScheduler(**{**kw, "max_t": 9}).restore(str(tmp_path / "s.json"))
+
+
+def test_restore_keeps_the_direction_tune_set(tmp_path):
+    """A scheduler whose mode came from Tune (``set_search_properties``) restores as ``min``."""
+    from archsearch.tune.scheduler import AHTOScheduler
+
+    acc, cost = curves(seed=4)
+    s = AHTOScheduler(max_t=MAX_T)
+    assert s.set_search_properties("accuracy", "min")
+    run_tune_scheduler(s, -acc[:20])
+    s.save(str(tmp_path / "s.json"))
+    r = AHTOScheduler(max_t=MAX_T)
+    r.restore(str(tmp_path / "s.json"))
+    assert (r._mode, r.policy.sign) == ("min", -1.0)
+    assert run_tune_scheduler(r, -acc[20:]) == run_tune_scheduler(s, -acc[20:])
+
+
+def test_a_retried_trial_keeps_its_rung_values():
+    """Tune retries a failed trial with ``on_trial_error`` then ``on_trial_add``: as with Ray's
+    ASHA, what it recorded keeps counting, and it is not decided again at a rung it passed."""
+    from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+    from archsearch.tune.scheduler import AHTOScheduler
+
+    acc, _ = curves(n=30, seed=5)
+    kw = dict(metric="accuracy", mode="max", max_t=MAX_T, grace_period=1, reduction_factor=3)
+    out, retried = [], set()
+    for sched in (ASHAScheduler(**kw), AHTOScheduler(weights=ASHA_WEIGHTS, **kw)):
+        acts = []
+        for i, curve in enumerate(acc):
+            tr = _Trial(i)
+            sched.on_trial_add(None, tr)
+            for e, v in enumerate(curve, start=1):
+                if i % 4 == 0 and e == 5:  # fails after epoch 4, retried from its checkpoint
+                    sched.on_trial_error(None, tr)
+                    sched.on_trial_add(None, tr)
+                    retried.add(i)
+                a = sched.on_trial_result(None, tr, {"training_iteration": e, "accuracy": float(v)})
+                acts.append(a)
+                if a == TrialScheduler.STOP:
+                    break
+        out.append(acts)
+    assert out[0] == out[1]
+    assert retried and all(sched.policy.recorded[3][f"t{i}"] == acc[i][2] for i in retried)
 
 
 def test_shipped_policy_is_the_validation_choice():

@@ -14,7 +14,9 @@ its first at or past a rung::
         raise optuna.TrialPruned()
 
 A trial that ran sequentially after the others gets the decision
-:class:`~archsearch.tune.scheduler.AHTOScheduler` would make (tested).
+:class:`~archsearch.tune.scheduler.AHTOScheduler` would make (tested). Only trials numbered
+before ``trial`` are replayed: with several workers, a later-numbered trial that already reached
+a rung is not counted (the Tune scheduler would count it).
 """
 
 from __future__ import annotations

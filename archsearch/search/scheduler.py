@@ -53,12 +53,13 @@ CLIP = 5.0
 WEIGHTS_FILE = Path(__file__).with_name("ahto_scheduler.json")
 
 
-def rungs(max_t: int, grace_period: int = 1, reduction_factor: float = 3) -> tuple[int, ...]:
+def rungs(max_t: int, grace_period: int = 1, reduction_factor: float = 3) -> tuple[float, ...]:
     """ASHA's milestones, as Ray's ``_Bracket`` (one bracket) builds them: ``grace_period *
-    reduction_factor**k`` for ``k < int(log(max_t / grace_period) / log(reduction_factor) + 1)``.
+    reduction_factor**k`` for ``k < int(log(max_t / grace_period) / log(reduction_factor) + 1)``
+    (not rounded: a fractional factor gives fractional milestones, as in Ray).
     ``rungs(52, 1, 3) == (1, 3, 9, 27)``."""
     n = int(math.log(max_t / grace_period) / math.log(reduction_factor) + 1)
-    return tuple(int(grace_period * reduction_factor ** k) for k in range(n))
+    return tuple(grace_period * reduction_factor ** k for k in range(n))
 
 
 class StopPolicy:
@@ -87,7 +88,7 @@ class StopPolicy:
         self.weights, self.max_t, self.rf = w, int(max_t), float(reduction_factor)
         self.sign = 1.0 if mode == "max" else -1.0
         self.milestones = rungs(max_t, grace_period, reduction_factor)
-        self.recorded: dict[int, dict] = {m: {} for m in self.milestones}  # rung -> trial -> value
+        self.recorded: dict[float, dict] = {m: {} for m in self.milestones}  # rung -> trial -> value
         self.latest: dict = {}      # trial -> latest value (max form)
         self.cost: dict = {}        # trial -> cost (None: unknown)
         self.final: dict = {}       # trial -> value at max_t (max form)
@@ -105,13 +106,34 @@ class StopPolicy:
         for d in (self.latest, self.cost, self.final):
             d.pop(trial, None)
 
+    def record(self, trial, epoch: float, value: float) -> None:
+        """Record a trial's last value without a decision (it ended: completed, or stopped by
+        something else); at ``max_t`` it becomes a finished trial's final value."""
+        if trial not in self.cost:
+            self.add(trial)
+        if math.isfinite(value):
+            self.latest[trial] = self.sign * float(value)
+            if epoch >= self.max_t:
+                self.final[trial] = self.latest[trial]
+
     def state_dict(self) -> dict:
-        return {"weights": self.weights.tolist(), "recorded": {str(k): v for k, v in self.recorded.items()},
+        """JSON-able state: weights, direction, rungs, every trial's values and costs."""
+        return {"weights": self.weights.tolist(), "sign": self.sign, "max_t": self.max_t, "rf": self.rf,
+                "milestones": list(self.milestones), "recorded": [[m, self.recorded[m]] for m in self.milestones],
                 "latest": self.latest, "cost": self.cost, "final": self.final, "decisions": self.decisions}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output.
+
+        Raises:
+            ValueError: the state's rungs differ from this policy's (another ``max_t``,
+                ``grace_period`` or ``reduction_factor``).
+        """
+        if [float(m) for m in state["milestones"]] != [float(m) for m in self.milestones]:
+            raise ValueError(f"rungs {state['milestones']} in the state, {list(self.milestones)} here")
         self.weights = np.asarray(state["weights"], dtype=np.float64)
-        self.recorded = {int(k): dict(v) for k, v in state["recorded"].items()}
+        self.sign = float(state["sign"])
+        self.recorded = {m: dict(v) for m, (_, v) in zip(self.milestones, state["recorded"])}
         self.latest, self.cost, self.final = dict(state["latest"]), dict(state["cost"]), dict(state["final"])
         self.decisions = int(state["decisions"])
 
@@ -122,7 +144,7 @@ class StopPolicy:
         yet (as Ray's ASHA); ``True`` elsewhere. A non-finite value stops the trial."""
         if trial not in self.cost:
             self.add(trial)
-        if not math.isfinite(value):
+        if not math.isfinite(value):  # (Ray's ASHA lets a NaN trial go on; a NaN trial is lost anyway)
             return False
         v = self.sign * float(value)
         self.latest[trial] = v
@@ -199,6 +221,7 @@ def load_stop_policy(path: str | Path | None = None) -> dict:
     pickle). Falls back to :data:`ASHA_WEIGHTS` only if the package data is absent.
 
     Raises:
+        FileNotFoundError: an explicit ``path`` that does not exist.
         ValueError: the file exists but is not such a JSON (names the file).
     """
     p = Path(path) if path is not None else WEIGHTS_FILE

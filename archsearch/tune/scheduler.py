@@ -8,6 +8,11 @@ bracket, ``stop_last_trials=True``). Use it as any Tune scheduler::
     from archsearch.tune.scheduler import AHTOScheduler
     tune.TuneConfig(scheduler=AHTOScheduler(metric="accuracy", mode="max", max_t=20,
                                             cost_metric="flops_per_sample", num_samples=50))
+
+Differences from Ray's ASHA with ASHA's weights: a non-finite value stops the trial (Ray's lets
+it go on). As for Ray's ASHA, Tune does not call :meth:`save`/:meth:`restore` when a run is
+resumed (``Tuner.restore`` rebuilds the scheduler from the Tuner's pickle): a resumed search
+starts its rungs empty. They are there for callers that checkpoint the scheduler themselves.
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ class AHTOScheduler(FIFOScheduler):
         cost_metric: a result key of a second objective to minimise, known at the first report
             (``flops_per_sample``, ``params_trainable``): a trial cheaper than every better one
             is worth keeping. ``None``: costs unknown.
-        num_samples: the search's trial budget, for the ``budget_used`` feature (trials started
-            / ``num_samples``; 0 when ``None``).
+        num_samples: the search's trial budget, for the ``budget_used`` feature (trials that
+            reported / ``num_samples``; 0 when ``None``). The policy was trained with the fraction
+            of a *time* budget spent; a trial fraction is the product's nearest equivalent.
         weights: 7 policy weights (default: the shipped ``ahto_scheduler.json``).
 
     Raises:
@@ -51,46 +57,49 @@ class AHTOScheduler(FIFOScheduler):
         self._cost_metric, self._num_samples = cost_metric, num_samples
         self._args = dict(max_t=max_t, grace_period=grace_period, reduction_factor=reduction_factor)
         self.policy = StopPolicy(weights, mode=mode or "max", **self._args)
-        self._added = 0
+        self._reported: set = set()  # trials that reported at least once (budget_used)
         self._num_stopped = 0
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec) -> bool:
+        from ray.tune.result import DEFAULT_METRIC
+
         if (self._metric and metric) or (self._mode and mode):
             return False
         self._metric = self._metric or metric
         if mode:
             self._mode = mode
             self.policy.sign = 1.0 if mode == "max" else -1.0
+        if self._metric is None and self._mode:
+            self._metric = DEFAULT_METRIC
         return True
 
     def on_trial_add(self, tune_controller, trial) -> None:
         if not self._metric or self._mode not in ("max", "min"):
             raise ValueError(f"AHTOScheduler: metric ({self._metric!r}) and mode ({self._mode!r}) must be set, "
                              "here or in tune.TuneConfig")
-        self._added += 1
-        self.policy.add(trial.trial_id)
+        if trial.trial_id not in self.policy.cost:  # a retried trial keeps what it recorded
+            self.policy.add(trial.trial_id)
 
     def on_trial_result(self, tune_controller, trial, result: dict[str, Any]) -> str:
-        if self._time_attr not in result or self._metric not in result:
+        if result.get(self._time_attr) is None or result.get(self._metric) is None:
             return TrialScheduler.CONTINUE
         if self._cost_metric and self.policy.cost.get(trial.trial_id) is None and self._cost_metric in result:
             self.policy.cost[trial.trial_id] = float(result[self._cost_metric])
+        self._reported.add(trial.trial_id)
         t = result[self._time_attr]
-        used = min(self._added / self._num_samples, 1.0) if self._num_samples else 0.0
+        used = min(len(self._reported) / self._num_samples, 1.0) if self._num_samples else 0.0
         go_on = self.policy.on_result(trial.trial_id, t, float(result[self._metric]), used)
-        if t >= self.policy.max_t:
-            return TrialScheduler.STOP
-        if not go_on:
+        if t >= self.policy.max_t or not go_on:
             self._num_stopped += 1
             return TrialScheduler.STOP
         return TrialScheduler.CONTINUE
 
     def on_trial_complete(self, tune_controller, trial, result: dict[str, Any]) -> None:
-        if result and self._time_attr in result and self._metric in result:
-            self.policy.on_result(trial.trial_id, result[self._time_attr], float(result[self._metric]))
+        if result and result.get(self._time_attr) is not None and result.get(self._metric) is not None:
+            self.policy.record(trial.trial_id, result[self._time_attr], float(result[self._metric]))
 
     def on_trial_error(self, tune_controller, trial) -> None:
-        self.policy.remove(trial.trial_id)
+        pass  # as Ray's ASHA: what the trial recorded keeps counting (Tune may retry it)
 
     def on_trial_remove(self, tune_controller, trial) -> None:
         pass  # a stopped trial's values keep counting (its point is on the report's front)
@@ -101,24 +110,24 @@ class AHTOScheduler(FIFOScheduler):
 
     def save(self, checkpoint_path: str) -> None:
         """Write the scheduler's state (JSON; atomic)."""
-        state = {"policy": self.policy.state_dict(), "added": self._added, "stopped": self._num_stopped,
-                 "metric": self._metric, "mode": self._mode}
+        state = {"policy": self.policy.state_dict(), "reported": sorted(self._reported),
+                 "stopped": self._num_stopped, "metric": self._metric, "mode": self._mode}
         tmp = f"{checkpoint_path}.tmp"
         with open(tmp, "w") as f:
             json.dump(state, f)
         os.replace(tmp, checkpoint_path)
 
     def restore(self, checkpoint_path: str) -> None:
-        """Read a state written by :meth:`save`.
+        """Read a state written by :meth:`save` (direction included).
 
         Raises:
-            ValueError: the file is not such a state (names the file).
+            ValueError: the file is not such a state, or its rungs differ (names the file).
         """
         try:
             with open(checkpoint_path) as f:
                 state = json.load(f)
             self.policy.load_state_dict(state["policy"])
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{checkpoint_path}: not an AHTOScheduler state ({e})") from None
-        self._added, self._num_stopped = int(state["added"]), int(state["stopped"])
+            raise ValueError(f"{checkpoint_path}: not an AHTOScheduler state of these rungs ({e})") from None
+        self._reported, self._num_stopped = set(state["reported"]), int(state["stopped"])
         self._metric, self._mode = state["metric"], state["mode"]
