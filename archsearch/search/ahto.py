@@ -325,10 +325,10 @@ class AHTOSearcher(QNEHVISearcher):
     (``policy_changed``).
 
     Measured (``benchmarks/lcbench.py``, LCBench test tasks never seen in training or selection,
-    2 objectives, 20 trials, 10 seeds per task): the policy cut qLogNEHVI's hypervolume regret on
-    the 4 validation tasks it was chosen on; on the 10 test tasks the cut is small and not
-    significant (median ratio of regrets ahto/qnehvi 0.90, Wilcoxon p 0.19, worse on 4 of 10),
-    and both stay behind Optuna's ``GPSampler``; numbers in ``benchmarks/results/searchers.json``. An earlier policy
+    2 objectives, 20 trials, 20 seeds per task): the policy cut qLogNEHVI's hypervolume regret on
+    the 4 validation tasks it was chosen on; on the 10 test tasks it does not (median ratio of
+    regrets ahto/qnehvi 1.02, Wilcoxon p 0.92, worse on 6 of 10), and both stay behind Optuna's
+    ``GPSampler``; numbers in ``benchmarks/results/searchers.json``. An earlier policy
     (REINFORCE from scratch inside each run, choosing among near-ties) was removed because it
     never beat plain qLogNEHVI (``benchmarks/searchers.py``: Wilcoxon p >= 0.07 everywhere).
 
