@@ -76,6 +76,14 @@ def write_result(path: Path, summary: dict[str, Any], prov: dict[str, Any], **re
     os.replace(tmp, path)
 
 
+def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
+    """The rows of a resumable benchmark's JSON-lines file (``[]`` when it does not exist yet)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def parse_seeds(spec: str) -> list[int]:
     """Seeds from a command-line spec: ``"0-19"``, ``"0,3,5-7"``."""
     out = []

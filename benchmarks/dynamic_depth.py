@@ -120,7 +120,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import git_commit, provenance, write_result  # noqa: E402  benchmarks/common.py
+from common import git_commit, provenance, read_jsonl, write_result  # noqa: E402  benchmarks/common.py
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "dynamic_depth_runs.jsonl"
@@ -307,11 +307,7 @@ def plan_rows(protocol: dict, budgets=BUDGETS, seeds_main=SEEDS_MAIN, seeds_othe
     return rows
 
 
-def read_rows(path: Path) -> list[dict]:
-    path = Path(path)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+read_rows = read_jsonl  # the rows of a data file
 
 
 def run_pending(plan: list[dict], path: Path, run_one: Callable[[dict], dict],

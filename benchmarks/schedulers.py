@@ -47,12 +47,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lcbench as L  # noqa: E402
-from common import parse_seeds, provenance, write_result  # noqa: E402
+from common import git_commit, parse_seeds, provenance, read_jsonl, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL = ROOT / "benchmarks" / "protocols" / "schedulers.json"
 RUNS = ROOT / "benchmarks" / "data" / "scheduler_runs.jsonl"
 OUT = ROOT / "benchmarks" / "results" / "schedulers.json"
+TRAINED = ROOT / "benchmarks" / "data" / "scheduler_policies"  # trained variants (weights + history)
+VALIDATION_OUT = ROOT / "benchmarks" / "data" / "scheduler_validation.json"
 SCHEDULERS = ("none", "asha", "hyperband", "median", "ahto")
 BUDGET_FULL_TRIALS = 50
 MAX_TRIALS = 3000
@@ -278,17 +280,9 @@ def _run_job(job: tuple) -> dict:
             **r, "seconds": round(time.time() - t0, 2)}
 
 
-def read_rows(path: Path = RUNS) -> list[dict]:
-    if not Path(path).exists():
-        return []
-    return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
-
-
 def run_jobs(jobs: list[tuple], *, workers: int, path: Path = RUNS, log=print) -> None:
     """Run the jobs not yet in ``path`` (resumable), appending one JSON row per search."""
-    from common import git_commit
-
-    done = {(r["split"], r["task"], r["seed"], r["label"]) for r in read_rows(path)}
+    done = {(r["split"], r["task"], r["seed"], r["label"]) for r in read_jsonl(path)}
     todo = [j for j in jobs if (j[0], j[1], j[2], j[4]) not in done]
     log(f"{len(todo)} of {len(jobs)} searches to run")
     commit = git_commit()
@@ -314,8 +308,6 @@ def variant_weights(name: str) -> list[float] | None:
         return list(ASHA_WEIGHTS)
     return json.loads((TRAINED / f"{name}.json").read_text())["weights"]
 
-
-TRAINED = ROOT / "benchmarks" / "data" / "scheduler_policies"
 
 
 # ---------------------------------------------------------------------- scoring
@@ -366,8 +358,6 @@ def cmd_train(args) -> None:
     TRAINED.mkdir(parents=True, exist_ok=True)
     hist = out["history"]
     last = np.mean([h["mu"] for h in hist[-p["average_last"]:]], axis=0)
-    from common import git_commit
-
     meta = {"training_tasks": L.load_split()["train"], "protocol": p, "commit": git_commit(),
             "seconds": round(time.time() - t0, 1), "history": hist}
     (TRAINED / "pgpe.json").write_text(json.dumps({"weights": out["weights"], **meta}, indent=1))
@@ -380,7 +370,7 @@ def cmd_validate(args) -> None:
     tasks, seeds = L.load_split()["validation"], parse_seeds(p["seeds"])
     jobs = [("validation", t, s, "ahto", v, variant_weights(v)) for v in p["variants"] for t in tasks for s in seeds]
     run_jobs(jobs, workers=args.workers)
-    rows = [r for r in read_rows() if r["split"] == "validation"]
+    rows = [r for r in read_jsonl(RUNS) if r["split"] == "validation"]
     table = per_task(rows, p["variants"], tasks, seeds)
     score = {}
     for v in p["variants"]:
@@ -392,8 +382,6 @@ def cmd_validate(args) -> None:
     print("chosen:", chosen)
     VALIDATION_OUT.write_text(json.dumps({"scores": score, "chosen": chosen, "table": table}, indent=1))
 
-
-VALIDATION_OUT = ROOT / "benchmarks" / "data" / "scheduler_validation.json"
 
 
 def cmd_ship(args) -> None:
@@ -421,7 +409,7 @@ def cmd_validate_target(args) -> None:
     tasks, seeds = L.load_split()["validation"], parse_seeds(p["seeds"])
     jobs = [("validation", t, s, sch, sch, None) for sch in SCHEDULERS for t in tasks for s in seeds]
     run_jobs(jobs, workers=args.workers)
-    rows = [r for r in read_rows() if r["split"] == "validation" and r["label"] in SCHEDULERS]
+    rows = [r for r in read_jsonl(RUNS) if r["split"] == "validation" and r["label"] in SCHEDULERS]
     for q in (1.0, 0.95, 0.9, 0.75, 0.5):
         table = per_task(rows, list(SCHEDULERS), tasks, seeds, best_quantile=q)
         cens = sum(table[t][b]["reached"] * 2 <= table[t][b]["seeds"] for t in tasks for b in SCHEDULERS)
@@ -438,7 +426,7 @@ def cmd_run(args) -> None:
 
 def cmd_summarize(args) -> None:
     t0 = time.time()
-    rows = [r for r in read_rows() if r["split"] == "test"]
+    rows = [r for r in read_jsonl(RUNS) if r["split"] == "test"]
     tasks, seeds = L.load_split()["test"], parse_seeds(args.seeds)
     table = per_task(rows, list(SCHEDULERS), tasks, seeds)
     s: dict = {}

@@ -99,13 +99,6 @@ class StopPolicy:
         """Register a trial (its ``cost``: a known second objective, lower is better)."""
         self.cost[trial] = None if cost is None or not math.isfinite(cost) else float(cost)
 
-    def remove(self, trial) -> None:
-        """Forget a trial that errored (its values no longer count)."""
-        for rec in self.recorded.values():
-            rec.pop(trial, None)
-        for d in (self.latest, self.cost, self.final):
-            d.pop(trial, None)
-
     def record(self, trial, epoch: float, value: float) -> None:
         """Record a trial's last value without a decision (it ended: completed, or stopped by
         something else); at ``max_t`` it becomes a finished trial's final value."""
