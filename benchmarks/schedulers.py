@@ -326,7 +326,7 @@ def per_task(rows: list[dict], labels: list[str], tasks: list[str], seeds: list[
         for lab, rs in runs.items():
             if not rs:
                 continue
-            tt = [min(time_to(r, TARGET * best), 2 * r["budget"]) for r in rs]
+            tt = [per_seed(r, best)["time_to_95_s"] for r in rs]
             out[task][lab] = {
                 "time_to_95_s": float(np.median(tt)),
                 "reached": int(sum(math.isfinite(time_to(r, TARGET * best)) for r in rs)),
@@ -335,6 +335,34 @@ def per_task(rows: list[dict], labels: list[str], tasks: list[str], seeds: list[
                 "trials": float(np.median([r["trials"] for r in rs])),
                 "seeds": len(rs)}
     return out
+
+
+def per_seed(run: dict, best: float) -> dict:
+    """One search's scores (as :func:`per_task` takes their medians)."""
+    return {"time_to_95_s": min(time_to(run, TARGET * best), 2 * run["budget"]),
+            "hv_at_half": hv_at(run, run["budget"] / 2) / best}
+
+
+def bootstrap_ratio(rows: list[dict], table: dict, a: str, b: str, key: str, n: int = 2000,
+                    seed: int = 0) -> list[float]:
+    """Paired bootstrap 95% interval of :func:`compare`'s ratio: seeds resampled with
+    replacement within each task, the same draw for ``a`` and ``b`` (they share each seed's
+    configurations), per-task medians, their ratio, the median over tasks."""
+    by = {(r["task"], r["label"], r["seed"]): r for r in rows}
+    rng = np.random.default_rng(seed)
+    xs, ys = [], []
+    for t, row in table.items():
+        seeds = sorted(s for (tt, lab, s) in by if tt == t and lab == a and (t, b, s) in by)
+        xs.append(np.array([per_seed(by[(t, a, s)], row["best_known_hv"])[key] for s in seeds]))
+        ys.append(np.array([per_seed(by[(t, b, s)], row["best_known_hv"])[key] for s in seeds]))
+    stats = []
+    for _ in range(n):
+        ratios = []
+        for x, y in zip(xs, ys):
+            i = rng.integers(0, len(x), len(x))
+            ratios.append(np.median(x[i]) / np.median(y[i]))
+        stats.append(np.median(ratios))
+    return [round(float(q), 4) for q in np.percentile(stats, [2.5, 97.5])]
 
 
 def compare(table: dict, a: str, b: str, key: str) -> dict:
@@ -436,7 +464,9 @@ def cmd_summarize(args) -> None:
         s[f"ahto_wilcoxon_p_vs_{b}"] = round(c["p"], 4)
         s[f"ahto_faster_than_{b}_tasks"] = f"{c['a_lower']}/{c['tasks']}"
     h = compare(table, "ahto", "asha", "hv_at_half")
+    s["ahto_time_to_95_ratio_vs_asha_ci"] = bootstrap_ratio(rows, table, "ahto", "asha", "time_to_95_s")
     s["ahto_hv_ratio_vs_asha_at_equal_time"] = round(h["ratio"], 4)
+    s["ahto_hv_ratio_vs_asha_at_equal_time_ci"] = bootstrap_ratio(rows, table, "ahto", "asha", "hv_at_half")
     s["ahto_hv_wilcoxon_p_vs_asha"] = round(h["p"], 4)
     for b in SCHEDULERS:
         s[f"{b}_time_to_95_median_budget_fraction"] = round(float(np.median(
