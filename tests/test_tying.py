@@ -432,6 +432,86 @@ def test_settings_are_declared_validated_and_registered():
     assert EveryKTying(tiny_model(5), {}, {}).k == EveryKTying.Settings().tying_k
 
     owners = settings_owners()
-    assert owners["tying_every"] == [("tying", "rl")]
+    assert owners["tying_every"] == [("tying", "rl"), ("tying", "paper")]
     assert owners["tying_k"] == [("tying", "every_k")]
     assert set(RLTying.Settings.model_fields) <= set(owners)
+
+
+def test_a_frozen_alias_follows_its_source_gets_no_gradient_and_no_optimizer_state(data, settings):
+    """``set_layer(..., frozen=True)`` (Hay & Wolf's tying): the tied block computes with the
+    source's current weights (after the source's optimizer step too), gets no gradient, and the
+    optimizer holds nothing for it; re-tying the owner hands its weights and Adam state to the
+    first follower; a frozen *copy* (a broken alias) would stop following and is caught."""
+    loop = TrialLoop({**TINY, "tying": "none"}, data, settings)
+    loop.train_epoch()
+    n_untied = costs.params_trainable(loop.model)
+    per_block = sum(p.numel() for p in loop.model.blocks[0].parameters())
+    assert set_layer(loop.model, 2, 1, frozen=True) and set_layer(loop.model, 3, 1, frozen=True)
+    sync_optimizer(loop)
+    assert not set_layer(loop.model, 3, 1, frozen=True)  # already a frozen alias of block 1
+    assert tying_map(loop.model) == [0, 1, 1, 1]
+    src, alias = loop.model.blocks[1].attn.q.weight, loop.model.blocks[2].attn.q.weight
+    assert alias is not src and not alias.requires_grad and src.requires_grad
+    assert alias.data_ptr() == src.data_ptr()
+    assert costs.params_trainable(loop.model) == n_untied - 2 * per_block
+    assert costs.params_total(loop.model) == n_untied - 2 * per_block  # the memory is shared
+    assert_optimizer_consistent(loop)
+    before = src.detach().clone()
+    loop.train_epoch()
+    assert not torch.equal(src, before)
+    assert torch.equal(alias, src) and alias.grad is None  # follows the trained source
+    assert_optimizer_consistent(loop)
+    # the owner leaves: block 2 becomes the owner of the same memory and keeps the Adam state
+    state_before = {k: v.clone() for k, v in loop.opt.state[src].items()}
+    assert set_layer(loop.model, 1, 0, frozen=True)
+    sync_optimizer(loop)
+    assert tying_map(loop.model) == [0, 0, 2, 2]
+    owner = loop.model.blocks[2].attn.q.weight
+    assert owner.requires_grad and owner.data_ptr() == alias.data_ptr()
+    assert torch.equal(loop.opt.state[owner]["exp_avg"], state_before["exp_avg"])
+    assert not loop.model.blocks[3].attn.q.weight.requires_grad
+    assert_optimizer_consistent(loop)
+    # untying a frozen alias gives a trainable copy
+    assert set_layer(loop.model, 3, 3, frozen=True)
+    sync_optimizer(loop)
+    assert loop.model.blocks[3].attn.q.weight.requires_grad and tying_map(loop.model) == [0, 0, 2, 3]
+    assert_optimizer_consistent(loop)
+    # a broken alias (a frozen copy of the source) stops following it: the check above catches it
+    broken = TrialLoop({**TINY, "tying": "none"}, data, settings)
+    for (m, name), q in zip([(m, n) for _, m in broken.model.blocks[2].named_modules() for n in m._parameters],
+                            broken.model.blocks[1].parameters(), strict=True):
+        setattr(m, name, torch.nn.Parameter(q.detach().clone(), requires_grad=False))
+    broken.rebuild_optimizer()
+    assert torch.equal(broken.model.blocks[2].attn.q.weight, broken.model.blocks[1].attn.q.weight)
+    broken.train_epoch()
+    assert not torch.equal(broken.model.blocks[2].attn.q.weight, broken.model.blocks[1].attn.q.weight)
+
+
+def test_the_paper_agent_sweeps_one_block_per_interval_rewards_minus_perplexity_and_resumes(data, settings, tmp_path):
+    """``tying: paper``: one decision every ``tying_every`` steps, blocks 1..L-1 in turn, epsilon
+    x0.95 per sweep, each decision rewarded by -exp(CE) of the next batch with one online TD
+    update; ties are frozen aliases; a checkpoint resumes it exactly."""
+    cfg = {**TINY, "tying": "paper", "tying_every": 2}
+    loop = TrialLoop(cfg, data, settings)
+    pt = loop.tying
+    assert type(pt).__name__ == "PaperTying" and tying_map(loop.model) == [0, 1, 2, 3]
+    loss = loop.train_epoch()  # 6 steps: decisions at steps 2, 4, 6 for blocks 1, 2, 3
+    assert pt.decisions == 3 and pt.sweeps == 1 and pt.layer == 1
+    assert pt.agent.epsilon == pytest.approx(0.95)
+    assert pt.agent.updates == 2  # the decision at step 6 waits for the next batch
+    assert pt.last_reward is not None and -pt.s.tying_reward_clip <= pt.last_reward < -1 and loss > 0
+    for i, j in enumerate(tying_map(loop.model)):
+        if j != i:
+            assert not loop.model.blocks[i].attn.q.weight.requires_grad
+    assert_optimizer_consistent(loop)
+    loop.save(str(tmp_path))
+    restored = TrialLoop(cfg, data, settings)
+    restored.load(str(tmp_path))
+    assert tying_map(restored.model) == tying_map(loop.model)
+    a, b = loop.tying, restored.tying
+    assert (b.decisions, b.sweeps, b.layer, b.pending, b.agent.epsilon) == \
+        (a.decisions, a.sweeps, a.layer, a.pending, a.agent.epsilon)
+    assert_optimizer_consistent(restored)
+    assert restored.train_epoch() == pytest.approx(loop.train_epoch(), rel=1e-5)
+    assert tying_map(restored.model) == tying_map(loop.model)
+    assert b.agent.updates == a.agent.updates == 5

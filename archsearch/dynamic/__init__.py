@@ -25,6 +25,7 @@ GATING = {
 TYING = {
     "none": "archsearch.dynamic.base:NoTying",
     "rl": "archsearch.dynamic.tying:RLTying",
+    "paper": "archsearch.dynamic.tying:PaperTying",
     "all": "archsearch.dynamic.tying:AllTying",
     "every_k": "archsearch.dynamic.tying:EveryKTying",
 }

@@ -49,6 +49,7 @@ Parameter Sharing across Layers in Transformers").
 from __future__ import annotations
 
 from collections.abc import Sequence
+import math
 from typing import Any
 
 from torch import nn
@@ -63,7 +64,12 @@ from archsearch.dynamic.tying_maps import (
     sync_optimizer,
     tying_map,
 )
-from archsearch.dynamic.tying_settings import AllTyingSettings, EveryKTyingSettings, RLTyingSettings
+from archsearch.dynamic.tying_settings import (
+    AllTyingSettings,
+    EveryKTyingSettings,
+    PaperTyingSettings,
+    RLTyingSettings,
+)
 
 #: TD updates (replay minibatches) after each rewarded round.
 UPDATES_PER_ROUND = 4
@@ -260,3 +266,103 @@ class RLTying(_MapTying):
             self.rounds = int(state["rounds"])
             self.decisions = int(state["decisions"])
             self.frozen = bool(state["frozen"])
+
+
+class PaperTying(_MapTying):
+    """``tying: paper``: Hay & Wolf's agent as their code runs it (ICLR 2024, Sec. 3), beside our
+    :class:`RLTying` for comparison.
+
+    Every ``tying_every`` batches the agent decides for ONE block, sweeping ``1 .. L-1`` in turn for
+    the whole run (the map is never frozen): copy an earlier block ``j < i`` or train on its own.
+    A tied block is a *frozen alias* of its source (:func:`~archsearch.dynamic.tying_maps.set_layer`
+    with ``frozen=True``: it computes with the source's current weights, gets no gradient and
+    holds no optimizer state). The reward of a decision is ``-min(exp(CE), tying_reward_clip)``,
+    CE the loss of the training batch that follows it; each transition gets one online TD update
+    (no replay, no target network: :class:`~archsearch.dynamic.tying_agent.TyingAgent` with a
+    buffer and a batch of one and the target synced after every update), discount
+    ``tying_gamma``; epsilon starts at 1 and is multiplied by ``tying_epsilon_decay`` after each
+    sweep, down to ``tying_epsilon_end``. Starts untied (the paper starts from an untied model).
+    Seeded from ``settings["seed"]``.
+
+    Attributes:
+        decisions: decisions taken; sweeps: full sweeps over the blocks; last_reward / last_td_loss.
+
+    Raises:
+        ValueError: a value :attr:`Settings` refuses, or ``tying_max_distinct`` above ``L``.
+    """
+
+    #: ``tying_every``, ``tying_gamma``, ``tying_lr``, ``tying_hidden``, ``tying_epsilon_decay``,
+    #: ``tying_epsilon_end``, ``tying_reward_clip``, ``tying_max_distinct``.
+    Settings = PaperTyingSettings
+
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None):
+        super().__init__(model, cfg, settings, loop)
+        s = self.s
+        cap = s.tying_max_distinct
+        self.max_distinct = self.n_layers if cap is None else cap
+        if self.max_distinct > max(self.n_layers, 1):
+            raise ValueError(f"tying_max_distinct: must be at most n_layers={self.n_layers}, got {cap}")
+        self.agent = TyingAgent(self.n_layers, hidden=s.tying_hidden, gamma=s.tying_gamma, lr=s.tying_lr,
+                                epsilon=1.0, epsilon_min=s.tying_epsilon_end, epsilon_decay=s.tying_epsilon_decay,
+                                buffer_size=1, batch_size=1, target_sync=1, seed=int(settings.get("seed", 0)))
+        if self.max_distinct < self.n_layers:
+            self.agent.feasible = self.feasible
+        self.pending: dict[str, Any] | None = None  # the last decision, rewarded by the next batch
+        self.layer = 1  # the block decided next
+        self.decisions = 0
+        self.sweeps = 0
+        self.last_reward: float | None = None
+        self.last_td_loss: float | None = None
+        if self.max_distinct < self.n_layers:  # start within the budget: every block on block 0
+            self._apply([0] * self.n_layers)
+
+    feasible = RLTying.feasible
+
+    def _apply(self, s: Sequence[int]) -> None:
+        if apply_tying_map(self.model, s, frozen=True):
+            sync_optimizer(self.loop)
+
+    def after_step(self, step: int, loss: float) -> None:
+        """Reward the pending decision with this batch's loss (one online TD update); every
+        ``tying_every`` steps decide for the next block of the sweep."""
+        if self.n_layers < 2:
+            return
+        if self.pending is not None:
+            r = -min(math.exp(min(float(loss), 700.0)), self.s.tying_reward_clip)
+            t = self.pending
+            self.last_td_loss = self.agent.td_update([t["state"]], [t["layer"]], [t["action"]], [r],
+                                                     [t["next_state"]], [t["next_layer"]])
+            self.last_reward = r
+            self.pending = None
+        if step % self.s.tying_every:
+            return
+        state = tying_map(self.model)
+        layer = self.layer
+        action = self.agent.act(state, layer)
+        nxt = next_map(state, layer, action)
+        if set_layer(self.model, layer, action, frozen=True):
+            sync_optimizer(self.loop)
+        self.layer = layer + 1 if layer + 1 < self.n_layers else 1
+        self.pending = {"state": state, "layer": layer, "action": action, "next_state": nxt,
+                        "next_layer": self.layer}
+        self.decisions += 1
+        if self.layer == 1:
+            self.sweeps += 1
+            self.agent.decay_epsilon()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"tying_map": tying_map(self.model), "agent": self.agent.state_dict(),
+                "pending": None if self.pending is None else dict(self.pending), "layer": self.layer,
+                "decisions": self.decisions, "sweeps": self.sweeps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if "agent" in state:
+            self.agent.load_state_dict(state["agent"])
+            p = state["pending"]
+            self.pending = None if p is None else {
+                k: ([int(x) for x in v] if k in ("state", "next_state") else int(v)) for k, v in p.items()}
+            self.layer = int(state["layer"])
+            self.decisions = int(state["decisions"])
+            self.sweeps = int(state["sweeps"])

@@ -9,12 +9,18 @@ block uses. The state is *derived from the model* (:func:`tying_map`: ``s[i]`` i
 whose Parameters are the very same objects as block ``i``'s), so it is always canonical
 (``s[s[i]] == s[i]``) and can never disagree with what is actually shared.
 
-**Real sharing.** Tying block ``i`` to block ``j`` assigns block ``j``'s ``nn.Parameter`` objects
-into block ``i``'s modules (``setattr(module, name, param)``): both blocks then hold the same
-Parameters, the forward pass reads one tensor twice, gradients accumulate into it, the optimizer
-holds it (and its Adam state) once, and ``costs.params_trainable`` / ``costs.params_total`` drop.
-Untying gives block ``i`` fresh Parameters holding copies of its current values. Only block
-``i``'s own slots change, so the blocks that shared with ``i`` keep their weights.
+**Real sharing**, two ways. *Shared* (``frozen=False``, ALBERT-style, the default): tying block
+``i`` to block ``j`` assigns block ``j``'s ``nn.Parameter`` objects into block ``i``'s modules
+(``setattr(module, name, param)``): both blocks then hold the same Parameters, the forward pass
+reads one tensor twice, gradients of both uses accumulate into it, the optimizer holds it (and its
+Adam state) once, and ``costs.params_trainable`` / ``costs.params_total`` drop. *Frozen alias*
+(``frozen=True``, Hay & Wolf's code): block ``i`` gets new Parameters with ``requires_grad=False``
+that view the source's memory (``nn.Parameter(p.detach(), requires_grad=False)``): block ``i``
+always computes with the source's current weights, but no gradient flows back through its use, and
+it has neither gradient nor optimizer state of its own. Untying gives block ``i`` fresh trainable
+Parameters holding copies of its current values. Only block ``i``'s own slots change, so the blocks
+that shared with ``i`` keep their weights (frozen mode: the first of them becomes trainable on the
+same memory, so the group keeps an owner the optimizer updates).
 
 **Optimizer.** After a change during training, :func:`sync_optimizer` rebuilds ``loop.opt`` over
 the distinct trainable Parameters (``loop.rebuild_optimizer()`` of the
@@ -49,12 +55,20 @@ def _slots(block: nn.Module) -> list[tuple[nn.Module, str]]:
     return [(m, n) for _, m in block.named_modules() for n, p in m._parameters.items() if p is not None]
 
 
-def _key(block: nn.Module) -> tuple[int, ...]:
-    return tuple(id(getattr(m, n)) for m, n in _slots(block))
+def _key(block: nn.Module) -> tuple[tuple[int, int], ...]:
+    """Where block ``block``'s weights live: ``(storage address, offset)`` per slot (shared
+    Parameters and frozen aliases of the same weights have equal keys)."""
+    return tuple((getattr(m, n).untyped_storage().data_ptr(), getattr(m, n).storage_offset())
+                 for m, n in _slots(block))
+
+
+def _params(block: nn.Module) -> list[nn.Parameter]:
+    return [getattr(m, n) for m, n in _slots(block)]
 
 
 def tying_map(model: nn.Module) -> list[int]:
-    """The tying state of ``model``: ``s[i]`` = the first block whose Parameters are block ``i``'s.
+    """The tying state of ``model``: ``s[i]`` = the first block whose weights (the same Parameters,
+    or frozen aliases of their memory) are block ``i``'s.
 
     Returns:
         list of ``L`` ints with ``s[i] <= i`` and ``s[s[i]] == s[i]``.
@@ -76,13 +90,16 @@ def n_distinct_layers(model: nn.Module) -> int:
     return sum(1 for i, j in enumerate(tying_map(model)) if i == j)
 
 
-def set_layer(model: nn.Module, i: int, j: int) -> bool:
+def set_layer(model: nn.Module, i: int, j: int, *, frozen: bool = False) -> bool:
     """Make block ``i`` use block ``j``'s weights (``j < i``) or train on its own (``j == i``).
 
     ``j < i``: block ``i``'s Parameter slots are assigned block ``j``'s Parameter objects (which
-    are block ``s[j]``'s). ``j == i``: if block ``i`` shares with an earlier block it gets fresh
-    Parameters with copies of the current values (``requires_grad`` kept); otherwise nothing
-    changes. Other blocks are never modified.
+    are block ``s[j]``'s), or with ``frozen=True`` frozen aliases of their memory (module
+    docstring). ``j == i``: if block ``i`` shares with an earlier block it gets fresh Parameters
+    with copies of the current values (``requires_grad`` of the weights' trainable owner, so an
+    untied frozen alias trains again); otherwise nothing changes. If block ``i`` owned weights that
+    later blocks still use and ``frozen``, the first of those blocks gets trainable Parameters on
+    that memory (the group keeps an owner). No other block is modified.
 
     Returns:
         True if block ``i``'s Parameters changed (the optimizer must then follow).
@@ -93,19 +110,31 @@ def set_layer(model: nn.Module, i: int, j: int) -> bool:
     blocks = model_blocks(model)
     if not 0 <= j <= i < len(blocks):
         raise ValueError(f"need 0 <= j <= i < n_layers={len(blocks)}, got i={i}, j={j}")
+    s = tying_map(model)
     if j < i:
-        if _key(blocks[i]) == _key(blocks[j]):
+        src = blocks[s[j]]
+        if _key(blocks[i]) == _key(src) and all(
+                (p is q) != frozen for p, q in zip(_params(blocks[i]), _params(src), strict=True)):
             return False
-        for (mi, name), (mj, name_j) in zip(_slots(blocks[i]), _slots(blocks[j]), strict=True):
-            assert name == name_j
-            setattr(mi, name, getattr(mj, name_j))
+        followers = [k for k in range(i + 1, len(blocks)) if s[k] == i] if s[i] == i else []
+        if frozen and followers:  # block i's weights live on in its followers: give them an owner
+            _own(blocks[followers[0]], requires_grad=[p.requires_grad for p in _params(blocks[i])])
+        for (mi, name), q in zip(_slots(blocks[i]), _params(src), strict=True):
+            setattr(mi, name, nn.Parameter(q.detach(), requires_grad=False) if frozen else q)
         return True
-    if tying_map(model)[i] == i:
+    if s[i] == i:
         return False
-    for m, name in _slots(blocks[i]):
-        p = getattr(m, name)
-        setattr(m, name, nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad))
+    owner = _params(blocks[s[i]])
+    for (m, name), q in zip(_slots(blocks[i]), owner, strict=True):
+        setattr(m, name, nn.Parameter(getattr(m, name).detach().clone(), requires_grad=q.requires_grad))
     return True
+
+
+def _own(block: nn.Module, requires_grad: list[bool]) -> None:
+    """Give ``block`` Parameters of its own on the memory it already uses (a frozen alias whose
+    owner left becomes the owner)."""
+    for (m, name), rg in zip(_slots(block), requires_grad, strict=True):
+        setattr(m, name, nn.Parameter(getattr(m, name).detach(), requires_grad=rg))
 
 
 def next_map(s: Sequence[int], i: int, j: int) -> list[int]:
@@ -150,8 +179,9 @@ def check_map(s: Sequence[int], n_layers: int) -> list[int]:
     return s
 
 
-def apply_tying_map(model: nn.Module, s: Sequence[int]) -> bool:
-    """Re-tie ``model`` so that :func:`tying_map` returns ``s``.
+def apply_tying_map(model: nn.Module, s: Sequence[int], *, frozen: bool = False) -> bool:
+    """Re-tie ``model`` so that :func:`tying_map` returns ``s`` (tied blocks as shared Parameters,
+    or with ``frozen=True`` as frozen aliases: :func:`set_layer`).
 
     Returns:
         True if any Parameter changed.
@@ -162,7 +192,7 @@ def apply_tying_map(model: nn.Module, s: Sequence[int]) -> bool:
     s = check_map(s, len(model_blocks(model)))
     changed = False
     for i, j in enumerate(s):  # blocks < i already match s and are never touched again
-        changed |= set_layer(model, i, j)
+        changed |= set_layer(model, i, j, frozen=frozen)
     return changed
 
 
@@ -171,7 +201,8 @@ def sync_optimizer(loop: TrialContext | None) -> None:
 
     Calls ``loop.rebuild_optimizer()`` (a fresh AdamW over ``loop.trainable_parameters()``, each
     distinct Parameter once, schedule at the current step) and copies the per-parameter state
-    (``step``, ``exp_avg``, ``exp_avg_sq``) of every Parameter the old optimizer also held. New
+    (``step``, ``exp_avg``, ``exp_avg_sq``) of every Parameter the old optimizer also held, or that
+    lives on the same memory as one it held (a frozen alias that became its group's owner). New
     Parameters (untied copies) start with empty state; state of Parameters no longer in the model
     is dropped. No-op when ``loop`` is None or has no optimizer yet.
     """
@@ -179,8 +210,15 @@ def sync_optimizer(loop: TrialContext | None) -> None:
     if old is None:
         return
     old_state = old.state
+    by_memory = {_where(p): st for p, st in old_state.items()}
     loop.rebuild_optimizer()
     for group in loop.opt.param_groups:
         for p in group["params"]:
             if p in old_state:
                 loop.opt.state[p] = old_state[p]
+            elif _where(p) in by_memory:  # a new Parameter on the same memory (a frozen alias made owner)
+                loop.opt.state[p] = by_memory[_where(p)]
+
+
+def _where(p) -> tuple:
+    return p.untyped_storage().data_ptr(), p.storage_offset(), tuple(p.shape)

@@ -82,3 +82,35 @@ class RLTyingSettings(StrategySettings):
         "TD updates between two copies of the online Q-network into the target network that the "
         "TD target reads. Default 50: docs/design.md (a target network), the value "
         "benchmarks/tying.py ran."))
+
+
+class PaperTyingSettings(StrategySettings):
+    """Knobs of ``tying: paper`` (:class:`archsearch.dynamic.tying.PaperTying`): the agent of
+    Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024, Sec. 3, as
+    their code runs it. Every default is the paper's value unless its description says otherwise."""
+
+    tying_every: int = Field(4, ge=1, description=(
+        "Training batches (optimizer steps) between two decisions; each decision re-ties one "
+        "block, sweeping blocks 1 .. n_layers-1 in turn for the whole run. Default 4: the "
+        "paper's code."))
+    tying_gamma: float = Field(0.99, ge=0.0, le=1.0, description=(
+        "Discount of the online TD target r + gamma * max Q(s', a') (no target network). "
+        "Default 0.99: the paper's code."))
+    tying_lr: float = Field(1e-3, gt=0.0, description=(
+        "AdamW learning rate of the Q-network. Default 1e-3: as tying: rl (the paper's code "
+        "uses Adam at 1e-3)."))
+    tying_hidden: int = Field(128, ge=1, description=(
+        "Hidden width (units) of the Q-network (the same MLP as tying: rl). Default 128."))
+    tying_epsilon_decay: float = Field(0.95, gt=0.0, le=1.0, description=(
+        "Factor applied to epsilon after each sweep over the blocks (epsilon starts at 1). "
+        "Default 0.95: the paper's code."))
+    tying_epsilon_end: float = Field(0.01, gt=0.0, le=1.0, description=(
+        "Floor of epsilon. Default 0.01: the paper's code."))
+    tying_reward_clip: float = Field(100.0, gt=0.0, description=(
+        "The reward of a decision is -min(exp(CE), clip), CE the training loss (nats/token) of "
+        "the batch that follows it (-perplexity of one batch). Default 100: above a "
+        "character model's perplexity at initialisation (vocabulary ~65), so it only cuts "
+        "divergence spikes; the paper clips without stating the bound in the text."))
+    tying_max_distinct: int | None = Field(None, ge=1, description=(
+        "Budget of blocks with weights of their own (at most n_layers), as tying: rl. Default "
+        "none: the paper has no budget."))
