@@ -461,6 +461,16 @@ def test_a_frozen_alias_follows_its_source_gets_no_gradient_and_no_optimizer_sta
     assert not torch.equal(src, before)
     assert torch.equal(alias, src) and alias.grad is None  # follows the trained source
     assert_optimizer_consistent(loop)
+    # no gradient reaches the source through the alias's use: a shared tie's gradient differs
+    grads = {}
+    for frozen in (True, False):
+        torch.manual_seed(0)
+        m = tiny_model()
+        apply_tying_map(m, [0, 0, 2, 3], frozen=frozen)
+        m(torch.randint(0, 20, (2, 8))).float().pow(2).mean().backward()
+        grads[frozen] = m.blocks[0].attn.q.weight.grad.clone()
+        assert (m.blocks[1].attn.q.weight.grad is None) == frozen
+    assert not torch.allclose(grads[True], grads[False])
     # the owner leaves: block 2 becomes the owner of the same memory and keeps the Adam state
     state_before = {k: v.clone() for k, v in loop.opt.state[src].items()}
     assert set_layer(loop.model, 1, 0, frozen=True)
