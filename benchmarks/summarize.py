@@ -5,9 +5,13 @@
 
 Reads every ``benchmarks/results/*.json`` (written by ``benchmarks/NAME.py``, see
 ``benchmarks/common.py``) and ``reports/example/pareto.json`` (the committed example run of
-``search_spaces/default.yaml``), and writes two tables between ``<!-- measured:begin -->`` and
+``search_spaces/default.yaml``), and writes three tables between ``<!-- measured:begin -->`` and
 ``<!-- measured:end -->`` in ``README.md``:
 
+* the headline (:data:`HEADLINE`): one row per claim the product makes (per-sample depth, early
+  exit, length-adaptive, tying, AHTO's searcher and scheduler, GPU wall-clock): our number with its
+  interval where the result has one (else "no interval"), the simple baseline a user would try
+  first, the paper's claim, the target and whether it is met;
 * numbers: one row per ``summary`` entry (nested entries flattened to ``a.b``; a table of
   equal-keyed dicts, e.g. hypervolume per searcher after 10 / 20 / 40 trials, one row per outer
   key), with the target where one is stated and whether the value meets it;
@@ -52,6 +56,40 @@ TARGETS = {
     ("gpu", "dht_train_time_ratio"): "<= 1.3",
     ("gpu", "bf16_acc_drop_pts"): "<= 0.5",
 }
+#: The headline rows: (claim, result, metric, unit, baseline, the paper's claim). ``baseline`` may
+#: name summary keys of the same result in braces (``{key}``: its formatted value); the interval
+#: is the summary's ``<metric>_ci`` (``[low, high]``) when present; the target is the result's.
+HEADLINE = [
+    ("Per-sample depth (DHT) at 0.5x FLOPs", "dht", "dht_gain_over_static_pts_at_0.5",
+     "accuracy points over the static cut",
+     "static cut at the same FLOPs: 0; confidence exit: {confidence_exit_gain_over_static_pts_at_0.5}",
+     "per-sample layer/head gating keeps accuracy at a fraction of the FLOPs (arXiv 2312.03038)"),
+    ("Learned early exit (depth predictor)", "depth_predictor", "dp_gain_over_static_pts",
+     "accuracy points over the static curve", "static cut at the same FLOPs: 0",
+     "adaptive depth beats static depth at equal cost (Li, Li & Wang)"),
+    ("Length-adaptive (LengthDrop) at 0.5x FLOPs", "length_adaptive", "lat_acc_drop_pts_at_0.5",
+     "accuracy points below the full model",
+     "truncated inputs at the same FLOPs: {lat_gain_over_truncation_pts_at_0.5} points below ours",
+     "one model for every length budget at about the full model's accuracy (Kim & Cho, ACL 2021)"),
+    ("Layer tying (every_4, data-limited LM)", "tying", "tied_minus_untied_best_val_ppl",
+     "validation perplexity minus the untied model's",
+     "untied model: 0, at {tying_params_ratio}x its parameters and {tying_memory_ratio}x its measured memory",
+     "a tied model can be better than the untied one, with far fewer parameters (Hay & Wolf, ICLR 2024)"),
+    ("Tying agent (the better of ours and the paper's)", "tying", "rl_minus_best_fixed_best_val_ppl",
+     "validation perplexity minus the best fixed map of its size", "best fixed map: 0",
+     "the learned map beats fixed sharing patterns (Hay & Wolf, ICLR 2024)"),
+    ("AHTO searcher on held-out LCBench tasks, 20 trials", "searchers", "ahto_regret_ratio_vs_qnehvi_at_20",
+     "HV regret over qLogNEHVI's (p {ahto_wilcoxon_p_vs_qnehvi_at_20})",
+     "qLogNEHVI: 1; TPE: AHTO's regret is {ahto_regret_ratio_vs_tpe_at_20}x TPE's",
+     "a meta-trained acquisition beats GP-based BO in the first trials (MetaBO, ICLR 2020)"),
+    ("AHTO scheduler: training time to 95% HV", "schedulers", "ahto_time_to_95_ratio_vs_asha",
+     "x ASHA's (p {ahto_wilcoxon_p_vs_asha})", "ASHA: 1; Hyperband: {ahto_time_to_95_ratio_vs_hyperband}x",
+     "15% less training time at equal quality (the AHTO paper's headline)"),
+    ("DHT wall-clock on an H100 at 0.5x FLOPs, batch 32", "gpu", "dht_wall_ratio_b32_at_0.5",
+     "x the full model's time", "full model: 1; batch 256 x 256 tokens: {dht_wall_ratio_b256_t256_at_0.5}x",
+     "FLOPs saved are time saved"),
+]
+
 _OPS = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
         ">": lambda a, b: a > b, "==": lambda a, b: a == b}
 _TARGET = re.compile(r"^\s*(<=|>=|==|<|>)\s*(-?[0-9.eE+-]+)\s*$")
@@ -194,6 +232,32 @@ def load_results(results: Path = RESULTS, example: Path = EXAMPLE) -> list[tuple
     return out
 
 
+def _fill(template: str, summary: dict) -> str:
+    """``template`` with each ``{key}`` replaced by the formatted ``summary[key]`` ("?" if absent)."""
+    return re.sub(r"\{([^{}]+)\}", lambda m: fmt(summary[m[1]]) if m[1] in summary else "?", template)
+
+
+def headline(items: list[tuple[str, dict | None]]) -> list[str]:
+    """The headline table's lines (:data:`HEADLINE`), from the loaded results."""
+    by_name = {name: data for name, data in items if isinstance(data, dict)}
+    lines = ["| claim | ours | simple baseline | paper's claim | target |", "|---|---|---|---|---|"]
+    for claim, name, metric, unit, baseline, paper in HEADLINE:
+        data = by_name.get(name) or {}
+        summary = data.get("summary") if isinstance(data.get("summary"), dict) else {}
+        if metric not in summary:
+            lines.append(f"| {_cell(claim)} | not measured (`{name}.json` has no `{metric}`) | | {_cell(paper)} | |")
+            continue
+        value = summary[metric]
+        ci = summary.get(f"{metric}_ci")
+        interval = (f"95% CI {fmt(ci[0])} to {fmt(ci[1])}" if isinstance(ci, list) and len(ci) == 2
+                    else "no interval")
+        ours = f"**{fmt(value)}** {_fill(unit, summary)}; {interval}"
+        target = _target_cell(_targets(name, data).get(metric), value)
+        lines.append(f"| {_cell(claim)} | {_cell(ours)} | {_cell(_fill(baseline, summary))} | {_cell(paper)} "
+                     f"| {_cell(target)} |")
+    return lines
+
+
 def render(results: Path = RESULTS, example: Path = EXAMPLE) -> str:
     """The text between the markers (without them), ending in a newline."""
     items = load_results(results, example)
@@ -202,7 +266,9 @@ def render(results: Path = RESULTS, example: Path = EXAMPLE) -> str:
              "`reports/example/` (the committed run of `search_spaces/default.yaml`, described in its README);",
              "the JSON files hold every number behind these. After rerunning a benchmark, run",
              "`python benchmarks/summarize.py`: `tests/test_readme_numbers.py` fails while this",
-             "section differs from what it writes.",
+             "section differs from what it writes.", "",
+             "**Headline**: one row per claim; `benchmarks/results/NAME.json` and the detailed table below",
+             "hold the rest (per-seed values, other budgets, provenance).", "", *headline(items),
              "", "| benchmark | metric | value | target |", "|---|---|---|---|"]
     for name, data in items:
         if not isinstance(data, dict):

@@ -68,3 +68,25 @@ def test_check_exits_1_with_a_diff(tmp_path, capsys):
     assert summarize.main(["--readme", str(readme)]) == 0
     assert summarize.main(["--check", "--readme", str(readme)]) == 0
     assert readme.read_text().startswith(f"# x\n\n{summarize.BEGIN}\n<!-- generated")
+
+
+def test_headline_rows_read_their_result_interval_and_target(tmp_path):
+    """A headline row shows the result's value, its ``_ci`` interval (or says there is none), the
+    baseline's keys filled in and the target's verdict; a result without the metric reads "not
+    measured" instead of failing."""
+    (tmp_path / "schedulers.json").write_text(json.dumps({
+        "summary": {"ahto_time_to_95_ratio_vs_asha": 0.8, "ahto_time_to_95_ratio_vs_asha_ci": [0.7, 0.9],
+                    "ahto_wilcoxon_p_vs_asha": 0.01, "ahto_time_to_95_ratio_vs_hyperband": 0.95},
+        "targets": {"ahto_time_to_95_ratio_vs_asha": "<= 0.85"}}))
+    (tmp_path / "dht.json").write_text(json.dumps({
+        "summary": {"dht_gain_over_static_pts_at_0.5": 1.0, "confidence_exit_gain_over_static_pts_at_0.5": 0.5},
+        "targets": {"dht_gain_over_static_pts_at_0.5": ">= 3.0"}}))
+    rows = summarize.render(tmp_path, tmp_path / "no-example").splitlines()
+    sched = next(r for r in rows if r.startswith("| AHTO scheduler"))
+    assert "**0.8** x ASHA's (p 0.01); 95% CI 0.7 to 0.9" in sched and "Hyperband: 0.95x" in sched
+    assert sched.endswith("| <= 0.85: met |")
+    dht = next(r for r in rows if r.startswith("| Per-sample depth"))
+    assert "**1** accuracy points over the static cut; no interval" in dht and "confidence exit: 0.5" in dht
+    assert dht.endswith("| >= 3: missed |")
+    tying = next(r for r in rows if r.startswith("| Layer tying"))
+    assert "not measured (`tying.json` has no `tied_minus_untied_best_val_ppl`)" in tying
