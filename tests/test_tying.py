@@ -481,6 +481,11 @@ def test_a_frozen_alias_follows_its_source_gets_no_gradient_and_no_optimizer_sta
     assert torch.equal(loop.opt.state[owner]["exp_avg"], state_before["exp_avg"])
     assert not loop.model.blocks[3].attn.q.weight.requires_grad
     assert_optimizer_consistent(loop)
+    # re-tying an owner of frozen aliases in shared mode still hands its weights to a follower
+    mixed = tiny_model()
+    apply_tying_map(mixed, [0, 1, 1, 3], frozen=True)
+    set_layer(mixed, 1, 0)
+    assert tying_map(mixed) == [0, 0, 2, 3] and mixed.blocks[2].attn.q.weight.requires_grad
     # untying a frozen alias gives a trainable copy
     assert set_layer(loop.model, 3, 3, frozen=True)
     sync_optimizer(loop)

@@ -58,8 +58,8 @@ def _slots(block: nn.Module) -> list[tuple[nn.Module, str]]:
 def _key(block: nn.Module) -> tuple[tuple[int, int], ...]:
     """Where block ``block``'s weights live: ``(storage address, offset)`` per slot (shared
     Parameters and frozen aliases of the same weights have equal keys)."""
-    return tuple((getattr(m, n).untyped_storage().data_ptr(), getattr(m, n).storage_offset())
-                 for m, n in _slots(block))
+    return tuple((id(p),) if p.device.type == "meta" else (p.untyped_storage().data_ptr(), p.storage_offset())
+                 for p in _params(block))
 
 
 def _params(block: nn.Module) -> list[nn.Parameter]:
@@ -98,8 +98,11 @@ def set_layer(model: nn.Module, i: int, j: int, *, frozen: bool = False) -> bool
     docstring). ``j == i``: if block ``i`` shares with an earlier block it gets fresh Parameters
     with copies of the current values (``requires_grad`` of the weights' trainable owner, so an
     untied frozen alias trains again); otherwise nothing changes. If block ``i`` owned weights that
-    later blocks still use and ``frozen``, the first of those blocks gets trainable Parameters on
-    that memory (the group keeps an owner). No other block is modified.
+    later blocks still use as frozen aliases, the first of those blocks gets trainable Parameters
+    on that memory (the group keeps an owner, whatever ``frozen`` says for block ``i``).
+    Aliases view the memory the source has when they are made: tie after any device or dtype
+    move (``Module.to`` and ``copy.deepcopy`` give aliases memory of their own). No other block
+    is modified.
 
     Returns:
         True if block ``i``'s Parameters changed (the optimizer must then follow).
@@ -117,7 +120,8 @@ def set_layer(model: nn.Module, i: int, j: int, *, frozen: bool = False) -> bool
                 (p is q) != frozen for p, q in zip(_params(blocks[i]), _params(src), strict=True)):
             return False
         followers = [k for k in range(i + 1, len(blocks)) if s[k] == i] if s[i] == i else []
-        if frozen and followers:  # block i's weights live on in its followers: give them an owner
+        if followers and not _params(blocks[followers[0]])[0].requires_grad:
+            # block i's weights live on in its frozen-alias followers: give them an owner
             _own(blocks[followers[0]], requires_grad=[p.requires_grad for p in _params(blocks[i])])
         for (mi, name), q in zip(_slots(blocks[i]), _params(src), strict=True):
             setattr(mi, name, nn.Parameter(q.detach(), requires_grad=False) if frozen else q)
