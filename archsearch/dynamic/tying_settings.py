@@ -24,8 +24,10 @@ class EveryKTyingSettings(StrategySettings):
         "Blocks per shared group (count): blocks k*m .. k*m+k-1 share block k*m's weights for the "
         "whole run, the 'sequence' pattern of Takase & Kiyono 2021, \"Lessons on Parameter "
         "Sharing across Layers in Transformers\"; 1 unties every block, >= n_layers ties them all. "
-        "Default 2: half the block parameters at 1.006x the untied perplexity in "
-        "benchmarks/tying.py (k = 4: 0.27x the parameters at 1.049x)."))
+        "Default 2: in benchmarks/tying.py's data-limited regime (125k characters, the untied "
+        "model overfits) every_2 had the best validation perplexity, 0.21 below untied at 0.51x "
+        "the parameters (k = 4: 0.19 below at 0.27x); with ample data (issue 16, 4.5M "
+        "characters) tying cost perplexity: 1.006x untied for k = 2, 1.049x for k = 4."))
 
 
 class RLTyingSettings(StrategySettings):
@@ -50,7 +52,7 @@ class RLTyingSettings(StrategySettings):
         "blocks keep weights of their own; actions that would exceed it are never taken nor "
         "bootstrapped from (every block has the same size). Default none = n_layers, no budget; "
         "the agent's reward has no parameter term, so without a budget it unties whatever trains "
-        "faster (benchmarks/tying.py's rl_cap2 runs 2 of 8)."))
+        "faster (issue 16's benchmark ran rl_cap2, 2 of 8)."))
     tying_total_steps: int | None = Field(None, ge=1, description=(
         "Run length (optimizer steps) that sets the number of rounds (steps // tying_every) and so "
         "where exploration ends. Default none = as the trial loop counts them: epochs x steps per "
@@ -73,7 +75,8 @@ class RLTyingSettings(StrategySettings):
     tying_replay_size: int = Field(4096, ge=1, description=(
         "Replay buffer capacity (transitions; one per block decision, n_layers - 1 per round), "
         "oldest overwritten first. Default 4096: more than the decisions of a benchmarks/tying.py "
-        "run (4000 steps / 8 x 0.4 x 7 = 1400), so nothing is dropped there."))
+        "run (3000 steps / 8 x 0.4 x 7 = 1050; issue 16's 4000 steps: 1400), so nothing is "
+        "dropped there."))
     tying_replay_batch: int = Field(32, ge=1, description=(
         "Transitions per TD update (minibatch drawn uniformly with replacement from the buffer; "
         "4 updates after each rewarded round). Default 32: issue 16 (single-sample updates left "
