@@ -85,6 +85,19 @@ def total_steps(settings: dict[str, Any], loop: TrialContext | None = None) -> i
     return int(settings.get("epochs", 1)) * int(settings.get("steps_per_epoch") or 200)
 
 
+def distinct_budget(cap: int | None, n_layers: int) -> int:
+    """Blocks that may keep weights of their own: ``tying_max_distinct`` (``cap``), or all
+    ``n_layers`` when it is None.
+
+    Raises:
+        ValueError: ``cap`` above ``n_layers`` (names the key).
+    """
+    budget = n_layers if cap is None else cap
+    if budget > max(n_layers, 1):
+        raise ValueError(f"tying_max_distinct: must be at most n_layers={n_layers}, got {cap}")
+    return budget
+
+
 class _MapTying(TyingController):
     """Shared part of the controllers: apply a map, keep the optimizer in step, report, save."""
 
@@ -174,10 +187,7 @@ class RLTying(_MapTying):
         super().__init__(model, cfg, settings, loop)
         s = self.s
         self.every = s.tying_every
-        cap = s.tying_max_distinct
-        self.max_distinct = self.n_layers if cap is None else cap
-        if self.max_distinct > max(self.n_layers, 1):
-            raise ValueError(f"tying_max_distinct: must be at most n_layers={self.n_layers}, got {cap}")
+        self.max_distinct = distinct_budget(s.tying_max_distinct, self.n_layers)
         steps = s.tying_total_steps or total_steps(settings, loop)
         self.total_rounds = max(1, steps // self.every)
         #: rounds with exploration; the greedy final round follows them
@@ -299,10 +309,7 @@ class PaperTying(_MapTying):
                  loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
         s = self.s
-        cap = s.tying_max_distinct
-        self.max_distinct = self.n_layers if cap is None else cap
-        if self.max_distinct > max(self.n_layers, 1):
-            raise ValueError(f"tying_max_distinct: must be at most n_layers={self.n_layers}, got {cap}")
+        self.max_distinct = distinct_budget(s.tying_max_distinct, self.n_layers)
         self.agent = TyingAgent(self.n_layers, hidden=s.tying_hidden, gamma=s.tying_gamma, lr=s.tying_lr,
                                 epsilon=1.0, epsilon_min=s.tying_epsilon_end, epsilon_decay=s.tying_epsilon_decay,
                                 buffer_size=1, batch_size=1, target_sync=1, seed=int(settings.get("seed", 0)))
