@@ -199,15 +199,9 @@ def _rows(t: dict, idx: np.ndarray) -> dict:
     return {k: v[idx] for k, v in t.items()}
 
 
-def _acc_at_main(t: dict, exits_per_budget: list[np.ndarray], idx: np.ndarray | None = None) -> float:
-    """Accuracy interpolated at ``MAIN`` FLOPs on the curve of ``exits_per_budget`` (rows ``idx``)."""
-    pts = []
-    for exits in exits_per_budget:
-        sub, ex = (t, exits) if idx is None else (_rows(t, idx), exits[idx])
-        acc, frac, _ = play(sub, ex)
-        pts.append((frac, acc))
-    pts.sort()
-    return float(np.interp(MAIN, [f for f, _ in pts], [a for _, a in pts]))
+def _acc_at_main(t: dict, exits_per_budget: list[np.ndarray]) -> float:
+    """Accuracy interpolated at ``MAIN`` FLOPs on the curve of ``exits_per_budget`` (all rows)."""
+    return float(_curves_at_main(t, exits_per_budget, np.arange(len(t["correct"]))[None])[0])
 
 
 def cross_fit_score(name: str, val: dict, seed: int) -> float:
@@ -225,7 +219,7 @@ def cross_fit_score(name: str, val: dict, seed: int) -> float:
 
 def _curves_at_main(t: dict, exits_per_budget: list[np.ndarray], idx: np.ndarray) -> np.ndarray:
     """``(D,)`` accuracies at ``MAIN`` FLOPs, one per row resample ``idx[d]`` (``D x N``), each
-    interpolated on its own curve over the budgets (as :func:`_acc_at_main`, vectorised)."""
+    interpolated on its own accuracy-vs-FLOPs curve over the budgets."""
     rows = np.arange(len(t["correct"]))
     full = t["cost"][:, -1][idx].sum(1)  # (D,)
     acc = np.stack([t["correct"][rows, ex][idx].mean(1) for ex in exits_per_budget], 1)  # (D, B)
@@ -292,7 +286,7 @@ def analyze(dumps: Path, out: Path) -> int:
                     per[p]["hist"] += hist
             test_exits[p].append((test, by_budget))
             pts.sort()
-            per[p]["at_0.5"].append(float(np.interp(MAIN, [f for f, _ in pts], [a for _, a in pts])))
+            per[p]["at_0.5"].append(_acc_at_main(test, by_budget))
             curves[p][str(meta["seed"])] = [{"flops_ratio": f, "test_accuracy": a} for f, a in pts]
     base = np.array(per["shared_threshold"]["at_0.5"])
     summary, details = {}, {}
