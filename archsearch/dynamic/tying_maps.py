@@ -55,11 +55,18 @@ def _slots(block: nn.Module) -> list[tuple[nn.Module, str]]:
     return [(m, n) for _, m in block.named_modules() for n, p in m._parameters.items() if p is not None]
 
 
-def _key(block: nn.Module) -> tuple[tuple[int, int], ...]:
-    """Where block ``block``'s weights live: ``(storage address, offset)`` per slot (shared
-    Parameters and frozen aliases of the same weights have equal keys)."""
-    return tuple((id(p),) if p.device.type == "meta" else (p.untyped_storage().data_ptr(), p.storage_offset())
-                 for p in _params(block))
+def _where(p: nn.Parameter) -> tuple:
+    """Where ``p``'s values live: ``(storage address, offset, shape)``, equal for a Parameter and
+    its frozen aliases; on the meta device (no memory) its identity."""
+    if p.device.type == "meta":
+        return (id(p),)
+    return p.untyped_storage().data_ptr(), p.storage_offset(), tuple(p.shape)
+
+
+def _key(block: nn.Module) -> tuple[tuple, ...]:
+    """Where block ``block``'s weights live, per slot (:func:`_where`: shared Parameters and
+    frozen aliases of the same weights have equal keys)."""
+    return tuple(_where(p) for p in _params(block))
 
 
 def _params(block: nn.Module) -> list[nn.Parameter]:
@@ -223,6 +230,3 @@ def sync_optimizer(loop: TrialContext | None) -> None:
             elif _where(p) in by_memory:  # a new Parameter on the same memory (a frozen alias made owner)
                 loop.opt.state[p] = by_memory[_where(p)]
 
-
-def _where(p) -> tuple:
-    return p.untyped_storage().data_ptr(), p.storage_offset(), tuple(p.shape)
