@@ -217,16 +217,16 @@ def cross_fit_score(name: str, val: dict, seed: int) -> float:
     return float(np.mean(scores))
 
 
-def _curves_at_main(t: dict, exits_per_budget: list[np.ndarray], idx: np.ndarray) -> np.ndarray:
-    """``(D,)`` accuracies at ``MAIN`` FLOPs, one per row resample ``idx[d]`` (``D x N``), each
-    interpolated on its own accuracy-vs-FLOPs curve over the budgets."""
+def _curves_at_main(t: dict, exits_per_budget: list[np.ndarray], idx: np.ndarray, x: float = MAIN) -> np.ndarray:
+    """``(D,)`` accuracies at ``x`` FLOPs (default ``MAIN``), one per row resample ``idx[d]``
+    (``D x N``), each interpolated on its own accuracy-vs-FLOPs curve over the budgets."""
     rows = np.arange(len(t["correct"]))
     full = t["cost"][:, -1][idx].sum(1)  # (D,)
     acc = np.stack([t["correct"][rows, ex][idx].mean(1) for ex in exits_per_budget], 1)  # (D, B)
     frac = np.stack([t["cost"][rows, ex][idx].sum(1) / full for ex in exits_per_budget], 1)  # (D, B)
     order = np.argsort(frac, 1, kind="stable")
     acc, frac = np.take_along_axis(acc, order, 1), np.take_along_axis(frac, order, 1)
-    return np.array([np.interp(MAIN, f, a) for f, a in zip(frac, acc)])
+    return np.array([np.interp(x, f, a) for f, a in zip(frac, acc)])
 
 
 def bootstrap_gain(chosen: list, base: list, draws: int = 2000, seed: int = 0) -> list[float]:

