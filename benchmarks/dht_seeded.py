@@ -71,20 +71,21 @@ def tweets_rows(raw: bytes) -> list[dict]:
 
     Raises:
         RuntimeError: the file's header is not the one this reader knows."""
+    import csv
+    import io
     import re
 
-    lines = raw.decode("utf-8").split("\n")
-    head = lines[0].split("\t")
+    table = list(csv.reader(io.StringIO(raw.decode("utf-8")), delimiter="\t"))  # quoted fields, "" escapes
+    head = table[0] if table else []
     want = ["Is retweet", "Language", "Author", "Content"]
     if any(w not in head for w in want):
         raise RuntimeError(f"{TWEETS_FILE}: header {head} lacks one of {want}")
     col = {w: head.index(w) for w in want}
     rows, seen = [], set()
-    for line in lines[3:]:
-        f = line.split("\t")
+    for f in table[3:]:  # after the Orange type and flag rows
         if len(f) < len(head) or f[col["Is retweet"]] != "False" or f[col["Language"]] != "en":
             continue
-        text = " ".join(re.sub(r"https?://\S+", " ", f[col["Content"]]).strip('"').replace('""', '"').split())
+        text = " ".join(re.sub(r"https?://\S+", " ", f[col["Content"]]).split())
         if text and text not in seen:
             seen.add(text)
             rows.append({"text": text, "label": f[col["Author"]]})

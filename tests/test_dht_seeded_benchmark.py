@@ -1,0 +1,92 @@
+"""benchmarks/dht_seeded.py (issue 36) without training: the second dataset's reader, and the
+analysis of stored model outputs -- its keys, its paired intervals, and a broken pairing caught."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return load_benchmark("dht_seeded")
+
+
+TAB_HEAD = ("Is retweet\tTime\tLanguage\tAuthor\tContent\n"
+            "discrete\ttime\tdiscrete\tdiscrete\tstring\n\t\t\tclass\tmeta\n")
+
+
+def test_tweets_reader_keeps_the_candidates_own_english_tweets(ds):
+    lines = ["False\t2016\ten\tHillaryClinton\tGo vote!  https://t.co/abc",
+             "True\t2016\ten\tHillaryClinton\tsomeone else's words",  # a retweet
+             "False\t2016\tes\trealDonaldTrump\t¡Vota!",  # not English
+             "False\t2016\ten\trealDonaldTrump\t\"Make it \"\"great\"\"\nagain\"",  # quoted, a newline
+             "False\t2016\ten\trealDonaldTrump\tGo vote! https://t.co/xyz",  # a duplicate once linkless
+             "False\t2016\ten\trealDonaldTrump\thttps://t.co/only"]  # nothing left
+    rows = ds.tweets_rows((TAB_HEAD + "\n".join(lines) + "\n").encode())
+    assert rows == [{"text": "Go vote!", "label": "HillaryClinton"},
+                    {"text": 'Make it "great" again', "label": "realDonaldTrump"}]
+    with pytest.raises(RuntimeError, match="election-tweets-2016.tab.*Author"):
+        ds.tweets_rows(b"Is retweet\tLanguage\tContent\n\n\n")
+
+
+def store(path, n: int, seed: int, static_acc: dict[int, float]) -> None:
+    """A seed's stored outputs: a 6-exit model over 3 classes whose deeper exits are surer of
+    the truth, and static cuts right on the first ``static_acc[k]`` share of the test rows."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for split in ("validation", "test"):
+        y = rng.integers(0, 3, n)
+        logits = rng.normal(size=(n, 6, 3))
+        logits[np.arange(n), :, y] += np.linspace(0.2, 2.5, 6)
+        arrays.update({f"{split}_p": torch.from_numpy(logits).softmax(-1).numpy(), f"{split}_y": y,
+                       f"{split}_T": np.full(n, 16)})
+    path.mkdir(parents=True, exist_ok=True)
+    np.savez(path / f"dht_seed{seed}.npz", **arrays)
+    meta = {"commit": "c", "wall_s": 1.0, "test_accuracy": 0.5}
+    (path / f"dht_seed{seed}.json").write_text(json.dumps({**meta, "model": f"dht_seed{seed}"}))
+    for k, acc in static_acc.items():
+        right = np.arange(n) < round(acc * n)
+        pred = np.where(right, arrays["test_y"], (arrays["test_y"] + 1) % 3)
+        p = np.eye(3)[pred]
+        np.savez(path / f"static{k}_seed{seed}.npz", validation_p=p, validation_y=arrays["test_y"],
+                 validation_T=arrays["test_T"], test_p=p, test_y=arrays["test_y"], test_T=arrays["test_T"])
+        (path / f"static{k}_seed{seed}.json").write_text(json.dumps({**meta, "model": f"static{k}_seed{seed}"}))
+
+
+def cost_of(T: int) -> np.ndarray:
+    return np.arange(1, 7) / 6
+
+
+def test_keys_are_seed_means_with_intervals_around_them(ds, tmp_path):
+    for seed in (0, 1):
+        store(tmp_path, 400, seed, {3: 0.5, 2: 0.25, 6: 1.0})
+    summary, per_seed, metas = ds.analyze_dataset(tmp_path, cost_of, draws=300)
+    assert summary["seeds"] == [0, 1] and len(metas) == 8  # seed 2 is not stored: left out
+    for s in ("0", "1"):
+        assert per_seed[s]["static3"] == 0.5 and per_seed[s]["static6"] == 1.0
+    dht = np.mean([per_seed[s]["dht@0.5"] for s in ("0", "1")])
+    assert summary["dht_gain_over_static_pts_at_0.5"] == pytest.approx(100 * (dht - 0.5))
+    assert summary["dht_acc_drop_pts_at_0.5"] == pytest.approx(100 * (1.0 - dht))
+    for key in ds.KEYS:
+        lo, hi = summary[f"{key}_ci"]
+        assert lo < summary[key] < hi, key
+    # the static cuts are right on fixed rows: resampling rows moves them, so the interval is wide
+    lo, hi = summary["dht_gain_over_static_pts_at_0.5_ci"]
+    assert hi - lo > 2
+
+
+def test_outputs_of_other_test_rows_are_not_paired(ds, tmp_path):
+    """A static cut stored with its test rows in another order cannot be paired row by row."""
+    store(tmp_path, 200, 0, {3: 0.5, 2: 0.25, 6: 1.0})
+    f = tmp_path / "static3_seed0.npz"
+    d = dict(np.load(f))
+    d["test_y"] = d["test_y"][::-1]
+    np.savez(f, **d)
+    with pytest.raises(ValueError, match="static3_seed0.npz: test rows differ"):
+        ds.analyze_dataset(tmp_path, cost_of, draws=10)
