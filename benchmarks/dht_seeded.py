@@ -61,6 +61,7 @@ TRAIN = {"max_len": 48, "lr": 5e-05, "batch_size": 32, "epochs": 2, "train_sampl
 DHT_CFG = {**sp.MODEL_CFG, "dht_stop_rule": "tuned", "dht_stop_quality": "match",
            "dht_stop_context": "trajectory"}
 DHT, CONF = "tuned_trajectory_match", "shared_threshold"
+_OPS = {">=": float.__ge__, ">": float.__gt__, "<=": float.__le__}
 
 
 # ------------------------------------------------------------------------------------- data
@@ -224,6 +225,10 @@ def estimates(tabs: list[dict], idx_per_seed: list[np.ndarray]) -> dict[str, np.
 
 KEYS = ("dht_gain_over_static_pts_at_0.5", "dht_gain_over_static_pts_at_0.33", "dht_acc_drop_pts_at_0.5",
         "dht_gain_over_confidence_exit_pts_at_0.5", "confidence_exit_gain_over_static_pts_at_0.5")
+#: issue 36's targets, on every dataset (a summary section each)
+TARGETS = {"dht_gain_over_static_pts_at_0.5": ">= 1.5", "dht_gain_over_static_pts_at_0.5_ci_low": "> 0",
+           "dht_gain_over_static_pts_at_0.33": ">= 0", "dht_acc_drop_pts_at_0.5": "<= 1.5",
+           "dht_gain_over_confidence_exit_pts_at_0.5": ">= 0"}
 
 
 def analyze_dataset(out: Path, cost_of, draws: int = 2000) -> tuple[dict, dict, list[dict]] | None:
@@ -241,6 +246,7 @@ def analyze_dataset(out: Path, cost_of, draws: int = 2000) -> tuple[dict, dict, 
     for key in KEYS:
         summary[key] = float(point[key][0])
         summary[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
+    summary["dht_gain_over_static_pts_at_0.5_ci_low"] = summary["dht_gain_over_static_pts_at_0.5_ci"][0]
     summary["seeds"] = seeds
     summary["test_rows"] = n[0]
     per_seed = {}
@@ -290,7 +296,11 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
                       seeds={k: v["seeds"] for k, v in summary.items()}, selection_split="validation",
                       protocol=protocols, wall_s=time.perf_counter() - t0, budgets=list(BUDGETS), draws=draws,
                       models=models)
-    write_result(result, summary, prov, per_seed=per_seed)
+    targets = {f"{name}.{k}": t for name in summary for k, t in TARGETS.items()}
+    met = {k: _OPS[t.split()[0]](summary[k.split(".", 1)[0]][k.split(".", 1)[1]], float(t.split()[1]))
+           for k, t in targets.items()}
+    write_result(result, summary, prov, targets=targets, targets_met=sum(met.values()), targets_total=len(met),
+                 per_seed=per_seed)
     print(f"wrote {result}")
     return 0
 

@@ -56,9 +56,10 @@ TARGETS = {
     ("gpu", "dht_train_time_ratio"): "<= 1.3",
     ("gpu", "bf16_acc_drop_pts"): "<= 0.5",
 }
-#: The headline rows: (claim, result, metric, unit, baseline, the paper's claim). ``baseline`` may
-#: name summary keys of the same result in braces (``{key}``: its formatted value); the interval
-#: is the summary's ``<metric>_ci`` (``[low, high]``) when present; the target is the result's.
+#: The headline rows: (claim, result, metric, unit, baseline, the paper's claim); ``result#section``
+#: reads the summary's section (a dataset's). ``baseline`` may name summary keys of the same
+#: result (section) in braces (``{key}``: its formatted value); the interval is the summary's
+#: ``<metric>_ci`` (``[low, high]``) when present; the target is the result's.
 HEADLINE = [
     ("Per-sample depth (DHT) at 0.5x FLOPs", "dht", "dht_gain_over_static_pts_at_0.5",
      "accuracy points over the static cut",
@@ -242,8 +243,11 @@ def headline(items: list[tuple[str, dict | None]]) -> list[str]:
     by_name = {name: data for name, data in items if isinstance(data, dict)}
     lines = ["| claim | ours | simple baseline | paper's claim | target |", "|---|---|---|---|---|"]
     for claim, name, metric, unit, baseline, paper in HEADLINE:
+        name, _, section = name.partition("#")  # "result#section": a per-dataset summary section
         data = by_name.get(name) or {}
         summary = data.get("summary") if isinstance(data.get("summary"), dict) else {}
+        if section:
+            summary = summary.get(section) if isinstance(summary.get(section), dict) else {}
         if metric not in summary:
             lines.append(f"| {_cell(claim)} | not measured (`{name}.json` has no `{metric}`) | | {_cell(paper)} | |")
             continue
@@ -252,7 +256,7 @@ def headline(items: list[tuple[str, dict | None]]) -> list[str]:
         interval = (f"95% CI {fmt(ci[0])} to {fmt(ci[1])}" if isinstance(ci, list) and len(ci) == 2
                     else "no interval")
         ours = f"**{fmt(value)}** {_fill(unit, summary)}; {interval}"
-        target = _target_cell(_targets(name, data).get(metric), value)
+        target = _target_cell(_targets(name, data).get(f"{section}.{metric}" if section else metric), value)
         lines.append(f"| {_cell(claim)} | {_cell(ours)} | {_cell(_fill(baseline, summary))} | {_cell(paper)} "
                      f"| {_cell(target)} |")
     return lines
