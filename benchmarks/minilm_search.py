@@ -2,7 +2,7 @@
 
 Claim (issue 14, deliverable 6): on 2 CPU cores, a real ``archsearch search`` of
 ``search_spaces/minilm_budget.yaml`` (MiniLM-L6 fine-tuned on rotten_tomatoes_sentences; the
-searcher picks the gating -- static cut, DHT or depth predictor --, the static depth, the dynamic
+searcher picks the gating -- static cut or DHT --, the static depth, the dynamic
 FLOPs budget and the learning rate) finds a model that beats the TF-IDF + logistic-regression
 baseline's validation accuracy within 15 minutes of the command's start (and, for it to become
 the README's default main job, within 10).
