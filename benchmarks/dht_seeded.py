@@ -19,7 +19,9 @@ Protocol (``benchmarks/protocols/dht_seeded.json``, committed before the runs):
   ``x`` FLOPs is interpolated on its own test curve; a static cut at ``k`` blocks costs
   exactly ``k/6``. Every key is a mean over seeds (seed ``s`` of DHT paired with seed ``s`` of
   each baseline) and gets ``..._ci``: a paired bootstrap 95% interval, test rows resampled
-  within each seed, the same rows for every model of the seed (2,000 draws).
+  within each seed, the same rows for every model of the seed (2,000 draws). On validation
+  rows only, ``val_exit{k}_minus_static{k}_pts``: DHT's exit ``k`` against the cut fine-tuned
+  at ``k`` blocks (k = 2, 3: the shallow exits; 6: the deepest against plain fine-tuning).
 
 Run: ``nice -n 10 python benchmarks/dht_seeded.py run`` then ``python benchmarks/dht_seeded.py
 analyze`` (writes ``benchmarks/results/dht_seeded.json``).
@@ -202,6 +204,9 @@ def seed_tables(out: Path, seed: int, cost_of) -> dict:
         if not np.array_equal(s["test_y"], d["test_y"]):
             raise ValueError(f"{out}/static{k}_seed{seed}.npz: test rows differ from dht_seed{seed}.npz's")
         tab[f"static{k}"] = (s["test_p"].argmax(-1) == s["test_y"]).astype(float)
+        # validation only (deliverable 4's rows): DHT's exit k against the cut fine-tuned at k
+        tab[f"val_exit{k}_minus_static{k}_pts"] = 100 * float(
+            val["correct"][:, k - 1].mean() - (s["validation_p"].argmax(-1) == s["validation_y"]).mean())
     return tab
 
 
@@ -247,12 +252,17 @@ def analyze_dataset(out: Path, cost_of, draws: int = 2000) -> tuple[dict, dict, 
         summary[key] = float(point[key][0])
         summary[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
     summary["dht_gain_over_static_pts_at_0.5_ci_low"] = summary["dht_gain_over_static_pts_at_0.5_ci"][0]
+    for k in DEPTHS:  # the shallow and the deepest exits against models fine-tuned at their depth
+        key = f"val_exit{k}_minus_static{k}_pts"
+        summary[key] = float(np.mean([t[key] for t in tabs]))
     summary["seeds"] = seeds
     summary["test_rows"] = n[0]
     per_seed = {}
     for s, tab in zip(seeds, tabs):
         one = estimates([tab], [np.arange(len(tab["test"]["correct"]))[None]])
         per_seed[str(s)] = {k.removeprefix("acc_"): float(v[0]) for k, v in one.items() if k.startswith("acc_")}
+        per_seed[str(s)].update({f"val_exit{k}_minus_static{k}_pts": tab[f"val_exit{k}_minus_static{k}_pts"]
+                                 for k in DEPTHS})
     return summary, per_seed, [json.loads((out / f"{m}.json").read_text()) for m in model_names(seeds)]
 
 
