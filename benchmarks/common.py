@@ -76,6 +76,16 @@ def write_result(path: Path, summary: dict[str, Any], prov: dict[str, Any], **re
     os.replace(tmp, path)
 
 
+def write_jsonl_splits(out: Path, splits: dict[str, list[dict]]) -> None:
+    """A dataset directory for :func:`archsearch.data.prepare`: one ``{split}.jsonl`` per entry
+    of ``splits`` (rows as JSON objects, keys sorted), each written atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, rows in splits.items():
+        tmp = out / f".{name}.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+        os.replace(tmp, out / f"{name}.jsonl")
+
+
 def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
     """The rows of a resumable benchmark's JSON-lines file (``[]`` when it does not exist yet)."""
     path = Path(path)

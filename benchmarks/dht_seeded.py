@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, git_commit, machine, provenance, write_result  # noqa: E402
+from common import ROOT, git_commit, machine, provenance, write_jsonl_splits, write_result  # noqa: E402
 
 import stop_policies as sp  # noqa: E402  the stop rules' offline replay
 
@@ -114,11 +114,7 @@ def tweets_dir(out: Path = TWEETS_DIR, work: Path | None = None) -> Path:
     random.Random(0).shuffle(rows)
     n = len(rows) // 10
     splits = {"validation": rows[:n], "test": rows[n:2 * n], "train": rows[2 * n:]}
-    out.mkdir(parents=True, exist_ok=True)
-    for name, part in splits.items():
-        tmp = out / f".{name}.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in part), encoding="utf-8")
-        os.replace(tmp, out / f"{name}.jsonl")
+    write_jsonl_splits(out, splits)
     return out
 
 
@@ -153,24 +149,9 @@ def train_and_store(name: str, ckpt: str, data, out: Path, threads: int) -> dict
     while loop.epoch < TRAIN["epochs"]:
         loop.train_epoch()
     test_acc = loop.evaluate("test")["accuracy"]
-    model = loop.model
-    model.eval()
-    arrays = {}
-    with torch.inference_mode():
-        for split in ("validation", "test"):
-            P, Y, T = [], [], []
-            for x, mask, y in loop.eval_batches(split):
-                if depth is None:
-                    p = torch.stack([e.softmax(-1) for e in dd.layer_exits(model, x, mask)], 1)
-                else:
-                    p = dd.static_forward(model, x, mask, depth).softmax(-1)
-                P.append(p.numpy())
-                Y.append(y.numpy())
-                T += [x.shape[1]] * len(y)
-            arrays.update({f"{split}_p": np.concatenate(P), f"{split}_y": np.concatenate(Y),
-                           f"{split}_T": np.array(T)})
+    probs = sp.exit_probs if depth is None else lambda m, x, mask: dd.static_forward(m, x, mask, depth).softmax(-1)
     out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out / f"{name}.npz", **arrays)
+    np.savez_compressed(out / f"{name}.npz", **sp.split_outputs(loop, probs))
     meta = {"model": name, "seed": seed, "commit": git_commit(), "command": " ".join(["python", *sys.argv]),
             "machine": machine(), "cfg": {k: v for k, v in cfg.items() if k != "init_from"}, "train": TRAIN,
             "test_accuracy": test_acc, "wall_s": round(time.perf_counter() - t0, 1)}

@@ -130,7 +130,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from common import git_commit, provenance, write_result  # benchmarks/common.py (sibling module)
+from common import git_commit, provenance, write_jsonl_splits, write_result  # benchmarks/common.py (sibling module)
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "length_adaptive.json"
@@ -235,11 +235,7 @@ def newsgroups_dir(work: Path, val_n: int = VAL_N, test_n: int = TEST_N,
     random.Random(1).shuffle(test)
     splits = {"train": train[val_n:] if train_n is None else train[val_n:val_n + train_n],
               "validation": train[:val_n], "test": test[:test_n]}
-    out.mkdir(parents=True, exist_ok=True)
-    for name, rows in splits.items():
-        tmp = out / f".{name}.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
-        os.replace(tmp, out / f"{name}.jsonl")
+    write_jsonl_splits(out, splits)
     return out
 
 

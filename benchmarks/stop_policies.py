@@ -89,6 +89,36 @@ MODEL_CFG = {"lr": 5e-05, "dropout": 0.1, "weight_decay": 0.01, "exit_heads": Tr
 
 
 # ------------------------------------------------------------------------------------- dump
+def exit_probs(model, x, mask):
+    """``B x K x C`` class probabilities of every exit of ``model`` (a multi-exit MiniLM)."""
+    import torch
+
+    import dynamic_depth as dd
+
+    return torch.stack([e.softmax(-1) for e in dd.layer_exits(model, x, mask)], 1)
+
+
+def split_outputs(loop, probs) -> dict[str, np.ndarray]:
+    """A trained trial loop's outputs on its validation and test rows, in their batch order:
+    ``{split}_p`` (``probs(model, x, mask)`` per batch, concatenated), the labels ``{split}_y``
+    and each row's padded length ``{split}_T``, for ``np.savez``."""
+    import torch
+
+    model = loop.model
+    model.eval()
+    arrays = {}
+    with torch.inference_mode():
+        for split in ("validation", "test"):
+            P, Y, T = [], [], []
+            for x, mask, y in loop.eval_batches(split):
+                P.append(probs(model, x, mask).numpy())
+                Y.append(y.numpy())
+                T += [x.shape[1]] * len(y)
+            arrays.update({f"{split}_p": np.concatenate(P), f"{split}_y": np.concatenate(Y),
+                           f"{split}_T": np.array(T)})
+    return arrays
+
+
 def dump(seeds: list[int], out: Path, threads: int) -> None:
     import torch
 
@@ -110,19 +140,7 @@ def dump(seeds: list[int], out: Path, threads: int) -> None:
         while loop.epoch < 1:
             loop.train_epoch()
         cascade = loop.evaluate("test")["accuracy"]
-        model = loop.model
-        model.eval()
-        arrays = {}
-        with torch.inference_mode():
-            for split in ("validation", "test"):
-                P, Y, T = [], [], []
-                for x, mask, y in loop.eval_batches(split):
-                    P.append(torch.stack([e.softmax(-1) for e in dd.layer_exits(model, x, mask)], 1).numpy())
-                    Y.append(y.numpy())
-                    T += [x.shape[1]] * len(y)
-                arrays.update({f"{split}_p": np.concatenate(P), f"{split}_y": np.concatenate(Y),
-                               f"{split}_T": np.array(T)})
-        np.savez_compressed(out / f"seed{seed}.npz", **arrays)
+        np.savez_compressed(out / f"seed{seed}.npz", **split_outputs(loop, exit_probs))
         meta = {"seed": seed, "commit": git_commit(), "command": " ".join(["python", *sys.argv]),
                 "machine": machine(), "model_cfg": MODEL_CFG, "protocol": protocol,
                 "cascade_test_accuracy": cascade, "wall_s": round(time.perf_counter() - t0, 1)}
