@@ -61,10 +61,16 @@ TARGETS = {
 #: result (section) in braces (``{key}``: its formatted value); the interval is the summary's
 #: ``<metric>_ci`` (``[low, high]``) when present; the target is the result's.
 HEADLINE = [
-    ("Per-sample depth (DHT) at 0.5x FLOPs", "dht", "dht_gain_over_static_pts_at_0.5",
-     "accuracy points over the static cut",
-     "static cut at the same FLOPs: 0; confidence exit: {confidence_exit_gain_over_static_pts_at_0.5}",
+    ("Per-sample depth (DHT) at 0.5x FLOPs, Rotten Tomatoes sentences", "dht_seeded#rt",
+     "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each)",
+     "static cut at the same FLOPs: 0; confidence exit on the same models: "
+     "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
      "per-sample layer/head gating keeps accuracy at a fraction of the FLOPs (arXiv 2312.03038)"),
+    ("Per-sample depth (DHT) at 0.5x FLOPs, election tweets (second dataset)", "dht_seeded#election_tweets",
+     "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each)",
+     "static cut at the same FLOPs: 0; confidence exit on the same models: "
+     "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
+     "the same, on another task"),
     ("Learned early exit (depth predictor)", "depth_predictor", "dp_gain_over_static_pts",
      "accuracy points over the static curve", "static cut at the same FLOPs: 0",
      "adaptive depth beats static depth at equal cost (Li, Li & Wang)"),
