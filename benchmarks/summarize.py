@@ -12,7 +12,8 @@ Reads every ``benchmarks/results/*.json`` (written by ``benchmarks/NAME.py``, se
   exit, length-adaptive, tying, AHTO's searcher and scheduler, GPU wall-clock): our number with its
   interval where the result has one (else "no interval"), the simple baseline a user would try
   first, the paper's claim, the target and whether it is met;
-* numbers: one row per ``summary`` entry (nested entries flattened to ``a.b``; a table of
+* numbers: one row per ``summary`` entry (nested entries flattened to ``a.b``, a section with
+  ``_ci`` intervals key by key; a table of
   equal-keyed dicts, e.g. hypervolume per searcher after 10 / 20 / 40 trials, one row per outer
   key), with the target where one is stated and whether the value meets it;
 * provenance: per result, the commit(s), machine, wall time and command from its ``provenance``.
@@ -146,6 +147,8 @@ def flatten(summary: dict, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
         name = f"{prefix}{key}"
         if _leaf(v):
             yield name, fmt(v), v
+        elif isinstance(v, dict) and any(str(k).endswith("_ci") for k in v):
+            yield from flatten(v, f"{name}.")  # a section with ``_ci`` intervals: key by key, with targets
         elif _leaf_dict(v):
             yield name, fmt(v), None
         elif _series_table(v):

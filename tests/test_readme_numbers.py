@@ -78,15 +78,22 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
         "summary": {"ahto_time_to_95_ratio_vs_asha": 0.8, "ahto_time_to_95_ratio_vs_asha_ci": [0.7, 0.9],
                     "ahto_wilcoxon_p_vs_asha": 0.01, "ahto_time_to_95_ratio_vs_hyperband": 0.95},
         "targets": {"ahto_time_to_95_ratio_vs_asha": "<= 0.85"}}))
-    (tmp_path / "dht.json").write_text(json.dumps({
-        "summary": {"dht_gain_over_static_pts_at_0.5": 1.0, "confidence_exit_gain_over_static_pts_at_0.5": 0.5},
-        "targets": {"dht_gain_over_static_pts_at_0.5": ">= 3.0"}}))
+    (tmp_path / "dht_seeded.json").write_text(json.dumps({  # one summary section per dataset
+        "summary": {"rt": {"dht_gain_over_static_pts_at_0.5": 1.0, "confidence_exit_gain_over_static_pts_at_0.5": 0.5,
+                           "dht_acc_drop_pts_at_0.5": 2.0},
+                    "election_tweets": {"dht_gain_over_static_pts_at_0.5": 2.0,
+                                        "dht_gain_over_static_pts_at_0.5_ci": [0.5, 3.5]}},
+        "targets": {"rt.dht_gain_over_static_pts_at_0.5": ">= 3.0",
+                    "election_tweets.dht_gain_over_static_pts_at_0.5": ">= 1.5"}}))
     rows = summarize.render(tmp_path, tmp_path / "no-example").splitlines()
     sched = next(r for r in rows if r.startswith("| AHTO scheduler"))
     assert "**0.8** x ASHA's (p 0.01); 95% CI 0.7 to 0.9" in sched and "Hyperband: 0.95x" in sched
     assert sched.endswith("| <= 0.85: met |")
-    dht = next(r for r in rows if r.startswith("| Per-sample depth"))
-    assert "**1** accuracy points over the static cut; no interval" in dht and "confidence exit: 0.5" in dht
+    dht, second = (r for r in rows if r.startswith("| Per-sample depth"))
+    assert "**1** accuracy points over the static cut (3 seeds each); no interval" in dht
+    assert "confidence exit on the same models: 0.5; full model: 2 above DHT" in dht
     assert dht.endswith("| >= 3: missed |")
+    assert "**2** accuracy points over the static cut (3 seeds each); 95% CI 0.5 to 3.5" in second
+    assert "confidence exit on the same models: ?" in second and second.endswith("| >= 1.5: met |")
     tying = next(r for r in rows if r.startswith("| Layer tying"))
     assert "not measured (`tying.json` has no `tied_minus_untied_best_val_ppl`)" in tying
