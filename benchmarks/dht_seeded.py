@@ -66,6 +66,12 @@ TRAIN = {"max_len": 48, "lr": 5e-05, "batch_size": 32, "epochs": 2, "train_sampl
 DHT_CFG = {**sp.MODEL_CFG, "dht_stop_rule": "tuned", "dht_stop_quality": "match",
            "dht_stop_context": "trajectory"}
 DHT, CONF = "tuned_trajectory_match", "shared_threshold"
+#: deliverable 4's recipe variants (``protocols/dht_recipe.json``): settings over :data:`DHT_CFG`
+#: and the epoch count; stored as ``dht-{name}_seed{s}`` beside today's ``dht_seed{s}``
+RECIPES = {"equal": {"cfg": {"exit_loss": "equal"}, "epochs": 2},
+           "epochs3": {"cfg": {}, "epochs": 3}}
+RECIPE_PROTOCOL = PROTOCOL.with_name("dht_recipe.json")
+RECIPE_RESULT = RESULT.with_name("dht_recipe.json")
 _OPS = {">=": float.__ge__, ">": float.__gt__, "<=": float.__le__}
 
 
@@ -122,14 +128,18 @@ def tweets_dir(out: Path = TWEETS_DIR, work: Path | None = None) -> Path:
 
 
 # -------------------------------------------------------------------------------------- run
-def model_names(seeds=SEEDS) -> list[str]:
-    """The stored models in run order: per seed, dht then the static cuts of :data:`DEPTHS`."""
+def model_names(seeds=SEEDS, recipe: str | None = None) -> list[str]:
+    """The stored models in run order: per seed, dht then the static cuts of :data:`DEPTHS`;
+    with ``recipe`` (a :data:`RECIPES` name) that recipe's multi-exit model alone."""
+    if recipe is not None:
+        return [f"dht-{recipe}_seed{s}" for s in seeds]
     return [n for s in seeds for n in (f"dht_seed{s}", *(f"static{k}_seed{s}" for k in DEPTHS))]
 
 
 def train_and_store(name: str, ckpt: str, data, out: Path, threads: int) -> dict:
-    """Train the model ``name`` (``dht_seedN`` or ``static{k}_seedN``) and store its validation
-    and test class probabilities (``{split}_p``), labels and padded lengths in ``name.npz``."""
+    """Train the model ``name`` (``dht_seedN``, ``dht-{recipe}_seedN`` or ``static{k}_seedN``)
+    and store its validation and test class probabilities (``{split}_p``), labels and padded
+    lengths in ``name.npz``."""
     import torch
 
     import dynamic_depth as dd
@@ -138,37 +148,40 @@ def train_and_store(name: str, ckpt: str, data, out: Path, threads: int) -> dict
     torch.set_num_threads(threads)
     kind, seed = name.split("_seed")
     seed = int(seed)
-    steps = math.ceil(len(data.train) / TRAIN["batch_size"]) * TRAIN["epochs"]
+    kind, _, recipe = kind.partition("-")
+    epochs = RECIPES[recipe]["epochs"] if recipe else TRAIN["epochs"]
+    steps = math.ceil(len(data.train) / TRAIN["batch_size"]) * epochs
     cfg = {"init_from": ckpt, "lr": TRAIN["lr"], "dropout": 0.1, "weight_decay": 0.01,
            "warmup_steps": max(1, steps // 10)}
     if kind == "dht":
-        cfg.update(DHT_CFG)
+        cfg.update(DHT_CFG, **(RECIPES[recipe]["cfg"] if recipe else {}))
         depth = None
     else:  # a static cut: the checkpoint's first k blocks, as dynamic_depth.train_row builds it
         depth = int(kind.removeprefix("static"))
         cfg.update(gating="static", n_layers=depth)
     t0 = time.perf_counter()
-    loop = TrialLoop(cfg, data, {"epochs": TRAIN["epochs"], "batch_size": TRAIN["batch_size"], "seed": seed})
-    while loop.epoch < TRAIN["epochs"]:
+    loop = TrialLoop(cfg, data, {"epochs": epochs, "batch_size": TRAIN["batch_size"], "seed": seed})
+    while loop.epoch < epochs:
         loop.train_epoch()
     test_acc = loop.evaluate("test")["accuracy"]
     probs = sp.exit_probs if depth is None else lambda m, x, mask: dd.static_forward(m, x, mask, depth).softmax(-1)
     out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out / f"{name}.npz", **sp.split_outputs(loop, probs))
     meta = {"model": name, "seed": seed, "commit": git_commit(), "command": " ".join(["python", *sys.argv]),
-            "machine": machine(), "cfg": {k: v for k, v in cfg.items() if k != "init_from"}, "train": TRAIN,
+            "machine": machine(), "cfg": {k: v for k, v in cfg.items() if k != "init_from"}, "train": {**TRAIN, "epochs": epochs},
             "test_accuracy": test_acc, "wall_s": round(time.perf_counter() - t0, 1)}
     (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"{name}: stored in {meta['wall_s']} s (test accuracy {test_acc:.4f})", flush=True)
     return meta
 
 
-def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None, dataset: str = "rt") -> None:
+def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None, dataset: str = "rt",
+        recipe: str | None = None) -> None:
     import dynamic_depth as dd
 
     name = "rotten_tomatoes_sentences" if dataset == "rt" else str(tweets_dir())
     ckpt, data = dd.load_data({**TRAIN, "train_samples": train_samples, "dataset": name})
-    for name in model_names(seeds):
+    for name in model_names(seeds, recipe):
         if (out / f"{name}.npz").exists():
             print(f"{name}: already stored", flush=True)
             continue
@@ -176,17 +189,18 @@ def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None, 
 
 
 # ---------------------------------------------------------------------------------- analyze
-def seed_tables(out: Path, seed: int, cost_of) -> dict:
-    """One seed's test tables: ``dht`` (the exits' table), the two policies' test exits per
-    budget, and each static cut's per-row correctness ``static{k}`` (``N``)."""
-    d = np.load(out / f"dht_seed{seed}.npz")
+def seed_tables(out: Path, seed: int, cost_of, dht: str = "dht") -> dict:
+    """One seed's test tables: ``dht`` (the exits' table of the model ``{dht}_seed{seed}``),
+    the two policies' test exits per budget, and each static cut's per-row correctness
+    ``static{k}`` (``N``)."""
+    d = np.load(out / f"{dht}_seed{seed}.npz")
     val, test = sp.split_tables(d, "validation", cost_of), sp.split_tables(d, "test", cost_of)
     tab = {"test": test, DHT: [sp.policy_exits(DHT, val, test, b) for b in BUDGETS],
            CONF: [sp.policy_exits(CONF, val, test, b) for b in BUDGETS]}
     for k in DEPTHS:
         s = np.load(out / f"static{k}_seed{seed}.npz")
         if not np.array_equal(s["test_y"], d["test_y"]):
-            raise ValueError(f"{out}/static{k}_seed{seed}.npz: test rows differ from dht_seed{seed}.npz's")
+            raise ValueError(f"{out}/static{k}_seed{seed}.npz: test rows differ from {dht}_seed{seed}.npz's")
         tab[f"static{k}"] = (s["test_p"].argmax(-1) == s["test_y"]).astype(float)
         # validation only (deliverable 4's rows): DHT's exit k against the cut fine-tuned at k
         tab[f"val_exit{k}_minus_static{k}_pts"] = 100 * float(
@@ -220,13 +234,17 @@ TARGETS = {"dht_gain_over_static_pts_at_0.5": ">= 1.5", "dht_gain_over_static_pt
            "dht_gain_over_confidence_exit_pts_at_0.5": ">= 0"}
 
 
-def analyze_dataset(out: Path, cost_of, draws: int = 2000) -> tuple[dict, dict, list[dict]] | None:
+def analyze_dataset(out: Path, cost_of, draws: int = 2000,
+                    recipe: str | None = None) -> tuple[dict, dict, list[dict]] | None:
     """``(summary, per_seed, models' metadata)`` of the complete seeds stored in ``out``
-    (``None`` when there is none): every key of :data:`KEYS` with its ``_ci``."""
-    seeds = [s for s in SEEDS if all((out / f"{n}.npz").exists() for n in model_names([s]))]
+    (``None`` when there is none): every key of :data:`KEYS` with its ``_ci``; with ``recipe``
+    that recipe's multi-exit models (``dht-{recipe}``) against the same static cuts."""
+    dht = "dht" if recipe is None else f"dht-{recipe}"
+    names = lambda s: [*model_names([s], recipe), *model_names([s])[1:]]  # noqa: E731
+    seeds = [s for s in SEEDS if all((out / f"{n}.npz").exists() for n in names(s))]
     if not seeds:
         return None
-    tabs = [seed_tables(out, s, cost_of) for s in seeds]
+    tabs = [seed_tables(out, s, cost_of, dht) for s in seeds]
     n = [len(t["test"]["correct"]) for t in tabs]
     point = estimates(tabs, [np.arange(m)[None] for m in n])
     rng = np.random.default_rng(0)
@@ -247,7 +265,58 @@ def analyze_dataset(out: Path, cost_of, draws: int = 2000) -> tuple[dict, dict, 
         per_seed[str(s)] = {k.removeprefix("acc_"): float(v[0]) for k, v in one.items() if k.startswith("acc_")}
         per_seed[str(s)].update({f"val_exit{k}_minus_static{k}_pts": tab[f"val_exit{k}_minus_static{k}_pts"]
                                  for k in DEPTHS})
-    return summary, per_seed, [json.loads((out / f"{m}.json").read_text()) for m in model_names(seeds)]
+    return summary, per_seed, [json.loads((out / f"{m}.json").read_text()) for s in seeds for m in names(s)]
+
+
+def chosen_recipe(result: Path = RECIPE_RESULT) -> str | None:
+    """The recipe :func:`select` chose on validation (``None``: none chosen yet, or today's)."""
+    if not result.exists():
+        return None
+    chosen = json.loads(result.read_text())["summary"]["chosen"]
+    return None if chosen == "today" else chosen
+
+
+def select(dumps: dict[str, Path], result: Path = RECIPE_RESULT) -> int:
+    """Deliverable 4's choice (``protocols/dht_recipe.json``), on validation rows only: per
+    recipe variant with a seed-0 model on every dataset, ``val_exit{k}_minus_static{k}_pts``
+    (k = 2, 3, 6) against the seed-0 static cuts, and the score (their mean over datasets and
+    k); the best variant is chosen if it beats today's recipe. Writes ``result``."""
+    t0 = time.perf_counter()
+    rows: dict[str, dict[str, dict[str, float]]] = {}
+    for recipe in ("today", *RECIPES):
+        dht = "dht" if recipe == "today" else f"dht-{recipe}"
+        if not all((out / f"{dht}_seed0.npz").exists() for out in dumps.values()):
+            print(f"{recipe}: no seed-0 model on every dataset yet", file=sys.stderr)
+            continue
+        rows[recipe] = {}
+        for name, out in dumps.items():
+            val = np.load(out / f"{dht}_seed0.npz")
+            correct = val["validation_p"].argmax(-1) == val["validation_y"][:, None]  # (N, K)
+            gaps = {}
+            for k in DEPTHS:
+                s = np.load(out / f"static{k}_seed0.npz")
+                if not np.array_equal(s["validation_y"], val["validation_y"]):
+                    raise ValueError(f"{out}/static{k}_seed0.npz: validation rows differ from {dht}_seed0.npz's")
+                static = (s["validation_p"].argmax(-1) == s["validation_y"]).mean()
+                gaps[f"val_exit{k}_minus_static{k}_pts"] = 100 * float(correct[:, k - 1].mean() - static)
+            rows[recipe][name] = gaps
+        rows[recipe]["score"] = float(np.mean([v for d in dumps for v in rows[recipe][d].values()]))
+    if "today" not in rows:
+        print("today's seed-0 models are missing: run `python benchmarks/dht_seeded.py run` first", file=sys.stderr)
+        return 1
+    best = max(rows, key=lambda r: rows[r]["score"])
+    chosen = best if rows[best]["score"] > rows["today"]["score"] else "today"
+    for r, v in rows.items():
+        print(f"{r:8s} score {v['score']:+.2f}  " + "  ".join(
+            f"{d}: " + " ".join(f"{x:+.2f}" for x in v[d].values()) for d in dumps))
+    print(f"chosen: {chosen}")
+    prov = provenance(seeds=[0], selection_split="validation", protocol=json.loads(RECIPE_PROTOCOL.read_text()),
+                      wall_s=time.perf_counter() - t0, recipes={r: RECIPES.get(r, {}) for r in rows},
+                      models={d: {r: json.loads((out / f"{'dht' if r == 'today' else 'dht-' + r}_seed0.json")
+                                                .read_text())["commit"] for r in rows} for d, out in dumps.items()})
+    write_result(result, {"chosen": chosen, "variants": rows}, prov)
+    print(f"wrote {result}")
+    return 0
 
 
 def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
@@ -255,14 +324,16 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
     t0 = time.perf_counter()
     cost_of = sp.exit_costs(TRAIN["max_len"])
     summary, per_seed, protocols, models = {}, {}, {}, {}
-    for name, out in dumps.items():
-        got = analyze_dataset(out, cost_of, draws)
+    recipe = chosen_recipe()
+    for name, out, r in [(n, o, None) for n, o in dumps.items()] + \
+            [(f"{n}_recipe", o, recipe) for n, o in dumps.items() if recipe]:
+        got = analyze_dataset(out, cost_of, draws, r)
         if got is None:
             print(f"{name}: no complete seed in {out}", file=sys.stderr)
             continue
         summary[name], per_seed[name], m = got
         models[name] = {x["model"]: {k: x[k] for k in ("commit", "wall_s", "test_accuracy")} for x in m}
-        protocols[name] = json.loads(DATASETS[name]["protocol"].read_text())
+        protocols[name] = json.loads((RECIPE_PROTOCOL if r else DATASETS[name]["protocol"]).read_text())
         print(f"{name} ({len(summary[name]['seeds'])} seeds)\n{'key':45s} {'mean':>7s}  95% CI")
         for key in KEYS:
             ci = summary[name][f"{key}_ci"]
@@ -287,7 +358,9 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["run", "analyze"])
+    ap.add_argument("command", choices=["run", "select", "analyze"])
+    ap.add_argument("--recipe", choices=list(RECIPES), default=None,
+                    help="run: train only this recipe variant's multi-exit model (protocols/dht_recipe.json)")
     ap.add_argument("--dataset", choices=list(DATASETS), default="rt", help="run: the dataset (default %(default)s)")
     ap.add_argument("--dumps", type=Path, default=None,
                     help="run: directory of the stored models' outputs (default: the dataset's)")
@@ -298,9 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.command == "run":
         run(args.dumps or DATASETS[args.dataset]["dumps"], args.threads, args.seeds, args.train_samples,
-            args.dataset)
+            args.dataset, args.recipe)
         return 0
     dumps = {k: v["dumps"] for k, v in DATASETS.items()} if args.dumps is None else {args.dataset: args.dumps}
+    if args.command == "select":
+        return select(dumps)
     return analyze(dumps, args.out)
 
 
