@@ -240,7 +240,9 @@ def analyze_dataset(out: Path, cost_of, draws: int = 2000,
     (``None`` when there is none): every key of :data:`KEYS` with its ``_ci``; with ``recipe``
     that recipe's multi-exit models (``dht-{recipe}``) against the same static cuts."""
     dht = "dht" if recipe is None else f"dht-{recipe}"
-    names = lambda s: [*model_names([s], recipe), *model_names([s])[1:]]  # noqa: E731
+    def names(seed: int) -> list[str]:  # the seed's multi-exit model, then today's static cuts
+        return [*model_names([seed], recipe), *model_names([seed])[1:]] if recipe else model_names([seed])
+
     seeds = [s for s in SEEDS if all((out / f"{n}.npz").exists() for n in names(s))]
     if not seeds:
         return None

@@ -35,9 +35,10 @@ def test_tweets_reader_keeps_the_candidates_own_english_tweets(ds):
         ds.tweets_rows(b"Is retweet\tLanguage\tContent\n\n\n")
 
 
-def store(path, n: int, seed: int, static_acc: dict[int, float]) -> None:
-    """A seed's stored outputs: a 6-exit model over 3 classes whose deeper exits are surer of
-    the truth, and static cuts right on the first ``static_acc[k]`` share of the test rows."""
+def store(path, n: int, seed: int, static_acc: dict[int, float], dht: str = "dht") -> None:
+    """A seed's stored outputs: a 6-exit model ``{dht}_seed{seed}`` over 3 classes whose deeper
+    exits are surer of the truth, and static cuts right on the first ``static_acc[k]`` share of
+    the test rows."""
     rng = np.random.default_rng(seed)
     arrays = {}
     for split in ("validation", "test"):
@@ -47,9 +48,9 @@ def store(path, n: int, seed: int, static_acc: dict[int, float]) -> None:
         arrays.update({f"{split}_p": torch.from_numpy(logits).softmax(-1).numpy(), f"{split}_y": y,
                        f"{split}_T": np.full(n, 16)})
     path.mkdir(parents=True, exist_ok=True)
-    np.savez(path / f"dht_seed{seed}.npz", **arrays)
+    np.savez(path / f"{dht}_seed{seed}.npz", **arrays)
     meta = {"commit": "c", "wall_s": 1.0, "test_accuracy": 0.5}
-    (path / f"dht_seed{seed}.json").write_text(json.dumps({**meta, "model": f"dht_seed{seed}"}))
+    (path / f"{dht}_seed{seed}.json").write_text(json.dumps({**meta, "model": f"{dht}_seed{seed}"}))
     for k, acc in static_acc.items():
         right = np.arange(n) < round(acc * n)
         pred = np.where(right, arrays["test_y"], (arrays["test_y"] + 1) % 3)
@@ -90,3 +91,47 @@ def test_outputs_of_other_test_rows_are_not_paired(ds, tmp_path):
     np.savez(f, **d)
     with pytest.raises(ValueError, match="static3_seed0.npz: test rows differ"):
         ds.analyze_dataset(tmp_path, cost_of, draws=10)
+
+
+def test_a_recipe_is_analysed_against_the_same_static_cuts(ds, tmp_path):
+    store(tmp_path, 300, 0, {3: 0.5, 2: 0.25, 6: 1.0})
+    store(tmp_path, 300, 0, {}, dht="dht-equal")  # the recipe's model only; the cuts are today's
+    assert ds.analyze_dataset(tmp_path, cost_of, draws=10, recipe="epochs3") is None  # none stored
+    summary, per_seed, metas = ds.analyze_dataset(tmp_path, cost_of, draws=10, recipe="equal")
+    assert [m["model"] for m in metas] == ["dht-equal_seed0", "static3_seed0", "static2_seed0", "static6_seed0"]
+    assert per_seed["0"]["static3"] == 0.5
+
+
+def stored_on_validation(path, name: str, y: np.ndarray, acc: list[float]) -> None:
+    """``name``'s outputs (a model with ``len(acc)`` exits, or one cut), right on the first
+    ``acc[k]`` share of the validation rows at exit ``k``."""
+    n = len(y)
+    p = np.stack([np.eye(3)[np.where(np.arange(n) < round(a * n), y, (y + 1) % 3)] for a in acc], 1)
+    p = p[:, 0] if len(acc) == 1 else p
+    path.mkdir(parents=True, exist_ok=True)
+    np.savez(path / f"{name}.npz", validation_p=p, validation_y=y, test_p=p, test_y=y)
+    (path / f"{name}.json").write_text(json.dumps({"commit": "c"}))
+
+
+@pytest.mark.parametrize("equal_exits, chosen", [([0.5, 0.7, 0.75, 0.8, 0.85, 0.88], "equal"),
+                                                 ([0.5, 0.55, 0.65, 0.8, 0.85, 0.9], "today")])
+def test_the_recipe_is_chosen_on_validation_and_only_if_it_beats_todays(ds, tmp_path, equal_exits, chosen):
+    """Exits 2, 3 and 6 against the cuts at 2, 3, 6 blocks, averaged over the datasets: the
+    best variant wins only where it beats today's recipe."""
+    y = np.random.default_rng(0).integers(0, 3, 200)
+    dumps = {d: tmp_path / d for d in ("rt", "election_tweets")}
+    for out in dumps.values():
+        for k, a in ((2, 0.7), (3, 0.75), (6, 0.9)):
+            stored_on_validation(out, f"static{k}_seed0", y, [a])
+        stored_on_validation(out, "dht_seed0", y, [0.5, 0.6, 0.7, 0.8, 0.85, 0.9])  # gaps -10, -5, 0
+        stored_on_validation(out, "dht-equal_seed0", y, equal_exits)
+    stored_on_validation(dumps["rt"], "dht-epochs3_seed0", y, [0.9] * 6)  # one dataset only: left out
+    assert ds.select(dumps, tmp_path / "r.json") == 0
+    got = json.loads((tmp_path / "r.json").read_text())
+    assert got["summary"]["chosen"] == chosen and "epochs3" not in got["summary"]["variants"]
+    assert got["summary"]["variants"]["today"]["score"] == pytest.approx(-5.0)
+    assert got["provenance"]["selection_split"] == "validation"
+    assert (ds.chosen_recipe(tmp_path / "r.json") or "today") == chosen
+    np.savez(dumps["rt"] / "static2_seed0.npz", validation_p=np.eye(3)[y[::-1]], validation_y=y[::-1])
+    with pytest.raises(ValueError, match="static2_seed0.npz: validation rows differ"):
+        ds.select(dumps, tmp_path / "r.json")
