@@ -72,6 +72,10 @@ HEADLINE = [
      "static cut at the same FLOPs: 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
      "the same, on another task"),
+    ("DHT head gating on long inputs (20 Newsgroups, 128 tokens) at 0.5x FLOPs", "head_gating",
+     "dht_head_gating_gain_pts_long_inputs", "accuracy points over depth-only DHT (1 seed)",
+     "depth-only DHT: 0; static cut at 0.5x: {depth_only_gain_over_static_pts_at_0.5} below depth-only DHT",
+     "gating heads as well as layers saves more at the same accuracy (arXiv 2312.03038 sec. 3.3)"),
     ("Learned early exit (depth predictor)", "depth_predictor", "dp_gain_over_static_pts",
      "accuracy points over the static curve", "static cut at the same FLOPs: 0",
      "adaptive depth beats static depth at equal cost (Li, Li & Wang)"),
