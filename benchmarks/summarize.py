@@ -72,6 +72,16 @@ HEADLINE = [
      "static cut at the same FLOPs: 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
      "the same, on another task"),
+    ("DHT, multi-exit recipe chosen on validation (3 epochs), Rotten Tomatoes sentences", "dht_seeded#rt_recipe",
+     "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each; DHT trained 1.5x as long)",
+     "static cut at the same FLOPs (2 epochs): 0; confidence exit on the same models: "
+     "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
+     "the same, with the recipe of benchmarks/results/dht_recipe.json"),
+    ("DHT, multi-exit recipe chosen on validation (3 epochs), election tweets", "dht_seeded#election_tweets_recipe",
+     "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each; DHT trained 1.5x as long)",
+     "static cut at the same FLOPs (2 epochs): 0; confidence exit on the same models: "
+     "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
+     "the same, on another task"),
     ("DHT head gating on long inputs (20 Newsgroups, 128 tokens) at 0.5x FLOPs", "head_gating",
      "dht_head_gating_gain_pts_long_inputs", "accuracy points over depth-only DHT (1 seed)",
      "depth-only DHT: 0; static cut at 0.5x: {depth_only_gain_over_static_pts_at_0.5} below depth-only DHT",
