@@ -72,6 +72,9 @@ RECIPES = {"equal": {"cfg": {"exit_loss": "equal"}, "epochs": 2},
            "epochs3": {"cfg": {}, "epochs": 3}}
 RECIPE_PROTOCOL = PROTOCOL.with_name("dht_recipe.json")
 RECIPE_RESULT = RESULT.with_name("dht_recipe.json")
+#: the recipe against static cuts trained as long as it (``protocols/dht_recipe_equal_training.json``)
+EQUAL_TRAINING_PROTOCOL = PROTOCOL.with_name("dht_recipe_equal_training.json")
+EQUAL_TRAINING_CUTS = (3,)
 _OPS = {">=": float.__ge__, ">": float.__gt__, "<=": float.__le__}
 
 
@@ -128,10 +131,14 @@ def tweets_dir(out: Path = TWEETS_DIR, work: Path | None = None) -> Path:
 
 
 # -------------------------------------------------------------------------------------- run
-def model_names(seeds=SEEDS, recipe: str | None = None) -> list[str]:
+def model_names(seeds=SEEDS, recipe: str | None = None, cuts: tuple[int, ...] = ()) -> list[str]:
     """The stored models in run order: per seed, dht then the static cuts of :data:`DEPTHS`;
-    with ``recipe`` (a :data:`RECIPES` name) that recipe's multi-exit model alone."""
+    with ``recipe`` (a :data:`RECIPES` name) that recipe's multi-exit model alone, or with
+    ``cuts`` the static cuts at those depths trained for the recipe's epochs
+    (``static{k}-{recipe}``: equally trained baselines)."""
     if recipe is not None:
+        if cuts:
+            return [f"static{k}-{recipe}_seed{s}" for s in seeds for k in cuts]
         return [f"dht-{recipe}_seed{s}" for s in seeds]
     return [n for s in seeds for n in (f"dht_seed{s}", *(f"static{k}_seed{s}" for k in DEPTHS))]
 
@@ -176,12 +183,12 @@ def train_and_store(name: str, ckpt: str, data, out: Path, threads: int) -> dict
 
 
 def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None, dataset: str = "rt",
-        recipe: str | None = None) -> None:
+        recipe: str | None = None, cuts: tuple[int, ...] = ()) -> None:
     import dynamic_depth as dd
 
     name = "rotten_tomatoes_sentences" if dataset == "rt" else str(tweets_dir())
     ckpt, data = dd.load_data({**TRAIN, "train_samples": train_samples, "dataset": name})
-    for name in model_names(seeds, recipe):
+    for name in model_names(seeds, recipe, cuts):
         if (out / f"{name}.npz").exists():
             print(f"{name}: already stored", flush=True)
             continue
@@ -189,18 +196,19 @@ def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None, 
 
 
 # ---------------------------------------------------------------------------------- analyze
-def seed_tables(out: Path, seed: int, cost_of, dht: str = "dht") -> dict:
+def seed_tables(out: Path, seed: int, cost_of, dht: str = "dht", cuts: str = "",
+                depths: tuple[int, ...] = DEPTHS) -> dict:
     """One seed's test tables: ``dht`` (the exits' table of the model ``{dht}_seed{seed}``),
     the two policies' test exits per budget, and each static cut's per-row correctness
-    ``static{k}`` (``N``)."""
+    ``static{k}`` (``N``; the model ``static{k}{cuts}_seed{seed}``, ``k`` in ``depths``)."""
     d = np.load(out / f"{dht}_seed{seed}.npz")
     val, test = sp.split_tables(d, "validation", cost_of), sp.split_tables(d, "test", cost_of)
     tab = {"test": test, DHT: [sp.policy_exits(DHT, val, test, b) for b in BUDGETS],
            CONF: [sp.policy_exits(CONF, val, test, b) for b in BUDGETS]}
-    for k in DEPTHS:
-        s = np.load(out / f"static{k}_seed{seed}.npz")
+    for k in depths:
+        s = np.load(out / f"static{k}{cuts}_seed{seed}.npz")
         if not np.array_equal(s["test_y"], d["test_y"]):
-            raise ValueError(f"{out}/static{k}_seed{seed}.npz: test rows differ from {dht}_seed{seed}.npz's")
+            raise ValueError(f"{out}/static{k}{cuts}_seed{seed}.npz: test rows differ from {dht}_seed{seed}.npz's")
         tab[f"static{k}"] = (s["test_p"].argmax(-1) == s["test_y"]).astype(float)
         # validation only (deliverable 4's rows): DHT's exit k against the cut fine-tuned at k
         tab[f"val_exit{k}_minus_static{k}_pts"] = 100 * float(
@@ -209,21 +217,25 @@ def seed_tables(out: Path, seed: int, cost_of, dht: str = "dht") -> dict:
 
 
 def estimates(tabs: list[dict], idx_per_seed: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Every key's value (points, mean over seeds) for each row resample: ``{key: (D,)}``."""
+    """Every key's value (points, mean over seeds) for each row resample: ``{key: (D,)}`` (the
+    keys whose static cut is in the tables)."""
     acc = {}
     for tab, idx in zip(tabs, idx_per_seed, strict=True):
         t = tab["test"]
         vals = {"dht@0.5": sp._curves_at_main(t, tab[DHT], idx, 0.5), "dht@0.33": sp._curves_at_main(t, tab[DHT], idx, 1 / 3),
                 "conf@0.5": sp._curves_at_main(t, tab[CONF], idx, 0.5),
-                **{f"static{k}": tab[f"static{k}"][idx].mean(1) for k in DEPTHS}}
+                **{f"static{k}": tab[f"static{k}"][idx].mean(1) for k in DEPTHS if f"static{k}" in tab}}
         for k, v in vals.items():
             acc[k] = acc.get(k, 0) + v / len(tabs)
-    return {"dht_gain_over_static_pts_at_0.5": 100 * (acc["dht@0.5"] - acc["static3"]),
-            "dht_gain_over_static_pts_at_0.33": 100 * (acc["dht@0.33"] - acc["static2"]),
-            "dht_acc_drop_pts_at_0.5": 100 * (acc["static6"] - acc["dht@0.5"]),
-            "dht_gain_over_confidence_exit_pts_at_0.5": 100 * (acc["dht@0.5"] - acc["conf@0.5"]),
-            "confidence_exit_gain_over_static_pts_at_0.5": 100 * (acc["conf@0.5"] - acc["static3"]),
-            **{f"acc_{k}": acc[k] for k in acc}}
+    out = {"dht_gain_over_confidence_exit_pts_at_0.5": 100 * (acc["dht@0.5"] - acc["conf@0.5"])}
+    if "static3" in acc:
+        out["dht_gain_over_static_pts_at_0.5"] = 100 * (acc["dht@0.5"] - acc["static3"])
+        out["confidence_exit_gain_over_static_pts_at_0.5"] = 100 * (acc["conf@0.5"] - acc["static3"])
+    if "static2" in acc:
+        out["dht_gain_over_static_pts_at_0.33"] = 100 * (acc["dht@0.33"] - acc["static2"])
+    if "static6" in acc:
+        out["dht_acc_drop_pts_at_0.5"] = 100 * (acc["static6"] - acc["dht@0.5"])
+    return {**out, **{f"acc_{k}": acc[k] for k in acc}}
 
 
 KEYS = ("dht_gain_over_static_pts_at_0.5", "dht_gain_over_static_pts_at_0.33", "dht_acc_drop_pts_at_0.5",
@@ -234,29 +246,36 @@ TARGETS = {"dht_gain_over_static_pts_at_0.5": ">= 1.5", "dht_gain_over_static_pt
            "dht_gain_over_confidence_exit_pts_at_0.5": ">= 0"}
 
 
-def analyze_dataset(out: Path, cost_of, draws: int = 2000,
-                    recipe: str | None = None) -> tuple[dict, dict, list[dict]] | None:
+def analyze_dataset(out: Path, cost_of, draws: int = 2000, recipe: str | None = None,
+                    equal_training: bool = False) -> tuple[dict, dict, list[dict]] | None:
     """``(summary, per_seed, models' metadata)`` of the complete seeds stored in ``out``
     (``None`` when there is none): every key of :data:`KEYS` with its ``_ci``; with ``recipe``
-    that recipe's multi-exit models (``dht-{recipe}``) against the same static cuts."""
+    that recipe's multi-exit models (``dht-{recipe}``) against the same static cuts, or with
+    ``equal_training`` against the cuts trained as long (``static{k}-{recipe}``, the depths of
+    :data:`EQUAL_TRAINING_CUTS`; only the keys those cuts give)."""
     dht = "dht" if recipe is None else f"dht-{recipe}"
-    def names(seed: int) -> list[str]:  # the seed's multi-exit model, then today's static cuts
-        return [*model_names([seed], recipe), *model_names([seed])[1:]] if recipe else model_names([seed])
+    cuts, depths = (f"-{recipe}", EQUAL_TRAINING_CUTS) if equal_training else ("", DEPTHS)
+
+    def names(seed: int) -> list[str]:  # the seed's multi-exit model, then its static cuts
+        if recipe is None:
+            return model_names([seed])
+        return [*model_names([seed], recipe), *(f"static{k}{cuts}_seed{seed}" for k in depths)]
 
     seeds = [s for s in SEEDS if all((out / f"{n}.npz").exists() for n in names(s))]
     if not seeds:
         return None
-    tabs = [seed_tables(out, s, cost_of, dht) for s in seeds]
+    tabs = [seed_tables(out, s, cost_of, dht, cuts, depths) for s in seeds]
     n = [len(t["test"]["correct"]) for t in tabs]
     point = estimates(tabs, [np.arange(m)[None] for m in n])
     rng = np.random.default_rng(0)
     boot = estimates(tabs, [rng.integers(0, m, (draws, m)) for m in n])
     summary = {}
-    for key in KEYS:
+    for key in (k for k in KEYS if k in point):
         summary[key] = float(point[key][0])
         summary[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
-    summary["dht_gain_over_static_pts_at_0.5_ci_low"] = summary["dht_gain_over_static_pts_at_0.5_ci"][0]
-    for k in DEPTHS:  # the shallow and the deepest exits against models fine-tuned at their depth
+    if "dht_gain_over_static_pts_at_0.5" in summary:
+        summary["dht_gain_over_static_pts_at_0.5_ci_low"] = summary["dht_gain_over_static_pts_at_0.5_ci"][0]
+    for k in depths:  # the shallow and the deepest exits against models fine-tuned at their depth
         key = f"val_exit{k}_minus_static{k}_pts"
         summary[key] = float(np.mean([t[key] for t in tabs]))
     summary["seeds"] = seeds
@@ -266,7 +285,7 @@ def analyze_dataset(out: Path, cost_of, draws: int = 2000,
         one = estimates([tab], [np.arange(len(tab["test"]["correct"]))[None]])
         per_seed[str(s)] = {k.removeprefix("acc_"): float(v[0]) for k, v in one.items() if k.startswith("acc_")}
         per_seed[str(s)].update({f"val_exit{k}_minus_static{k}_pts": tab[f"val_exit{k}_minus_static{k}_pts"]
-                                 for k in DEPTHS})
+                                 for k in depths})
     return summary, per_seed, [json.loads((out / f"{m}.json").read_text()) for s in seeds for m in names(s)]
 
 
@@ -327,17 +346,19 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
     cost_of = sp.exit_costs(TRAIN["max_len"])
     summary, per_seed, protocols, models = {}, {}, {}, {}
     recipe = chosen_recipe()
-    for name, out, r in [(n, o, None) for n, o in dumps.items()] + \
-            [(f"{n}_recipe", o, recipe) for n, o in dumps.items() if recipe]:
-        got = analyze_dataset(out, cost_of, draws, r)
+    for name, out, r, equal in [(n, o, None, False) for n, o in dumps.items()] + \
+            [(f"{n}_recipe", o, recipe, False) for n, o in dumps.items() if recipe] + \
+            [(f"{n}_recipe_vs_equally_trained_cuts", o, recipe, True) for n, o in dumps.items() if recipe]:
+        got = analyze_dataset(out, cost_of, draws, r, equal)
         if got is None:
             print(f"{name}: no complete seed in {out}", file=sys.stderr)
             continue
         summary[name], per_seed[name], m = got
         models[name] = {x["model"]: {k: x[k] for k in ("commit", "wall_s", "test_accuracy")} for x in m}
-        protocols[name] = json.loads((RECIPE_PROTOCOL if r else DATASETS[name]["protocol"]).read_text())
+        protocols[name] = json.loads((EQUAL_TRAINING_PROTOCOL if equal else RECIPE_PROTOCOL if r
+                                      else DATASETS[name]["protocol"]).read_text())
         print(f"{name} ({len(summary[name]['seeds'])} seeds)\n{'key':45s} {'mean':>7s}  95% CI")
-        for key in KEYS:
+        for key in (k for k in KEYS if k in summary[name]):
             ci = summary[name][f"{key}_ci"]
             print(f"{key:45s} {summary[name][key]:+7.2f}  [{ci[0]:+.2f}, {ci[1]:+.2f}]")
         for s, v in per_seed[name].items():
@@ -349,7 +370,7 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
                       seeds={k: v["seeds"] for k, v in summary.items()}, selection_split="validation",
                       protocol=protocols, wall_s=time.perf_counter() - t0, budgets=list(BUDGETS), draws=draws,
                       models=models)
-    targets = {f"{name}.{k}": t for name in summary for k, t in TARGETS.items()}
+    targets = {f"{name}.{k}": t for name in summary for k, t in TARGETS.items() if k in summary[name]}
     met = {k: _OPS[t.split()[0]](summary[k.split(".", 1)[0]][k.split(".", 1)[1]], float(t.split()[1]))
            for k, t in targets.items()}
     write_result(result, summary, prov, targets=targets, targets_met=sum(met.values()), targets_total=len(met),
@@ -363,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("command", choices=["run", "select", "analyze"])
     ap.add_argument("--recipe", choices=list(RECIPES), default=None,
                     help="run: train only this recipe variant's multi-exit model (protocols/dht_recipe.json)")
+    ap.add_argument("--cuts", type=int, nargs="+", default=[],
+                    help="run, with --recipe: train static cuts at these depths for the recipe's epochs instead")
     ap.add_argument("--dataset", choices=list(DATASETS), default="rt", help="run: the dataset (default %(default)s)")
     ap.add_argument("--dumps", type=Path, default=None,
                     help="run: directory of the stored models' outputs (default: the dataset's)")
@@ -373,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.command == "run":
         run(args.dumps or DATASETS[args.dataset]["dumps"], args.threads, args.seeds, args.train_samples,
-            args.dataset, args.recipe)
+            args.dataset, args.recipe, tuple(args.cuts))
         return 0
     dumps = {k: v["dumps"] for k, v in DATASETS.items()} if args.dumps is None else {args.dataset: args.dumps}
     if args.command == "select":

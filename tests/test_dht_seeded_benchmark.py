@@ -135,3 +135,19 @@ def test_the_recipe_is_chosen_on_validation_and_only_if_it_beats_todays(ds, tmp_
     np.savez(dumps["rt"] / "static2_seed0.npz", validation_p=np.eye(3)[y[::-1]], validation_y=y[::-1])
     with pytest.raises(ValueError, match="static2_seed0.npz: validation rows differ"):
         ds.select(dumps, tmp_path / "r.json")
+
+
+def test_the_recipe_against_cuts_trained_as_long_reads_only_the_keys_they_give(ds, tmp_path):
+    store(tmp_path, 300, 0, {3: 0.5, 2: 0.25, 6: 1.0}, dht="dht-epochs3")
+    store(tmp_path / "long", 300, 0, {3: 0.6})  # the same rows (same seed), cut 3 right on more of them
+    (tmp_path / "long" / "static3_seed0.npz").rename(tmp_path / "static3-epochs3_seed0.npz")
+    (tmp_path / "static3-epochs3_seed0.json").write_text(json.dumps({"model": "static3-epochs3_seed0", "commit": "c",
+                                                                     "wall_s": 1.0, "test_accuracy": 0.6}))
+    usual, _, _ = ds.analyze_dataset(tmp_path, cost_of, draws=10, recipe="epochs3")
+    equal, per_seed, metas = ds.analyze_dataset(tmp_path, cost_of, draws=10, recipe="epochs3", equal_training=True)
+    assert [m["model"] for m in metas] == ["dht-epochs3_seed0", "static3-epochs3_seed0"]
+    assert per_seed["0"]["static3"] == 0.6
+    # ten points more for the cut trained as long: ten points less gain over it
+    assert equal["dht_gain_over_static_pts_at_0.5"] == pytest.approx(usual["dht_gain_over_static_pts_at_0.5"] - 10)
+    assert "dht_acc_drop_pts_at_0.5" not in equal and "dht_gain_over_static_pts_at_0.33" not in equal
+    assert ds.model_names([0, 1], "epochs3", (3,)) == ["static3-epochs3_seed0", "static3-epochs3_seed1"]
