@@ -82,6 +82,16 @@ HEADLINE = [
      "static cut at the same FLOPs (2 epochs): 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
      "the same, on another task"),
+    ("DHT (3-epoch recipe) vs a static cut trained as long, Rotten Tomatoes sentences",
+     "dht_seeded#rt_recipe_vs_equally_trained_cuts", "dht_gain_over_static_pts_at_0.5",
+     "accuracy points over the 3-epoch static cut (3 seeds each)",
+     "static cut at the same FLOPs and epochs: 0; confidence exit on the same models: "
+     "{confidence_exit_gain_over_static_pts_at_0.5}", "the same, at equal training"),
+    ("DHT (3-epoch recipe) vs a static cut trained as long, election tweets",
+     "dht_seeded#election_tweets_recipe_vs_equally_trained_cuts", "dht_gain_over_static_pts_at_0.5",
+     "accuracy points over the 3-epoch static cut (3 seeds each)",
+     "static cut at the same FLOPs and epochs: 0; confidence exit on the same models: "
+     "{confidence_exit_gain_over_static_pts_at_0.5}", "the same, at equal training"),
     ("DHT head gating on long inputs (20 Newsgroups, 128 tokens) at 0.5x FLOPs", "head_gating",
      "dht_head_gating_gain_pts_long_inputs", "accuracy points over depth-only DHT (1 seed)",
      "depth-only DHT: 0; static cut at 0.5x: {depth_only_gain_over_static_pts_at_0.5} below depth-only DHT",
