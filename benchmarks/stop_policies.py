@@ -199,7 +199,14 @@ def policy_exits(name: str, val: dict, test: dict, budget: float) -> np.ndarray:
     else:  # (max probability, 1): the confidence rule reads column 0
         Xv, Xt = (np.stack([t["maxp"], np.ones_like(t["maxp"])], -1) for t in (val, test))
     q = {"prob": val["prob"], "match": val["match"], "labels": val["correct"]}[quality]
-    stop = LinearStopping(K, Xv.shape[-1], rule=rule, score_col=0, window=len(q))
+    if rule.startswith("bandit"):  # "bandit" (alpha = DHTSettings' dht_alpha) or "bandit{alpha}"
+        from archsearch.dynamic.dht import DHTSettings
+        from archsearch.dynamic.stop_bandit import BanditStopping
+
+        alpha = float(rule.removeprefix("bandit") or DHTSettings.model_fields["dht_alpha"].default)
+        stop = BanditStopping(K, Xv.shape[-1], alpha=alpha, score_col=0, window=len(q))
+    else:
+        stop = LinearStopping(K, Xv.shape[-1], rule=rule, score_col=0, window=len(q))
 
     def fraction(price):
         stop.fit(price, data=(Xv, q, val["cost"]))

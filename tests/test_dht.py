@@ -18,6 +18,7 @@ import torch
 
 from archsearch.dynamic import gating_class
 from archsearch.dynamic.dht import DHTGating
+from archsearch.dynamic.stop_bandit import BanditStopping
 from archsearch.dynamic.stopping import TRAJECTORY_DIM
 from archsearch.models import costs
 from archsearch.models.transformer import MultiHeadAttention, Transformer, TransformerConfig
@@ -525,7 +526,8 @@ def test_cascade_routing_stops_per_sample_and_equals_static_runs_of_each_group(t
     ("train", "regression", "prob", "exit"), ("validation", "regression", "prob", "exit"),
     ("train", "tuned", "prob", "exit"),
     ("validation", "confidence", "prob", "exit"), ("validation", "confidence", "match", "exit"),
-    ("validation", "confidence", "match", "trajectory")])
+    ("validation", "confidence", "match", "trajectory"),
+    ("train", "bandit", "prob", "exit"), ("validation", "bandit", "match", "trajectory")])
 def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, stop_fit, stop_rule, stop_quality,
                                                                     stop_context, device):
     static = costs.static_costs_fn(small_data)({"n_layers": 3, "d_model": 32,
@@ -534,7 +536,8 @@ def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, s
                         dht_reward="prob", dht_stop_fit=stop_fit, dht_stop_rule=stop_rule,
                         dht_stop_quality=stop_quality, dht_stop_context=stop_context)
     g = loop.gating
-    assert g.stopping.rule == stop_rule and g.stop_quality == stop_quality
+    assert g.stop_quality == stop_quality
+    assert isinstance(g.stopping, BanditStopping) if stop_rule == "bandit" else g.stopping.rule == stop_rule
     assert g.stopping.dim == (TRAJECTORY_DIM if stop_context == "trajectory" else g.context_dim)
     assert g.takeover_step is not None and g.stopping.updates > 0
     frac = m["flops_per_sample"] / static

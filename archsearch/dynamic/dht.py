@@ -55,6 +55,7 @@ from archsearch.dynamic.dht_eval import DHTInference
 from archsearch.dynamic.dht_paths import CONTEXT_DIM, DHTPaths
 from archsearch.dynamic.exits import all_exit_loss, distill, load_teacher, per_sample_ce, teacher_logits
 from archsearch.dynamic.settings import StrategySettings
+from archsearch.dynamic.stop_bandit import BanditStopping
 from archsearch.dynamic.stopping import TRAJECTORY_DIM, LinearStopping
 
 #: Where the defaults come from: benchmarks/results/dht.json (MiniLM-L6 on Rotten Tomatoes, 2
@@ -116,10 +117,12 @@ class DHTSettings(StrategySettings):
     dht_stop_fit: Literal["train", "validation"] = Field("validation", description=(
         "Cascade: fit the stop policy on the training exits (`train`) or refit it on the "
         "calibration rows, label-free (`validation`, measured)."))
-    dht_stop_rule: Literal["regression", "tuned", "confidence"] = Field("tuned", description=(
+    dht_stop_rule: Literal["regression", "tuned", "confidence", "bandit"] = Field("tuned", description=(
         "Cascade: stop when the regression's advantage beats 0 (`regression`), beats a per-exit "
         "threshold found by direct search (`tuned`, measured), or per-exit thresholds on the "
-        "exit's max probability (`confidence`)."))
+        "exit's max probability (`confidence`); or a per-exit {stop, continue} LinUCB bandit "
+        "learnt with exploration (`dht_alpha`) from the arms it plays only, greedy at inference "
+        "(`bandit`)."))
     dht_stop_quality: Literal["prob", "match"] = Field("match", description=(
         "Cascade with `dht_stop_fit: validation`: a row's quality at an exit is 1 if its class "
         "is the deepest exit's (`match`, measured) or that class's probability (`prob`)."))
@@ -219,10 +222,12 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         self.lin = LinUCB(len(self.depths), self.context_dim, alpha=s.dht_alpha, decay=s.dht_decay)
         #: ``dht_routing: cascade``: the per-exit stop / continue policy (``None`` = route once)
         trajectory = self.stop_context == "trajectory"
-        self.stopping = (LinearStopping(len(self.depths), TRAJECTORY_DIM if trajectory else self.context_dim,
-                                        rule=self.stop_rule, score_col=0 if trajectory else CONTEXT_DIM,
-                                        refit_every=s.dht_stop_refit_every)
-                         if self.routing == "cascade" else None)
+        dim, score_col = (TRAJECTORY_DIM, 0) if trajectory else (self.context_dim, CONTEXT_DIM)
+        self.stopping = (None if self.routing != "cascade" else
+                         BanditStopping(len(self.depths), dim, alpha=s.dht_alpha, seed=seed, score_col=score_col)
+                         if self.stop_rule == "bandit" else
+                         LinearStopping(len(self.depths), dim, rule=self.stop_rule, score_col=score_col,
+                                        refit_every=s.dht_stop_refit_every))
         rows = max(self.n_gated, 1)
         self.ucb = UCB1(H - self.min_heads + 1, n_rows=rows, c=s.dht_ucb_c, decay=s.dht_decay)
         self.ts = CombinatorialTS(H, n_rows=rows, seed=seed, decay=s.dht_decay)
