@@ -74,7 +74,10 @@ RECIPE_PROTOCOL = PROTOCOL.with_name("dht_recipe.json")
 RECIPE_RESULT = RESULT.with_name("dht_recipe.json")
 #: the recipe against static cuts trained as long as it (``protocols/dht_recipe_equal_training.json``)
 EQUAL_TRAINING_PROTOCOL = PROTOCOL.with_name("dht_recipe_equal_training.json")
-EQUAL_TRAINING_CUTS = (3,)
+#: the 0.33x key and the drop at equal training: cuts at 2 and 6 blocks, trained later under
+#: their own protocol (``protocols/dht_recipe_equal_training_cuts_2_6.json``)
+EQUAL_TRAINING_PROTOCOL_2_6 = PROTOCOL.with_name("dht_recipe_equal_training_cuts_2_6.json")
+EQUAL_TRAINING_CUTS = (3, 2, 6)
 _OPS = {">=": float.__ge__, ">": float.__gt__, "<=": float.__le__}
 
 
@@ -210,10 +213,27 @@ def seed_tables(out: Path, seed: int, cost_of, dht: str = "dht", cuts: str = "",
         if not np.array_equal(s["test_y"], d["test_y"]):
             raise ValueError(f"{out}/static{k}{cuts}_seed{seed}.npz: test rows differ from {dht}_seed{seed}.npz's")
         tab[f"static{k}"] = (s["test_p"].argmax(-1) == s["test_y"]).astype(float)
-        # validation only (deliverable 4's rows): DHT's exit k against the cut fine-tuned at k
-        tab[f"val_exit{k}_minus_static{k}_pts"] = 100 * float(
-            val["correct"][:, k - 1].mean() - (s["validation_p"].argmax(-1) == s["validation_y"]).mean())
-    return tab
+    return {**tab, **val_exit_gaps(out, seed, dht, cuts, depths)}
+
+
+def val_exit_gaps(out: Path, seed: int, dht: str = "dht", cuts: str = "",
+                  depths: tuple[int, ...] = DEPTHS) -> dict[str, float]:
+    """Deliverable 4's rows, on validation rows only: ``val_exit{k}_minus_static{k}_pts``, the
+    multi-exit model ``{dht}_seed{seed}``'s exit ``k`` against the cut fine-tuned at ``k``
+    blocks (``static{k}{cuts}_seed{seed}``), accuracy points, for ``k`` in ``depths``.
+
+    Raises:
+        ValueError: a cut's validation rows are not the multi-exit model's (a broken pairing)."""
+    d = np.load(out / f"{dht}_seed{seed}.npz")
+    correct = d["validation_p"].argmax(-1) == d["validation_y"][:, None]  # (N, K)
+    gaps = {}
+    for k in depths:
+        s = np.load(out / f"static{k}{cuts}_seed{seed}.npz")
+        if not np.array_equal(s["validation_y"], d["validation_y"]):
+            raise ValueError(f"{out}/static{k}{cuts}_seed{seed}.npz: validation rows differ from {dht}_seed{seed}.npz's")
+        static = (s["validation_p"].argmax(-1) == s["validation_y"]).mean()
+        gaps[f"val_exit{k}_minus_static{k}_pts"] = 100 * float(correct[:, k - 1].mean() - static)
+    return gaps
 
 
 def estimates(tabs: list[dict], idx_per_seed: list[np.ndarray]) -> dict[str, np.ndarray]:
@@ -246,15 +266,23 @@ TARGETS = {"dht_gain_over_static_pts_at_0.5": ">= 1.5", "dht_gain_over_static_pt
            "dht_gain_over_confidence_exit_pts_at_0.5": ">= 0"}
 
 
+def equal_training_depths(out: Path, recipe: str) -> tuple[int, ...]:
+    """The depths of the cuts trained as long as ``recipe`` that enter its analysis: all of
+    :data:`EQUAL_TRAINING_CUTS` once some seed has them all stored, else the cut at 3 blocks."""
+    full = any(all((out / f"static{k}-{recipe}_seed{s}.npz").exists() for k in EQUAL_TRAINING_CUTS) for s in SEEDS)
+    return EQUAL_TRAINING_CUTS if full else (3,)
+
+
 def analyze_dataset(out: Path, cost_of, draws: int = 2000, recipe: str | None = None,
                     equal_training: bool = False) -> tuple[dict, dict, list[dict]] | None:
     """``(summary, per_seed, models' metadata)`` of the complete seeds stored in ``out``
     (``None`` when there is none): every key of :data:`KEYS` with its ``_ci``; with ``recipe``
     that recipe's multi-exit models (``dht-{recipe}``) against the same static cuts, or with
     ``equal_training`` against the cuts trained as long (``static{k}-{recipe}``, the depths of
-    :data:`EQUAL_TRAINING_CUTS`; only the keys those cuts give)."""
+    :data:`EQUAL_TRAINING_CUTS` where some seed has all three, else the cut at 3 blocks alone;
+    only the keys those cuts give)."""
     dht = "dht" if recipe is None else f"dht-{recipe}"
-    cuts, depths = (f"-{recipe}", EQUAL_TRAINING_CUTS) if equal_training else ("", DEPTHS)
+    cuts, depths = (f"-{recipe}", equal_training_depths(out, recipe)) if equal_training else ("", DEPTHS)
 
     def names(seed: int) -> list[str]:  # the seed's multi-exit model, then its static cuts
         if recipe is None:
@@ -309,18 +337,7 @@ def select(dumps: dict[str, Path], result: Path = RECIPE_RESULT) -> int:
         if not all((out / f"{dht}_seed0.npz").exists() for out in dumps.values()):
             print(f"{recipe}: no seed-0 model on every dataset yet", file=sys.stderr)
             continue
-        rows[recipe] = {}
-        for name, out in dumps.items():
-            val = np.load(out / f"{dht}_seed0.npz")
-            correct = val["validation_p"].argmax(-1) == val["validation_y"][:, None]  # (N, K)
-            gaps = {}
-            for k in DEPTHS:
-                s = np.load(out / f"static{k}_seed0.npz")
-                if not np.array_equal(s["validation_y"], val["validation_y"]):
-                    raise ValueError(f"{out}/static{k}_seed0.npz: validation rows differ from {dht}_seed0.npz's")
-                static = (s["validation_p"].argmax(-1) == s["validation_y"]).mean()
-                gaps[f"val_exit{k}_minus_static{k}_pts"] = 100 * float(correct[:, k - 1].mean() - static)
-            rows[recipe][name] = gaps
+        rows[recipe] = {name: val_exit_gaps(out, 0, dht) for name, out in dumps.items()}
         rows[recipe]["score"] = float(np.mean([v for d in dumps for v in rows[recipe][d].values()]))
     if "today" not in rows:
         print("today's seed-0 models are missing: run `python benchmarks/dht_seeded.py run` first", file=sys.stderr)
@@ -355,8 +372,12 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
             continue
         summary[name], per_seed[name], m = got
         models[name] = {x["model"]: {k: x[k] for k in ("commit", "wall_s", "test_accuracy")} for x in m}
-        protocols[name] = json.loads((EQUAL_TRAINING_PROTOCOL if equal else RECIPE_PROTOCOL if r
-                                      else DATASETS[name]["protocol"]).read_text())
+        if equal and "dht_acc_drop_pts_at_0.5" in summary[name]:  # the cuts at 2 and 6 blocks too
+            protocols[name] = {p.stem: json.loads(p.read_text())
+                               for p in (EQUAL_TRAINING_PROTOCOL, EQUAL_TRAINING_PROTOCOL_2_6)}
+        else:
+            protocols[name] = json.loads((EQUAL_TRAINING_PROTOCOL if equal else RECIPE_PROTOCOL if r
+                                          else DATASETS[name]["protocol"]).read_text())
         print(f"{name} ({len(summary[name]['seeds'])} seeds)\n{'key':45s} {'mean':>7s}  95% CI")
         for key in (k for k in KEYS if k in summary[name]):
             ci = summary[name][f"{key}_ci"]

@@ -153,10 +153,10 @@ def analyze(out: Path = OUT, result: Path = RESULT, draws: int = 2000) -> int:
                     "head_gating_gain_over_static_pts_at_0.5": acc["head_gating@0.5"] - acc["static3"]}.items():
         summary[name], summary[f"{name}_ci"] = key(v)
     for m in MODELS:
-        for k in ([f"b{b}" for b in BUDGETS] if m != "static3" else ["static"]):
-            summary[f"{m}_{k.removeprefix('b') if k != 'static' else 'test'}_accuracy"] = float(d[m][f"{k}_correct"].mean())
-            summary[f"{m}_{k.removeprefix('b') if k != 'static' else 'test'}_flops_fraction"] = float(
-                d[m][f"{k}_flops"].sum() / d[m][f"{k}_full_flops"].sum())
+        runs = {"test": "static"} if m == "static3" else {str(b): f"b{b}" for b in BUDGETS}  # key tag: stored run
+        for tag, k in runs.items():
+            summary[f"{m}_{tag}_accuracy"] = float(d[m][f"{k}_correct"].mean())
+            summary[f"{m}_{tag}_flops_fraction"] = float(d[m][f"{k}_flops"].sum() / d[m][f"{k}_full_flops"].sum())
     summary["test_rows"] = n
     metas = {m: json.loads((out / f"{m}.json").read_text()) for m in MODELS}
     prov = provenance(commits=sorted({x["commit"] for x in metas.values()} | {git_commit()}), seeds=[0],

@@ -55,8 +55,10 @@ def store(path, n: int, seed: int, static_acc: dict[int, float], dht: str = "dht
         right = np.arange(n) < round(acc * n)
         pred = np.where(right, arrays["test_y"], (arrays["test_y"] + 1) % 3)
         p = np.eye(3)[pred]
-        np.savez(path / f"static{k}_seed{seed}.npz", validation_p=p, validation_y=arrays["test_y"],
-                 validation_T=arrays["test_T"], test_p=p, test_y=arrays["test_y"], test_T=arrays["test_T"])
+        right_val = np.arange(n) < round(acc * n)  # the multi-exit model's validation rows too
+        p_val = np.eye(3)[np.where(right_val, arrays["validation_y"], (arrays["validation_y"] + 1) % 3)]
+        np.savez(path / f"static{k}_seed{seed}.npz", validation_p=p_val, validation_y=arrays["validation_y"],
+                 validation_T=arrays["validation_T"], test_p=p, test_y=arrays["test_y"], test_T=arrays["test_T"])
         (path / f"static{k}_seed{seed}.json").write_text(json.dumps({**meta, "model": f"static{k}_seed{seed}"}))
 
 
@@ -151,3 +153,15 @@ def test_the_recipe_against_cuts_trained_as_long_reads_only_the_keys_they_give(d
     assert equal["dht_gain_over_static_pts_at_0.5"] == pytest.approx(usual["dht_gain_over_static_pts_at_0.5"] - 10)
     assert "dht_acc_drop_pts_at_0.5" not in equal and "dht_gain_over_static_pts_at_0.33" not in equal
     assert ds.model_names([0, 1], "epochs3", (3,)) == ["static3-epochs3_seed0", "static3-epochs3_seed1"]
+    # the cuts at 2 and 6 blocks trained as long: the 0.33x key and the drop join, against them
+    store(tmp_path / "long", 300, 0, {2: 0.35, 6: 0.9})
+    for k, acc in ((2, 0.35), (6, 0.9)):
+        (tmp_path / "long" / f"static{k}_seed0.npz").rename(tmp_path / f"static{k}-epochs3_seed0.npz")
+        (tmp_path / f"static{k}-epochs3_seed0.json").write_text(json.dumps(
+            {"model": f"static{k}-epochs3_seed0", "commit": "c", "wall_s": 1.0, "test_accuracy": acc}))
+    assert ds.equal_training_depths(tmp_path, "epochs3") == (3, 2, 6)
+    equal, per_seed, metas = ds.analyze_dataset(tmp_path, cost_of, draws=10, recipe="epochs3", equal_training=True)
+    assert [m["model"] for m in metas][1:] == [f"static{k}-epochs3_seed0" for k in (3, 2, 6)]
+    assert equal["dht_gain_over_static_pts_at_0.33"] == pytest.approx(usual["dht_gain_over_static_pts_at_0.33"] - 10)
+    assert equal["dht_acc_drop_pts_at_0.5"] == pytest.approx(usual["dht_acc_drop_pts_at_0.5"] - 10)
+    assert {"val_exit2_minus_static2_pts", "val_exit6_minus_static6_pts"} <= set(equal)
