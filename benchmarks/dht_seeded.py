@@ -146,10 +146,12 @@ def model_names(seeds=SEEDS, recipe: str | None = None, cuts: tuple[int, ...] = 
     return [n for s in seeds for n in (f"dht_seed{s}", *(f"static{k}_seed{s}" for k in DEPTHS))]
 
 
-def train_and_store(name: str, ckpt: str, data, out: Path, threads: int) -> dict:
-    """Train the model ``name`` (``dht_seedN``, ``dht-{recipe}_seedN`` or ``static{k}_seedN``)
-    and store its validation and test class probabilities (``{split}_p``), labels and padded
-    lengths in ``name.npz``."""
+def train_and_store(name: str, ckpt: str, data, out: Path, threads: int, extra_cfg: dict | None = None) -> dict:
+    """Train the model ``name`` (``dht_seedN``, ``dht-{recipe}_seedN`` or ``static{k}_seedN``;
+    ``dht-{recipe}-{tag}_seedN``: the recipe with ``extra_cfg`` over it) and store its
+    validation and test class probabilities (``{split}_p``), labels and padded lengths in
+    ``name.npz``; a cascade's stop policy state (its window of training rows) in
+    ``name.stopping.pt``."""
     import torch
 
     import dynamic_depth as dd
@@ -159,12 +161,13 @@ def train_and_store(name: str, ckpt: str, data, out: Path, threads: int) -> dict
     kind, seed = name.split("_seed")
     seed = int(seed)
     kind, _, recipe = kind.partition("-")
+    recipe = recipe.partition("-")[0]
     epochs = RECIPES[recipe]["epochs"] if recipe else TRAIN["epochs"]
     steps = math.ceil(len(data.train) / TRAIN["batch_size"]) * epochs
     cfg = {"init_from": ckpt, "lr": TRAIN["lr"], "dropout": 0.1, "weight_decay": 0.01,
            "warmup_steps": max(1, steps // 10)}
     if kind == "dht":
-        cfg.update(DHT_CFG, **(RECIPES[recipe]["cfg"] if recipe else {}))
+        cfg.update(DHT_CFG, **(RECIPES[recipe]["cfg"] if recipe else {}), **(extra_cfg or {}))
         depth = None
     else:  # a static cut: the checkpoint's first k blocks, as dynamic_depth.train_row builds it
         depth = int(kind.removeprefix("static"))
@@ -177,6 +180,8 @@ def train_and_store(name: str, ckpt: str, data, out: Path, threads: int) -> dict
     probs = sp.exit_probs if depth is None else lambda m, x, mask: dd.static_forward(m, x, mask, depth).softmax(-1)
     out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out / f"{name}.npz", **sp.split_outputs(loop, probs))
+    if getattr(loop.gating, "stopping", None) is not None:
+        torch.save(loop.gating.stopping.state_dict(), out / f"{name}.stopping.pt")
     meta = {"model": name, "seed": seed, "commit": git_commit(), "command": " ".join(["python", *sys.argv]),
             "machine": machine(), "cfg": {k: v for k, v in cfg.items() if k != "init_from"}, "train": {**TRAIN, "epochs": epochs},
             "test_accuracy": test_acc, "wall_s": round(time.perf_counter() - t0, 1)}

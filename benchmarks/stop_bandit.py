@@ -14,8 +14,16 @@ calibrated on validation rows, as ``dht_stop_fit: validation`` does:
   of :data:`PAIRS`, each a mean over seeds with a paired bootstrap 95% interval (test rows
   resampled within each seed, the same rows for both policies).
 
-Run: ``python benchmarks/stop_bandit.py`` (a few minutes; writes
-``benchmarks/results/stop_bandit.json``).
+**Learnt during training** (``protocols/stop_bandit_training.json``): ``run`` trains the recipe's
+model with ``dht_stop_rule: bandit, dht_stop_fit: train`` (:data:`TRAINED`: the bandit routes
+the training rows and learns from the arms it plays; at calibration it is relearnt, with
+exploration, from the gating's window of training rows and played greedily), stores its exits
+and its stop policy's window, and ``analyze`` replays that calibration on the stored window and
+compares it with the default rule on the same model's exits (section ``trained_{dataset}``).
+
+Run: ``python benchmarks/stop_bandit.py [analyze]`` (a few minutes; writes
+``benchmarks/results/stop_bandit.json``); ``python benchmarks/stop_bandit.py run --dataset
+election_tweets`` trains (about 7 minutes a seed there on 2 cores).
 """
 
 from __future__ import annotations
@@ -48,9 +56,19 @@ PAIRS = {"bandit_minus_tuned_pts_at_0.5": (BANDIT, DEFAULT, 0.5),
          "bandit_minus_bandit0_pts_at_0.5": (BANDIT, "bandit0_trajectory_match", 0.5)}
 
 
-def tables(out: Path, seed: int, recipe: str | None) -> tuple[dict, dict]:
+#: the model trained with the bandit deciding during training: ``dht-{recipe}-{TRAINED}_seed{s}``
+TRAINED = "trainbandit"
+TRAINED_CFG = {"dht_stop_rule": "bandit", "dht_stop_fit": "train"}
+TRAINED_PROTOCOL = PROTOCOL.with_name("stop_bandit_training.json")
+#: summary key: (policy, minus policy) at 0.5x on the trained model (``*_window``: fitted on
+#: the window of training rows the gating kept, as ``dht_stop_fit: train`` calibrates)
+TRAINED_PAIRS = {"trained_bandit_minus_tuned_pts_at_0.5": ("bandit_window", DEFAULT),
+                 "trained_bandit_minus_tuned_window_pts_at_0.5": ("bandit_window", "tuned_window")}
+
+
+def tables(out: Path, seed: int, recipe: str | None, tag: str = "") -> tuple[dict, dict]:
     """``(validation, test)`` tables of the stored multi-exit model of ``seed``."""
-    d = np.load(out / f"{'dht' if recipe is None else f'dht-{recipe}'}_seed{seed}.npz")
+    d = np.load(out / f"{'dht' if recipe is None else f'dht-{recipe}'}{tag}_seed{seed}.npz")
     cost_of = sp.exit_costs(ds.TRAIN["max_len"])
     return sp.split_tables(d, "validation", cost_of), sp.split_tables(d, "test", cost_of)
 
@@ -104,19 +122,85 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000, seeds=ds.SE
             sec[key], sec[f"{key}_ci"] = paired(test, exits, a, b, x, draws)
             print(f"{name} {key}: {sec[key]:+.2f} [{sec[key + '_ci'][0]:+.2f}, {sec[key + '_ci'][1]:+.2f}]", flush=True)
         summary[name] = sec
+    summary.update(analyze_trained(dumps, draws, seeds))
     prov = provenance(commits=[git_commit()], seeds=list(seeds), selection_split="validation",
-                      protocol=json.loads(PROTOCOL.read_text()), recipe=recipe, draws=draws,
+                      protocol={p.stem: json.loads(p.read_text()) for p in (PROTOCOL, TRAINED_PROTOCOL)}, recipe=recipe, draws=draws,
                       wall_s=time.perf_counter() - t0, budgets=list(ds.BUDGETS))
     write_result(result, summary, prov)
     print(f"wrote {result}")
     return 0
 
 
+def trained_exits(out: Path, seed: int, recipe: str) -> tuple[dict, dict[str, list]]:
+    """The trained model's test table and, per policy of :data:`TRAINED_PAIRS`, its test exits
+    per budget of ``dht_seeded.BUDGETS`` (``*_window``: fitted on the stored window of training
+    rows, calibrated on validation; else fitted and calibrated on validation)."""
+    import torch
+
+    name = f"dht-{recipe}-{TRAINED}_seed{seed}"
+    val, test = tables(out, seed, recipe, f"-{TRAINED}")
+    state = torch.load(out / f"{name}.stopping.pt", weights_only=True)
+    window = (state["Xs"].numpy().astype(float), state["q"].numpy(), state["c"].numpy())
+    policies = {p for pair in TRAINED_PAIRS.values() for p in pair}
+    exits = {}
+    for p in sorted(policies):
+        rule = p.removesuffix("_window")
+        fit_on = window if p.endswith("_window") else None
+        full = f"{rule}_trajectory_match" if fit_on is not None else p
+        exits[p] = [sp.policy_exits(full, val, test, b, fit_on=fit_on) for b in ds.BUDGETS]
+    return test, exits
+
+
+def analyze_trained(dumps: dict[str, Path], draws: int = 2000, seeds=ds.SEEDS) -> dict:
+    """Sections ``trained_{dataset}`` for the datasets whose every seed's trained model is stored."""
+    recipe = ds.chosen_recipe()
+    out_sections = {}
+    for name, out in dumps.items():
+        if not all((out / f"dht-{recipe}-{TRAINED}_seed{s}.stopping.pt").exists() for s in seeds):
+            continue
+        got = [trained_exits(out, s, recipe) for s in seeds]
+        test = [t for t, _ in got]
+        exits = {p: [e[p] for _, e in got] for p in got[0][1]}
+        sec = {f"test_acc_{p}_at_0.5": float(np.mean([sp._curves_at_main(t, e, np.arange(len(t["correct"]))[None])[0]
+                                                      for t, e in zip(test, exits[p])])) for p in exits}
+        for key, (a, b) in TRAINED_PAIRS.items():
+            sec[key], sec[f"{key}_ci"] = paired(test, exits, a, b, 0.5, draws)
+            print(f"trained {name} {key}: {sec[key]:+.2f} [{sec[key + '_ci'][0]:+.2f}, {sec[key + '_ci'][1]:+.2f}]",
+                  flush=True)
+        meta = [json.loads((out / f"dht-{recipe}-{TRAINED}_seed{s}.json").read_text()) for s in seeds]
+        sec["train_wall_s"] = [m["wall_s"] for m in meta]
+        sec["models_commit"] = sorted({m["commit"] for m in meta})
+        out_sections[f"trained_{name}"] = sec
+    return out_sections
+
+
+def run(dataset: str, threads: int, seeds=ds.SEEDS) -> None:
+    """Train (resumably) the recipe's model with :data:`TRAINED_CFG` on ``dataset``, per seed."""
+    import dynamic_depth as dd
+
+    recipe = ds.chosen_recipe()
+    out = ds.DATASETS[dataset]["dumps"]
+    ckpt, data = dd.load_data({**ds.TRAIN, "dataset": "rotten_tomatoes_sentences" if dataset == "rt"
+                               else str(ds.tweets_dir())})
+    for s in seeds:
+        name = f"dht-{recipe}-{TRAINED}_seed{s}"
+        if (out / f"{name}.stopping.pt").exists():
+            print(f"{name}: already stored", flush=True)
+            continue
+        ds.train_and_store(name, ckpt, data, out, threads, extra_cfg=TRAINED_CFG)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("command", nargs="?", choices=("analyze", "run"), default="analyze")
+    ap.add_argument("--dataset", choices=tuple(ds.DATASETS), default="election_tweets", help="run: the dataset")
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=RESULT)
     ap.add_argument("--draws", type=int, default=2000)
     args = ap.parse_args(argv)
+    if args.command == "run":
+        run(args.dataset, args.threads)
+        return 0
     return analyze({n: d["dumps"] for n, d in ds.DATASETS.items()}, args.out, args.draws)
 
 

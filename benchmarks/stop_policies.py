@@ -180,8 +180,11 @@ def play(t: dict, exits: np.ndarray) -> tuple[float, float, np.ndarray]:
             np.bincount(exits, minlength=K))
 
 
-def policy_exits(name: str, val: dict, test: dict, budget: float) -> np.ndarray:
-    """Test exits of policy ``name`` fitted and calibrated on ``val`` to ``budget``."""
+def policy_exits(name: str, val: dict, test: dict, budget: float, fit_on: tuple | None = None) -> np.ndarray:
+    """Test exits of policy ``name`` fitted and calibrated on ``val`` to ``budget``; with
+    ``fit_on`` = ``(Xs, q, c)`` (``N x K x d``, ``N x K``, ``N x K``; e.g. a trained gating's
+    window of training rows) fitted on those rows instead and calibrated on ``val``, as
+    ``dht_stop_fit: train`` does."""
     from archsearch.dynamic.budget import calibrate_monotone, calibrate_price
     from archsearch.dynamic.exits import first_stop
     from archsearch.dynamic.stopping import LinearStopping
@@ -209,7 +212,7 @@ def policy_exits(name: str, val: dict, test: dict, budget: float) -> np.ndarray:
         stop = LinearStopping(K, Xv.shape[-1], rule=rule, score_col=0, window=len(q))
 
     def fraction(price):
-        stop.fit(price, data=(Xv, q, val["cost"]))
+        stop.fit(price, data=fit_on or (Xv, q, val["cost"]))
         return play(val, stop.route(Xv, val["cost"], price))[1]
 
     price, frac = calibrate_price(fraction, budget)

@@ -49,3 +49,25 @@ def test_the_choice_reads_validation_only_and_the_keys_carry_intervals(sb, tmp_p
     assert s2["chosen"] == s["chosen"]
     assert all(s2[k] == s[k] for k in s if k.startswith("val_score_"))
     assert s2["a"][f"test_acc_{sb.BANDIT}_at_0.5"] != s["a"][f"test_acc_{sb.BANDIT}_at_0.5"]
+
+
+def test_the_bandit_learnt_in_training_is_replayed_from_its_stored_window(sb, tmp_path, monkeypatch):
+    import dht_seeded
+    import stop_policies
+    import torch
+
+    from archsearch.dynamic.stop_bandit import BanditStopping
+
+    monkeypatch.setattr(dht_seeded, "chosen_recipe", lambda: "r")
+    monkeypatch.setattr(dht_seeded, "BUDGETS", (0.3, 0.5, 0.65))
+    store(tmp_path, 120, 0, {}, dht=f"dht-r-{sb.TRAINED}")
+    assert sb.analyze_trained({"a": tmp_path}, draws=20, seeds=(0,)) == {}  # no stop policy stored yet
+    val, _ = sb.tables(tmp_path, 0, "r", f"-{sb.TRAINED}")
+    window = BanditStopping(6, 6, window=120)
+    window.update(stop_policies.trajectory(val), val["prob"], val["cost"], 0.5)  # a window of 120 rows
+    torch.save(window.state_dict(), tmp_path / f"dht-r-{sb.TRAINED}_seed0.stopping.pt")
+    sec = sb.analyze_trained({"a": tmp_path}, draws=20, seeds=(0,))["trained_a"]
+    for key in sb.TRAINED_PAIRS:
+        lo, hi = sec[f"{key}_ci"]
+        assert lo - 1e-9 <= sec[key] <= hi + 1e-9
+    assert {f"test_acc_{p}_at_0.5" for p in ("bandit_window", "tuned_window", sb.DEFAULT)} <= set(sec)
