@@ -19,7 +19,10 @@ Per training batch:
    projection of the pooled state, L2-normalised, the exit's max probability and entropy, 1).
    ``dht_routing: cascade`` (the default): a stop / continue decision at every exit
    (:class:`~archsearch.dynamic.stopping.LinearStopping`, least-squares backward induction,
-   Longstaff & Schwartz 2001), run by :func:`~archsearch.dynamic.exits.run_cascade`. Per gated
+   Longstaff & Schwartz 2001; or, with ``dht_stop_rule: bandit``, per-exit {stop, continue}
+   LinUCB bandits learnt from the arms they play,
+   :class:`~archsearch.dynamic.stop_bandit.BanditStopping`), run by
+   :func:`~archsearch.dynamic.exits.run_cascade`. Per gated
    block a :class:`~archsearch.dynamic.bandits.UCB1` picks the head count and a
    :class:`~archsearch.dynamic.bandits.CombinatorialTS` which heads (off by default: ``min_heads``
    = all heads measured best). With probability ``dht_epsilon`` a sample takes a random depth.

@@ -1,4 +1,5 @@
-"""When to stop in a cascade of exits: an optimal-stopping regression (not a bandit).
+"""When to stop in a cascade of exits: an optimal-stopping regression (the same decision learnt
+as a contextual bandit is :mod:`archsearch.dynamic.stop_bandit`).
 
 * :class:`LinearStopping` -- per-exit stop/continue decisions of a cascade of exits, learnt by
   least-squares regression with backward induction (Longstaff & Schwartz 2001, "Valuing American
