@@ -96,6 +96,12 @@ HEADLINE = [
      "dht_head_gating_gain_pts_long_inputs", "accuracy points over depth-only DHT (1 seed)",
      "depth-only DHT: 0; static cut at 0.5x: {depth_only_gain_over_static_pts_at_0.5} below depth-only DHT",
      "gating heads as well as layers saves more at the same accuracy (arXiv 2312.03038 sec. 3.3)"),
+    ("DHT's stop / continue decision by a per-exit LinUCB bandit at 0.5x FLOPs, Rotten Tomatoes sentences",
+     "stop_bandit#rt", "bandit_minus_tuned_pts_at_0.5",
+     "accuracy points over the least-squares cascade on the same models (3 seeds; exploration 0.3)",
+     "least-squares cascade (the default): 0, accuracy {test_acc_tuned_trajectory_match_at_0.5}; "
+     "bandit with exploration 1: accuracy {test_acc_bandit1_trajectory_match_at_0.5}",
+     "per-sample depth decided by contextual bandits (arXiv 2312.03038 sec. 3)"),
     ("Learned early exit (depth predictor)", "depth_predictor", "dp_gain_over_static_pts",
      "accuracy points over the static curve", "static cut at the same FLOPs: 0",
      "adaptive depth beats static depth at equal cost (Li, Li & Wang)"),

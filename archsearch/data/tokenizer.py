@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -70,9 +71,17 @@ class HFTrainedTokenizer(TextTokenizer):
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.pad_id, self.prefix, self.suffix, self.doc_sep = PAD, [CLS], [], [EOS]
 
+    #: Longest word (a run of non-space characters) the trainer reads: WordPiece encodes longer
+    #: words as ``<unk>`` (its ``max_input_chars_per_word``, 100), and merges learnt inside one
+    #: are noise, while training time grows with the word's length (a 250,000-character row
+    #: took the trainer 36 s, issue 40's fuzzing).
+    MAX_WORD_CHARS = 100
+    _LONG_WORD = re.compile(r"\S{%d,}" % (MAX_WORD_CHARS + 1))
+
     @classmethod
     def train(cls, texts: Sequence[str], kind: str, vocab_size: int) -> "HFTrainedTokenizer":
-        """Train on ``texts`` (the train split). ``vocab_size`` includes the 4 special tokens."""
+        """Train on ``texts`` (the train split), words of more than :attr:`MAX_WORD_CHARS`
+        characters left out. ``vocab_size`` includes the 4 special tokens."""
         from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
         if kind == "bpe":
@@ -92,7 +101,7 @@ class HFTrainedTokenizer(TextTokenizer):
                 show_progress=False)
         else:  # pragma: no cover - guarded by the caller
             raise ValueError(kind)
-        tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+        tok.train_from_iterator((cls._LONG_WORD.sub(" ", t) for t in texts), trainer=trainer, length=len(texts))
         return cls(tok, kind)
 
     @classmethod
