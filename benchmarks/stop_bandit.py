@@ -74,21 +74,15 @@ def tables(out: Path, seed: int, recipe: str | None, tag: str = "") -> tuple[dic
 
 
 def paired(test: list[dict], exits: dict[str, list], a: str, b: str, x: float, draws: int) -> tuple[float, list[float]]:
-    """Mean over seeds of ``a - b`` at ``x`` FLOPs (points) and its paired bootstrap 95% interval.
+    """Mean over seeds of ``a - b`` at ``x`` FLOPs (points) and its paired bootstrap 95% interval
+    (``stop_policies.bootstrap_gain``).
 
     Args:
         test: per seed the test table; ``exits``: per policy, per seed, the test exits per budget."""
-    rng = np.random.default_rng(0)
-    point, boot = 0.0, np.zeros(draws)
-    for s, t in enumerate(test):
-        n = len(t["correct"])
-        for idx, acc in ((np.arange(n)[None], None), (rng.integers(0, n, (draws, n)), boot)):
-            g = sp._curves_at_main(t, exits[a][s], idx, x) - sp._curves_at_main(t, exits[b][s], idx, x)
-            if acc is None:
-                point += float(g[0]) / len(test)
-            else:
-                boot += g / len(test)
-    return 100 * point, [float(np.percentile(100 * boot, 2.5)), float(np.percentile(100 * boot, 97.5))]
+    point = np.mean([sp._curves_at_main(t, exits[a][s], np.arange(len(t["correct"]))[None], x)[0]
+                     - sp._curves_at_main(t, exits[b][s], np.arange(len(t["correct"]))[None], x)[0]
+                     for s, t in enumerate(test)])
+    return 100 * float(point), sp.bootstrap_gain(list(zip(test, exits[a])), list(zip(test, exits[b])), draws, x=x)
 
 
 def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000, seeds=ds.SEEDS) -> int:

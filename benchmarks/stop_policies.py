@@ -257,8 +257,9 @@ def _curves_at_main(t: dict, exits_per_budget: list[np.ndarray], idx: np.ndarray
     return np.array([np.interp(x, f, a) for f, a in zip(frac, acc)])
 
 
-def bootstrap_gain(chosen: list, base: list, draws: int = 2000, seed: int = 0) -> list[float]:
-    """Paired bootstrap 95% interval (points) of the mean over seeds of chosen - base at ``MAIN``:
+def bootstrap_gain(chosen: list, base: list, draws: int = 2000, seed: int = 0, x: float = MAIN) -> list[float]:
+    """Paired bootstrap 95% interval (points) of the mean over seeds of chosen - base at ``x``
+    FLOPs (default ``MAIN``):
     test rows resampled with replacement within each seed, the same rows for both policies.
 
     Args:
@@ -268,7 +269,7 @@ def bootstrap_gain(chosen: list, base: list, draws: int = 2000, seed: int = 0) -
     for (t, ex_c), (_, ex_b) in zip(chosen, base, strict=True):
         n = len(t["correct"])
         idx = rng.integers(0, n, (draws, n))
-        gains += _curves_at_main(t, ex_c, idx) - _curves_at_main(t, ex_b, idx)
+        gains += _curves_at_main(t, ex_c, idx, x) - _curves_at_main(t, ex_b, idx, x)
     out = 100 * gains / len(chosen)
     return [float(np.percentile(out, 2.5)), float(np.percentile(out, 97.5))]
 

@@ -131,12 +131,7 @@ class BanditStopping(LinearStopping):
         """Training: add a batch to the window and learn from it online at ``price`` (the arms
         keep everything learnt before); contexts ``Xs`` (``B x K x d``), qualities ``q`` (``B x
         K``; only the exits the bandit plays are read), the exits' ``costs`` (``K`` or ``B x K``)."""
-        Xs, q = np.asarray(Xs, dtype=float), np.asarray(q, dtype=float)
-        c = np.broadcast_to(np.asarray(costs, dtype=float), q.shape)
-        self.Xs = np.concatenate([self.Xs, Xs])[-self.window:]
-        self.q = np.concatenate([self.q, q])[-self.window:]
-        self.c = np.concatenate([self.c, c])[-self.window:]
-        self._learn(Xs, q, c, price)
+        self._learn(*self._remember(Xs, q, costs), price)
         self._greedy(price)
         self.updates += 1
 

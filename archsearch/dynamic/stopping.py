@@ -248,14 +248,20 @@ class LinearStopping:
         """Add a batch to the window and refit at ``price`` (every ``refit_every``-th update,
         and always at the first): contexts ``Xs`` (``B x K x d``), qualities ``q`` (``B x K``,
         every exit of every sample), the exits' ``costs`` (``K``, or ``B x K``)."""
+        self._remember(Xs, q, costs)
+        if self.price is None or self.updates % self.refit_every == 0:
+            self.fit(price)
+        self.updates += 1
+
+    def _remember(self, Xs, q, costs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Add a batch to the window (the last :attr:`window` rows); returns it as float
+        arrays ``(Xs, q, c)``, ``c`` broadcast to ``q``'s shape."""
         Xs, q = np.asarray(Xs, dtype=float), np.asarray(q, dtype=float)
         c = np.broadcast_to(np.asarray(costs, dtype=float), q.shape)
         self.Xs = np.concatenate([self.Xs, Xs])[-self.window:]
         self.q = np.concatenate([self.q, q])[-self.window:]
         self.c = np.concatenate([self.c, c])[-self.window:]
-        if self.price is None or self.updates % self.refit_every == 0:
-            self.fit(price)
-        self.updates += 1
+        return Xs, q, c
 
     def state_dict(self) -> dict[str, Any]:
         return {"theta": _t(self.theta), "cut": _t(self.cut), "offset": self.offset, "Xs": _t(self.Xs.astype(np.float32)), "q": _t(self.q),
