@@ -48,7 +48,7 @@ from common import ROOT, git_commit, machine, provenance, write_jsonl_splits, wr
 import stop_policies as sp  # noqa: E402  the stop rules' offline replay
 
 DUMPS = ROOT / "benchmarks" / "data" / "dht_seeded"
-RESULT = ROOT / "benchmarks" / "results" / "dht_seeded.json"
+RESULT = ROOT / "benchmarks" / "results" / "dht.json"
 PROTOCOL = ROOT / "benchmarks" / "protocols" / "dht_seeded.json"
 #: the datasets (summary sections): where each one's models are stored and its protocol
 DATASETS = {"rt": {"dumps": DUMPS, "protocol": PROTOCOL},
@@ -78,6 +78,16 @@ EQUAL_TRAINING_PROTOCOL = PROTOCOL.with_name("dht_recipe_equal_training.json")
 #: their own protocol (``protocols/dht_recipe_equal_training_cuts_2_6.json``)
 EQUAL_TRAINING_PROTOCOL_2_6 = PROTOCOL.with_name("dht_recipe_equal_training_cuts_2_6.json")
 EQUAL_TRAINING_CUTS = (3, 2, 6)
+#: deliverable 6: the depth predictor at its Settings defaults, trained under the default space's
+#: budget and played at each of DP_BUDGETS (``protocols/depth_predictor_seeded.json``)
+DP_CFG = {"gating": "depth_predictor", "flops_budget": 0.5}
+DP_BUDGETS = (0.5, 0.33)
+DP_PROTOCOL = PROTOCOL.with_name("depth_predictor_seeded.json")
+DP_RESULT = RESULT.with_name("depth_predictor.json")
+#: issue 35's CPU wall-clock of the recipe's cascade (``protocols/dht_wall_cpu.json``)
+WALL_PROTOCOL = PROTOCOL.with_name("dht_wall_cpu.json")
+WALL_FILE = DUMPS / "wall_cpu.json"
+WALL_TARGETS = {"dht_wall_over_flops_b32": "<= 1.15", "dht_wall_over_flops_b1": "<= 1.25"}
 _OPS = {">=": float.__ge__, ">": float.__gt__, "<=": float.__le__}
 
 
@@ -134,11 +144,14 @@ def tweets_dir(out: Path = TWEETS_DIR, work: Path | None = None) -> Path:
 
 
 # -------------------------------------------------------------------------------------- run
-def model_names(seeds=SEEDS, recipe: str | None = None, cuts: tuple[int, ...] = ()) -> list[str]:
+def model_names(seeds=SEEDS, recipe: str | None = None, cuts: tuple[int, ...] = (), dp: bool = False) -> list[str]:
     """The stored models in run order: per seed, dht then the static cuts of :data:`DEPTHS`;
     with ``recipe`` (a :data:`RECIPES` name) that recipe's multi-exit model alone, or with
     ``cuts`` the static cuts at those depths trained for the recipe's epochs
-    (``static{k}-{recipe}``: equally trained baselines)."""
+    (``static{k}-{recipe}``: equally trained baselines); with ``dp`` the depth predictors
+    (``dp_seed{s}``)."""
+    if dp:
+        return [f"dp_seed{s}" for s in seeds]
     if recipe is not None:
         if cuts:
             return [f"static{k}-{recipe}_seed{s}" for s in seeds for k in cuts]
@@ -146,15 +159,13 @@ def model_names(seeds=SEEDS, recipe: str | None = None, cuts: tuple[int, ...] = 
     return [n for s in seeds for n in (f"dht_seed{s}", *(f"static{k}_seed{s}" for k in DEPTHS))]
 
 
-def train_and_store(name: str, ckpt: str, data, out: Path, threads: int, extra_cfg: dict | None = None) -> dict:
-    """Train the model ``name`` (``dht_seedN``, ``dht-{recipe}_seedN`` or ``static{k}_seedN``;
-    ``dht-{recipe}-{tag}_seedN``: the recipe with ``extra_cfg`` over it) and store its
-    validation and test class probabilities (``{split}_p``), labels and padded lengths in
-    ``name.npz``; a cascade's stop policy state (its window of training rows) in
-    ``name.stopping.pt``."""
+def train_loop(name: str, ckpt: str, data, threads: int, extra_cfg: dict | None = None):
+    """Train the model ``name`` (``dht_seedN``, ``dht-{recipe}_seedN``, ``static{k}_seedN``,
+    ``dp_seedN``; ``dht-{recipe}-{tag}_seedN``: the recipe with ``extra_cfg`` over it) through
+    the trainable's own loop; ``(loop, cfg, epochs, depth)`` (``depth``: a static cut's blocks,
+    else None)."""
     import torch
 
-    import dynamic_depth as dd
     from archsearch.tune.trainable import TrialLoop
 
     torch.set_num_threads(threads)
@@ -166,23 +177,73 @@ def train_and_store(name: str, ckpt: str, data, out: Path, threads: int, extra_c
     steps = math.ceil(len(data.train) / TRAIN["batch_size"]) * epochs
     cfg = {"init_from": ckpt, "lr": TRAIN["lr"], "dropout": 0.1, "weight_decay": 0.01,
            "warmup_steps": max(1, steps // 10)}
+    depth = None
     if kind == "dht":
         cfg.update(DHT_CFG, **(RECIPES[recipe]["cfg"] if recipe else {}), **(extra_cfg or {}))
-        depth = None
+    elif kind == "dp":
+        cfg.update(DP_CFG)
     else:  # a static cut: the checkpoint's first k blocks, as dynamic_depth.train_row builds it
         depth = int(kind.removeprefix("static"))
         cfg.update(gating="static", n_layers=depth)
-    t0 = time.perf_counter()
     loop = TrialLoop(cfg, data, {"epochs": epochs, "batch_size": TRAIN["batch_size"], "seed": seed})
     while loop.epoch < epochs:
         loop.train_epoch()
+    return loop, cfg, epochs, depth
+
+
+def dp_outputs(loop, budgets=DP_BUDGETS) -> dict[str, np.ndarray]:
+    """A trained depth predictor's test play at each budget ``b`` of ``budgets``: its exit
+    threshold calibrated label-free on the validation rows it calibrates on before an evaluation
+    (``depth_calibration_rows``; :meth:`DepthPredictorGating.calibrate` at ``b``), then every
+    test row played once through :meth:`predict`. Arrays: ``test_correct_{b}`` (``N``, 0/1),
+    ``test_flops_{b}`` (``N``: executed FLOPs over the full model's at the row's padded
+    length), ``val_fraction_{b}`` and ``threshold_{b}`` (scalars), ``test_y`` (``N``)."""
+    import torch
+
+    from archsearch.models import costs
+
+    g = loop.gating
+    loop.model.eval()
+    cal = g.calibration_batches(g.calibration_rows)
+    arrays: dict[str, np.ndarray] = {}
+    for b in budgets:
+        thr, frac = g.calibrate(cal, budget=b)
+        correct, flops, ys = [], [], []
+        with torch.inference_mode():
+            for x, mask, y in loop.eval_batches("test"):
+                logits, f = g.predict(x, mask)
+                full = costs.flops_per_sample(g.model.config, x.shape[1])
+                correct.append((logits.argmax(-1).cpu() == y).numpy().astype(float))
+                flops.append((f.cpu() / full).numpy())
+                ys.append(y.numpy())
+        arrays.update({f"test_correct_{b}": np.concatenate(correct), f"test_flops_{b}": np.concatenate(flops),
+                       f"val_fraction_{b}": np.array(frac), f"threshold_{b}": np.array(thr)})
+        arrays["test_y"] = np.concatenate(ys)
+    return arrays
+
+
+def train_and_store(name: str, ckpt: str, data, out: Path, threads: int, extra_cfg: dict | None = None) -> dict:
+    """Train the model ``name`` (:func:`train_loop`) and store in ``name.npz`` its validation
+    and test class probabilities (``{split}_p``), labels and padded lengths, or for a depth
+    predictor (``dp_seedN``) its test play per budget (:func:`dp_outputs`); a cascade's stop
+    policy state (its window of training rows) in ``name.stopping.pt``."""
+    import torch
+
+    import dynamic_depth as dd
+
+    t0 = time.perf_counter()
+    loop, cfg, epochs, depth = train_loop(name, ckpt, data, threads, extra_cfg)
     test_acc = loop.evaluate("test")["accuracy"]
-    probs = sp.exit_probs if depth is None else lambda m, x, mask: dd.static_forward(m, x, mask, depth).softmax(-1)
     out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out / f"{name}.npz", **sp.split_outputs(loop, probs))
+    if name.startswith("dp_"):
+        arrays = dp_outputs(loop)
+    else:
+        probs = sp.exit_probs if depth is None else lambda m, x, mask: dd.static_forward(m, x, mask, depth).softmax(-1)
+        arrays = sp.split_outputs(loop, probs)
+    np.savez_compressed(out / f"{name}.npz", **arrays)
     if getattr(loop.gating, "stopping", None) is not None:
         torch.save(loop.gating.stopping.state_dict(), out / f"{name}.stopping.pt")
-    meta = {"model": name, "seed": seed, "commit": git_commit(), "command": " ".join(["python", *sys.argv]),
+    meta = {"model": name, "seed": int(name.split("_seed")[1]), "commit": git_commit(), "command": " ".join(["python", *sys.argv]),
             "machine": machine(), "cfg": {k: v for k, v in cfg.items() if k != "init_from"}, "train": {**TRAIN, "epochs": epochs},
             "test_accuracy": test_acc, "wall_s": round(time.perf_counter() - t0, 1)}
     (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -191,16 +252,160 @@ def train_and_store(name: str, ckpt: str, data, out: Path, threads: int, extra_c
 
 
 def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None, dataset: str = "rt",
-        recipe: str | None = None, cuts: tuple[int, ...] = ()) -> None:
+        recipe: str | None = None, cuts: tuple[int, ...] = (), dp: bool = False) -> None:
     import dynamic_depth as dd
 
     name = "rotten_tomatoes_sentences" if dataset == "rt" else str(tweets_dir())
     ckpt, data = dd.load_data({**TRAIN, "train_samples": train_samples, "dataset": name})
-    for name in model_names(seeds, recipe, cuts):
+    for name in model_names(seeds, recipe, cuts, dp):
         if (out / f"{name}.npz").exists():
             print(f"{name}: already stored", flush=True)
             continue
         train_and_store(name, ckpt, data, out, threads)
+
+
+def wall(path: Path, threads: int, seed: int = 0, rounds: int = 5, train_samples: int | None = None) -> int:
+    """Issue 35's CPU wall-clock (``protocols/dht_wall_cpu.json``): train the chosen recipe's DHT
+    model on rotten_tomatoes_sentences (seed ``seed``, as ``run --recipe`` trains it), calibrate
+    it on validation at its budget (``evaluate``), then time, interleaved over ``rounds`` after a
+    warm-up, the cascade (``predict``), the same model's first 3 blocks (the static cut's cost)
+    and its full-depth forward on the rows of :func:`dynamic_depth.timing_batches` (batch 32 and
+    batch 1), median. ``dht_wall_over_flops_{b32,b1}`` = the cascade's wall ratio over its FLOPs
+    ratio on the same timed rows. Writes ``path`` (JSON, with provenance); returns 0."""
+    import torch
+
+    import dynamic_depth as dd
+    from archsearch.models import costs
+
+    t0 = time.perf_counter()
+    recipe = chosen_recipe()
+    name = f"dht-{recipe}_seed{seed}" if recipe else f"dht_seed{seed}"
+    ckpt, data = dd.load_data({**TRAIN, "train_samples": train_samples, "dataset": "rotten_tomatoes_sentences"})
+    loop, cfg, epochs, _ = train_loop(name, ckpt, data, threads)
+    train_s = time.perf_counter() - t0
+    m = loop.evaluate("test")
+    model, g = loop.model, loop.gating
+    model.eval()
+    paths = {"dht": lambda x, mk: g.predict(x, mk), "static3": lambda x, mk: dd.static_forward(model, x, mk, 3)}
+    w = dd.wall_ratios(paths, lambda x, mk: dd.static_forward(model, x, mk, dd.N_LAYERS), data.test, rounds)
+    summary = {"test_accuracy": m["accuracy"], "flops_ratio_test": None}
+    with torch.inference_mode():
+        full_test = sum(costs.flops_per_sample(model.config, x.shape[1]) * x.shape[0]
+                        for x, _, _ in loop.eval_batches("test"))
+        summary["flops_ratio_test"] = m["flops_per_sample"] * len(data.test) / full_test
+        for tag, batches in dd.timing_batches(data.test).items():
+            used = sum(float(g.predict(x, mk)[1].sum()) for x, mk in batches)
+            full = sum(costs.flops_per_sample(model.config, x.shape[1]) * x.shape[0] for x, _ in batches)
+            summary[f"dht_flops_ratio_{tag}"] = used / full
+            summary[f"dht_wall_ratio_{tag}"] = w[f"dht:wall_ratio_{tag}"]
+            summary[f"static3_wall_ratio_{tag}"] = w[f"static3:wall_ratio_{tag}"]
+            summary[f"dht_wall_over_flops_{tag}"] = w[f"dht:wall_ratio_{tag}"] / (used / full)
+            summary[f"full_ms_per_sample_{tag}"] = w[f"full_ms_per_sample_{tag}"]
+    stored = DUMPS / f"{name}.json"
+    prov = provenance(command=" ".join(["python", *sys.argv]), seeds=[seed], wall_s=time.perf_counter() - t0,
+                      train_samples=train_samples,
+                      model=name, cfg={k: v for k, v in cfg.items() if k != "init_from"}, epochs=epochs,
+                      train_s=round(train_s, 1), threads=threads, rounds=rounds,
+                      stored_model_test_accuracy=json.loads(stored.read_text())["test_accuracy"] if stored.exists() else None,
+                      protocol=json.loads(WALL_PROTOCOL.read_text()))
+    write_result(path, summary, prov)
+    print(json.dumps(summary, indent=1))
+    print(f"wrote {path}")
+    return 0
+
+
+def dp_seed_table(out: Path, seed: int) -> dict:
+    """One seed's test rows for deliverable 6: the depth predictor's per-row correctness and
+    FLOPs fraction at each of :data:`DP_BUDGETS` (``dp_seed{seed}.npz``) and each static cut's
+    correctness (``static{k}``, the 2-epoch cuts of :data:`DEPTHS`).
+
+    Raises:
+        ValueError: a cut's test rows are not the depth predictor's (a broken pairing)."""
+    d = np.load(out / f"dp_seed{seed}.npz")
+    tab = {f"dp@{b}": d[f"test_correct_{b}"] for b in DP_BUDGETS}
+    tab.update({f"flops@{b}": float(d[f"test_flops_{b}"].mean()) for b in DP_BUDGETS})
+    for k in DEPTHS:
+        s = np.load(out / f"static{k}_seed{seed}.npz")
+        if not np.array_equal(s["test_y"], d["test_y"]):
+            raise ValueError(f"{out}/static{k}_seed{seed}.npz: test rows differ from dp_seed{seed}.npz's")
+        tab[f"static{k}"] = (s["test_p"].argmax(-1) == s["test_y"]).astype(float)
+    return tab
+
+
+def static_curve_at(tab: dict, idx: np.ndarray, x: float) -> np.ndarray:
+    """The static cuts' accuracy (per resample, ``idx``: ``D x N`` row indices) linearly
+    interpolated at FLOPs fraction ``x`` between the cuts at 2, 3 and 6 blocks (1/3, 1/2, 1 of
+    the FLOPs); below 1/3 the 2-block cut's accuracy (no cheaper cut is stored: a baseline at
+    least as strong as the cut at ``x`` would be)."""
+    pts = sorted((k / 6, tab[f"static{k}"][idx].mean(1)) for k in DEPTHS)
+    if x <= pts[0][0]:
+        return pts[0][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return pts[-1][1]
+
+
+def dp_estimates(tabs: list[dict], idx_per_seed: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Deliverable 6's keys (points, mean over seeds) for each row resample: the depth predictor
+    at each budget against the static curve at its own measured FLOPs fraction, and against the
+    full model (the 6-block cut) at 0.5."""
+    acc: dict[str, np.ndarray] = {}
+    for tab, idx in zip(tabs, idx_per_seed, strict=True):
+        for b in DP_BUDGETS:
+            dp, st = tab[f"dp@{b}"][idx].mean(1), static_curve_at(tab, idx, tab[f"flops@{b}"])
+            acc[f"dp@{b}"] = acc.get(f"dp@{b}", 0) + dp / len(tabs)
+            acc[f"static_curve@{b}"] = acc.get(f"static_curve@{b}", 0) + st / len(tabs)
+        acc["static6"] = acc.get("static6", 0) + tab["static6"][idx].mean(1) / len(tabs)
+    out = {f"dp_gain_over_static_pts_at_{b}": 100 * (acc[f"dp@{b}"] - acc[f"static_curve@{b}"]) for b in DP_BUDGETS}
+    out["dp_acc_drop_pts_at_0.5"] = 100 * (acc["static6"] - acc["dp@0.5"])
+    return {**out, **{f"acc_{k}": v for k, v in acc.items()}}
+
+
+def analyze_dp(dumps: dict[str, Path], result: Path = DP_RESULT, draws: int = 2000) -> int:
+    """Write ``result`` (deliverable 6, ``protocols/depth_predictor_seeded.json``): per dataset
+    with a complete seed, every key of :func:`dp_estimates` with a paired bootstrap 95%
+    interval (test rows resampled within each seed, the same rows for every model of the seed),
+    the measured FLOPs fractions and per-seed accuracies. Returns 1 when no seed is complete."""
+    t0 = time.perf_counter()
+    summary, per_seed, models = {}, {}, {}
+    for name, out in dumps.items():
+        seeds = [s for s in SEEDS if all((out / f"{n}.npz").exists() for n in (f"dp_seed{s}", *(f"static{k}_seed{s}" for k in DEPTHS)))]
+        if not seeds:
+            continue
+        tabs = [dp_seed_table(out, s) for s in seeds]
+        n = [len(t["static6"]) for t in tabs]
+        point = dp_estimates(tabs, [np.arange(m)[None] for m in n])
+        rng = np.random.default_rng(0)
+        boot = dp_estimates(tabs, [rng.integers(0, m, (draws, m)) for m in n])
+        sec = {}
+        for key in (k for k in point if not k.startswith("acc_")):
+            sec[key] = float(point[key][0])
+            sec[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
+        for b in DP_BUDGETS:
+            sec[f"dp_flops_ratio_at_{b}"] = float(np.mean([t[f"flops@{b}"] for t in tabs]))
+        sec["seeds"], sec["test_rows"] = seeds, n[0]
+        summary[name] = sec
+        per_seed[name] = {str(s): {**{k.removeprefix("acc_"): float(v[0]) for k, v in
+                                      dp_estimates([t], [np.arange(len(t["static6"]))[None]]).items() if k.startswith("acc_")},
+                                   **{f"flops@{b}": t[f"flops@{b}"] for b in DP_BUDGETS}}
+                          for s, t in zip(seeds, tabs)}
+        models[name] = {m: {k: v for k, v in json.loads((out / f"{m}.json").read_text()).items()
+                            if k in ("commit", "wall_s", "test_accuracy")} for m in (f"dp_seed{s}" for s in seeds)}
+        print(f"{name} ({len(seeds)} seeds)")
+        for key in (k for k in sec if k.endswith("_ci")):
+            base = key.removesuffix("_ci")
+            print(f"  {base:40s} {sec[base]:+7.2f}  [{sec[key][0]:+.2f}, {sec[key][1]:+.2f}]")
+    if not summary:
+        print("no complete depth-predictor seed: run `python benchmarks/dht_seeded.py run --dp` first", file=sys.stderr)
+        return 1
+    commits = sorted({x["commit"] for m in models.values() for x in m.values()} | {git_commit()})
+    prov = provenance(commits=commits, seeds={k: v["seeds"] for k, v in summary.items()}, selection_split="validation",
+                      protocol=json.loads(DP_PROTOCOL.read_text()), wall_s=time.perf_counter() - t0,
+                      draws=draws, models=models)
+    write_result(result, summary, prov, per_seed=per_seed)
+    print(f"wrote {result}")
+    return 0
 
 
 # ---------------------------------------------------------------------------------- analyze
@@ -392,22 +597,35 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000) -> int:
     if not summary:
         print("no complete seed anywhere: run `python benchmarks/dht_seeded.py run` first", file=sys.stderr)
         return 1
+    seeds = {k: v["seeds"] for k, v in summary.items()}
+    targets = {f"{name}.{k}": t for name in summary for k, t in TARGETS.items() if k in summary[name]}
+    if WALL_FILE.exists():  # issue 35's CPU wall-clock: its own run (wall), its own protocol
+        w = json.loads(WALL_FILE.read_text())
+        summary["cpu_wall"], protocols["cpu_wall"] = w["summary"], w["provenance"]["protocol"]
+        models["cpu_wall"] = {w["provenance"]["model"]: {"commit": c, "wall_s": w["provenance"]["wall_s"],
+                                                         "test_accuracy": w["summary"]["test_accuracy"]}
+                              for c in w["provenance"]["git_commit"]}
+        seeds["cpu_wall"] = w["provenance"]["seeds"]
+        targets.update({f"cpu_wall.{k}": t for k, t in WALL_TARGETS.items()})
     prov = provenance(commits=sorted({x["commit"] for m in models.values() for x in m.values()} | {git_commit()}),
-                      seeds={k: v["seeds"] for k, v in summary.items()}, selection_split="validation",
+                      seeds=seeds, selection_split="validation",
                       protocol=protocols, wall_s=time.perf_counter() - t0, budgets=list(BUDGETS), draws=draws,
                       models=models)
-    targets = {f"{name}.{k}": t for name in summary for k, t in TARGETS.items() if k in summary[name]}
     met = {k: _OPS[t.split()[0]](summary[k.split(".", 1)[0]][k.split(".", 1)[1]], float(t.split()[1]))
            for k, t in targets.items()}
     write_result(result, summary, prov, targets=targets, targets_met=sum(met.values()), targets_total=len(met),
                  per_seed=per_seed)
     print(f"wrote {result}")
+    if any(any(out.glob("dp_seed*.npz")) for out in dumps.values()):
+        return analyze_dp(dumps, result.with_name(DP_RESULT.name), draws)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["run", "select", "analyze"])
+    ap.add_argument("command", choices=["run", "select", "analyze", "wall"])
+    ap.add_argument("--dp", action="store_true",
+                    help="run: train only the depth predictors (protocols/depth_predictor_seeded.json)")
     ap.add_argument("--recipe", choices=list(RECIPES), default=None,
                     help="run: train only this recipe variant's multi-exit model (protocols/dht_recipe.json)")
     ap.add_argument("--cuts", type=int, nargs="+", default=[],
@@ -422,8 +640,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.command == "run":
         run(args.dumps or DATASETS[args.dataset]["dumps"], args.threads, args.seeds, args.train_samples,
-            args.dataset, args.recipe, tuple(args.cuts))
+            args.dataset, args.recipe, tuple(args.cuts), args.dp)
         return 0
+    if args.command == "wall":
+        return wall(args.out if args.out != RESULT else WALL_FILE, args.threads, args.seeds[0],
+                    train_samples=args.train_samples)
     dumps = {k: v["dumps"] for k, v in DATASETS.items()} if args.dumps is None else {args.dataset: args.dumps}
     if args.command == "select":
         return select(dumps)

@@ -538,16 +538,23 @@ def _median_time(fn, batches, rounds_times: list):
     rounds_times.append(time.perf_counter() - t0)
 
 
-def wall_ratios(paths: dict[str, Callable], full: Callable, test, rounds: int) -> dict:
-    """Median pass time of each path over the full-depth forward's, interleaved, b32 and b1."""
+def timing_batches(test) -> dict[str, list]:
+    """The rows the wall clock is measured on: ``{"b32": the first 128 test rows in batches of
+    32, "b1": the first 16 one by one}``, each batch ``(x, mask)`` trimmed of common padding."""
     from archsearch.models.config import trim_padding
 
     n32 = min(128, len(test))
     b32 = [trim_padding(test.input_ids[i:i + 32], test.attention_mask[i:i + 32]) for i in range(0, n32, 32)]
     b1 = [trim_padding(test.input_ids[i:i + 1], test.attention_mask[i:i + 1]) for i in range(min(16, len(test)))]
+    return {"b32": b32, "b1": b1}
+
+
+def wall_ratios(paths: dict[str, Callable], full: Callable, test, rounds: int) -> dict:
+    """Median pass time of each path over the full-depth forward's, interleaved, on the rows of
+    :func:`timing_batches` (``{path}:wall_ratio_{b32,b1}``, ``full_ms_per_sample_{b32,b1}``)."""
     named = {"full": full, **paths}
     res = {}
-    for tag, batches in (("b32", b32), ("b1", b1)):
+    for tag, batches in timing_batches(test).items():
         times = {k: [] for k in named}
         for fn in named.values():  # warm-up
             _median_time(fn, batches[:1], [])
