@@ -1,12 +1,10 @@
-"""Adaptive depth (depth predictor) on MiniLM-L6 (issue 14): this name runs
-``benchmarks/dynamic_depth.py``, which measures DHT, the depth predictor, static cuts and a confidence exit in one resumable protocol and writes
-``benchmarks/results/dht.json`` and ``benchmarks/results/depth_predictor.json`` (see its
-docstring for the protocol, the duration and the command lines).
+"""The depth predictor on MiniLM-L6 (issues 14, 36 deliverable 6): this name runs
+``benchmarks/dht_seeded.py``, whose ``run --dp`` trains the depth predictor at its defaults
+(3 seeds, two datasets) and whose ``analyze`` writes ``benchmarks/results/depth_predictor.json``
+against the same 3-seed static cuts as DHT, with paired bootstrap intervals (protocol:
+``benchmarks/protocols/depth_predictor_seeded.json``).
 
-The earlier from-scratch gamma-curve protocol of this script is in git history (before
-issue 14 deliverable 5).
-
-Usage: ``nice -n 10 python benchmarks/depth_predictor.py [run|summarize] [options of dynamic_depth.py]``.
+Usage: ``nice -n 10 python benchmarks/depth_predictor.py [run --dp|analyze] [options of dht_seeded.py]``.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dynamic_depth import main  # noqa: E402  benchmarks/dynamic_depth.py
+from dht_seeded import main  # noqa: E402  benchmarks/dht_seeded.py
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -25,9 +25,21 @@ Protocol (``benchmarks/protocols/dht_seeded.json``, committed before the runs):
   rows only, ``val_exit{k}_minus_static{k}_pts``: DHT's exit ``k`` against the cut fine-tuned
   at ``k`` blocks (k = 2, 3: the shallow exits; 6: the deepest against plain fine-tuning).
 
+* ``run --dp`` (deliverable 6, ``protocols/depth_predictor_seeded.json``): the depth predictor
+  at its defaults, trained under ``flops_budget: 0.5`` like the 2-epoch models above (seeds 0, 1,
+  2), then played on test at 0.5 and 0.33 after a label-free calibration on validation rows at
+  each (:func:`dp_outputs`); ``analyze`` then also writes ``benchmarks/results/depth_predictor.json``
+  (:func:`analyze_dp`: against the static curve of the same seeds at its measured FLOPs).
+* ``wall`` (issue 35's CPU targets, ``protocols/dht_wall_cpu.json``): retrains the chosen
+  recipe's DHT model (rt, seed 0) and times its cascade, its 3-block cut and its full-depth
+  forward at batch 32 and batch 1 (:func:`wall`; ``benchmarks/data/dht_seeded/wall_cpu.json``);
+  ``analyze`` enters it as the section ``cpu_wall`` of ``dht.json``.
+
 Run: ``nice -n 10 python benchmarks/dht_seeded.py run [--dataset election_tweets]`` then
-``python benchmarks/dht_seeded.py analyze`` (writes ``benchmarks/results/dht_seeded.json``, a
-summary section per dataset).
+``python benchmarks/dht_seeded.py analyze`` (writes ``benchmarks/results/dht.json``, a
+summary section per dataset, and ``depth_predictor.json`` where depth predictors are stored).
+``benchmarks/dht.py`` and ``benchmarks/depth_predictor.py`` are this script under the results'
+names.
 """
 
 from __future__ import annotations

@@ -56,10 +56,17 @@ Protocol (every row has the same fine-tuning budget and goes through the trainab
   interleaved over 5 rounds, median (the machine is shared: wall ratios are noisy, FLOPs
   ratios exact). ``--threads`` (default 2) torch threads for training and timing.
 
-Summary (``summarize``, from the rows only; written to ``benchmarks/results/dht.json`` (the dht
-keys) and ``benchmarks/results/depth_predictor.json`` (the dp keys), each with ``targets`` /
-``targets_met`` beside its ``summary`` as benchmarks/summarize.py reads them, plus
-``dynamic_depth.png``: accuracy vs measured FLOPs and vs wall clock at batch 32 and 1, the static
+Status: the development protocol of issues 14 and 34. Its single-seed rows
+(``benchmarks/data/dynamic_depth_runs.jsonl``) are where today's ``gating: dht`` and
+``depth_predictor`` defaults were settled, among ~20 variants partly by TEST accuracy, so its
+summaries are kept as a development record in ``benchmarks/data/dynamic_depth_legacy/``, not
+reported: the reported results are ``benchmarks/results/dht.json`` and ``depth_predictor.json``
+(``benchmarks/dht_seeded.py``: 3 seeds of every model, two datasets, choices on validation only).
+
+Summary (``summarize``, from the rows only; written to ``--out``, by default
+``benchmarks/data/dynamic_depth_legacy/``: ``dht.json`` (the dht keys) and
+``depth_predictor.json`` (the dp keys), each with ``targets`` / ``targets_met`` beside its
+``summary``, plus ``dynamic_depth.png``: accuracy vs measured FLOPs and vs wall clock at batch 32 and 1, the static
 curve under the dynamic points):
 
 * ``dht_acc_drop_pts_at_0.5`` = 100 x (mean full-static accuracy - mean dht@0.5 accuracy over its
@@ -86,10 +93,9 @@ the JSONL (same protocol settings), so it can be stopped and continued. Rows of 
 fine-tuning budget share the JSONL; ``summarize`` reads only those of the budget its
 ``--epochs`` / ``--train-samples`` say (static rows included), so a longer budget
 (``--epochs 2``, the issue's reference exits: ~2x the time) is summarized on its own; while it is
-incomplete, give it ``--out`` outside ``benchmarks/results`` so the reported JSONs keep the last
-complete budget.
+incomplete, give it ``--out`` elsewhere so the stored summaries keep the last complete budget.
 
-The reported variant (the ``command`` in ``benchmarks/results/dht.json``) is not the CLI
+The development runs' final variant (the ``command`` in ``dynamic_depth_legacy/dht.json``) is not the CLI
 defaults above: it adds an exit head per depth (``--exit-heads``), summed exit losses
 (``--exit-loss sum``), the cascade router (``--dht-routing cascade`` with ``--dht-exit-context
 --dht-reward prob --dht-min-heads 12 --dht-stop-fit validation --dht-stop-rule tuned
@@ -103,7 +109,6 @@ Commands (the lead runs it alone on the machine)::
     # smoke (< 2 min, tiny subsets, nothing under benchmarks/):
     nice -n 10 python benchmarks/dynamic_depth.py run --quick --data /tmp/dd_runs.jsonl --out /tmp/dd
 
-``python benchmarks/dht.py`` and ``python benchmarks/depth_predictor.py`` run this script too.
 """
 
 from __future__ import annotations
@@ -124,7 +129,10 @@ from common import git_commit, provenance, read_jsonl, write_result  # noqa: E40
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "dynamic_depth_runs.jsonl"
-RESULTS = HERE / "results"
+#: where ``summarize`` writes by default: the development runs' summaries, not reported results
+#: (their variant was chosen partly on test; the reported DHT and depth-predictor results are
+#: benchmarks/results/dht.json and depth_predictor.json, written by benchmarks/dht_seeded.py)
+RESULTS = HERE / "data" / "dynamic_depth_legacy"
 N_LAYERS = 6
 BUDGETS = [0.33, 0.5, 0.7]
 MAIN_BUDGET = 0.5
@@ -814,7 +822,7 @@ def summarize(data_path: Path, out_dir: Path, wall_s: float | None = None,
                       selection_split="test",
                       selection_note=("the reported variant was chosen among ~20 DHT / depth-predictor "
                                       "variants partly on test accuracy; superseded for the DHT claim by "
-                                      "benchmarks/results/dht_seeded.json, whose choices use validation rows "
+                                      "benchmarks/results/dht.json, whose choices use validation rows "
                                       "only; the depth predictor's rows stay below the static curve even so"))
     rest = {"full_static_accuracy": s["full_static_accuracy"], "static_curve": s["static_curve"],
             **({"static_kd_curve": s["static_kd_curve"]} if s["static_kd_curve"] else {}),

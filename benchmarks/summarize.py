@@ -62,33 +62,33 @@ TARGETS = {
 #: result (section) in braces (``{key}``: its formatted value); the interval is the summary's
 #: ``<metric>_ci`` (``[low, high]``) when present; the target is the result's.
 HEADLINE = [
-    ("Per-sample depth (DHT) at 0.5x FLOPs, Rotten Tomatoes sentences", "dht_seeded#rt",
+    ("Per-sample depth (DHT) at 0.5x FLOPs, Rotten Tomatoes sentences", "dht#rt",
      "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each)",
      "static cut at the same FLOPs: 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
      "per-sample layer/head gating keeps accuracy at a fraction of the FLOPs (arXiv 2312.03038)"),
-    ("Per-sample depth (DHT) at 0.5x FLOPs, election tweets (second dataset)", "dht_seeded#election_tweets",
+    ("Per-sample depth (DHT) at 0.5x FLOPs, election tweets (second dataset)", "dht#election_tweets",
      "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each)",
      "static cut at the same FLOPs: 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
      "the same, on another task"),
-    ("DHT, multi-exit recipe chosen on validation (3 epochs), Rotten Tomatoes sentences", "dht_seeded#rt_recipe",
+    ("DHT, multi-exit recipe chosen on validation (3 epochs), Rotten Tomatoes sentences", "dht#rt_recipe",
      "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each; DHT trained 1.5x as long)",
      "static cut at the same FLOPs (2 epochs): 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
      "the same, with the recipe of benchmarks/results/dht_recipe.json"),
-    ("DHT, multi-exit recipe chosen on validation (3 epochs), election tweets", "dht_seeded#election_tweets_recipe",
+    ("DHT, multi-exit recipe chosen on validation (3 epochs), election tweets", "dht#election_tweets_recipe",
      "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each; DHT trained 1.5x as long)",
      "static cut at the same FLOPs (2 epochs): 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
      "the same, on another task"),
     ("DHT (3-epoch recipe) vs a static cut trained as long, Rotten Tomatoes sentences",
-     "dht_seeded#rt_recipe_vs_equally_trained_cuts", "dht_gain_over_static_pts_at_0.5",
+     "dht#rt_recipe_vs_equally_trained_cuts", "dht_gain_over_static_pts_at_0.5",
      "accuracy points over the 3-epoch static cut (3 seeds each)",
      "static cut at the same FLOPs and epochs: 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}", "the same, at equal training"),
     ("DHT (3-epoch recipe) vs a static cut trained as long, election tweets",
-     "dht_seeded#election_tweets_recipe_vs_equally_trained_cuts", "dht_gain_over_static_pts_at_0.5",
+     "dht#election_tweets_recipe_vs_equally_trained_cuts", "dht_gain_over_static_pts_at_0.5",
      "accuracy points over the 3-epoch static cut (3 seeds each)",
      "static cut at the same FLOPs and epochs: 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}", "the same, at equal training"),
@@ -102,9 +102,20 @@ HEADLINE = [
      "least-squares cascade (the default): 0, accuracy {test_acc_tuned_trajectory_match_at_0.5}; "
      "bandit with exploration 1: accuracy {test_acc_bandit1_trajectory_match_at_0.5}",
      "per-sample depth decided by contextual bandits (arXiv 2312.03038 sec. 3)"),
-    ("Learned early exit (depth predictor)", "depth_predictor", "dp_gain_over_static_pts",
-     "accuracy points over the static curve", "static cut at the same FLOPs: 0",
+    ("Learned early exit (depth predictor) at 0.5x FLOPs, Rotten Tomatoes sentences", "depth_predictor#rt",
+     "dp_gain_over_static_pts_at_0.5", "accuracy points over the static curve (3 seeds each)",
+     "static cut at the same FLOPs: 0; at 0.33x: {dp_gain_over_static_pts_at_0.33}; "
+     "full model: {dp_acc_drop_pts_at_0.5} above it",
      "adaptive depth beats static depth at equal cost (Li, Li & Wang)"),
+    ("Learned early exit (depth predictor) at 0.5x FLOPs, election tweets", "depth_predictor#election_tweets",
+     "dp_gain_over_static_pts_at_0.5", "accuracy points over the static curve (3 seeds each)",
+     "static cut at the same FLOPs: 0; at 0.33x: {dp_gain_over_static_pts_at_0.33}; "
+     "full model: {dp_acc_drop_pts_at_0.5} above it",
+     "the same, on another task"),
+    ("DHT wall-clock on this CPU (2 cores) at 0.5x FLOPs, batch 1", "dht#cpu_wall", "dht_wall_over_flops_b1",
+     "x its FLOPs ratio (wall ratio {dht_wall_ratio_b1}; 1 seed)",
+     "static 3-block cut: wall ratio {static3_wall_ratio_b1}; batch 32: {dht_wall_over_flops_b32}x its FLOPs ratio",
+     "FLOPs saved are time saved"),
     ("Length-adaptive (LengthDrop) at 0.5x FLOPs", "length_adaptive", "lat_acc_drop_pts_at_0.5",
      "accuracy points below the full model",
      "truncated inputs at the same FLOPs: {lat_gain_over_truncation_pts_at_0.5} points below ours",

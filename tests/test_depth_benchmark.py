@@ -260,14 +260,15 @@ def test_teacher_is_the_static_row_of_its_seed_trained_once(dd, tmp_path):
         dd.train_row({**spec, "protocol": {**dyn, "distill_teacher": "other"}}, ckpt, data, 2, tmp_path)
 
 
-def test_reported_results_regenerate_from_the_committed_rows(dd, tmp_path):
-    """``summarize`` with the flags recorded in ``dht.json``'s provenance, on the committed rows,
-    gives the committed summaries and tables (a change to the script that moved a reported
-    number, or added a key to existing rows, fails here)."""
+def test_development_summaries_regenerate_from_the_committed_rows(dd, tmp_path):
+    """``summarize`` with the flags recorded in the development summaries' provenance
+    (``benchmarks/data/dynamic_depth_legacy/``), on the committed rows, gives the stored summaries
+    and tables (a change to the script that moved a recorded number, or added a key to existing
+    rows, fails here)."""
     import shlex
 
     for name in ("dht.json", "depth_predictor.json"):
-        ref = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
+        ref = json.loads((dd.RESULTS / name).read_text())
         argv = shlex.split(ref["provenance"]["command"])[2:]  # after "python benchmarks/dynamic_depth.py"
         dd.main([*argv, "--data", str(ROOT / "benchmarks" / "data" / "dynamic_depth_runs.jsonl"),
                  "--out", str(tmp_path / name)])

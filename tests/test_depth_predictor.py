@@ -83,7 +83,7 @@ def test_settings_defaults_are_the_reported_recipe():
     assert s.depth_all_exits and s.min_layers == 1 and s.gamma == 0.5 and s.depth_warmup_steps is None
     # the flags of the reported run (benchmarks/dynamic_depth.py maps them onto these keys)
     root = Path(__file__).resolve().parents[1]
-    cmd = json.loads((root / "benchmarks/results/depth_predictor.json").read_text())["provenance"]["command"]
+    cmd = json.loads((root / "benchmarks/data/dynamic_depth_legacy/depth_predictor.json").read_text())["provenance"]["command"]
     for flag in ("--exit-heads", "--exit-loss sum", "--dp-supervision 1.0", "--dp-predictor-lr 1e-3"):
         assert flag in cmd, flag
     assert set(DepthPredictorSettings.model_fields["exit_loss"].annotation.__args__) == set(EXIT_LOSSES)

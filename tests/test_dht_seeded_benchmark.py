@@ -165,3 +165,75 @@ def test_the_recipe_against_cuts_trained_as_long_reads_only_the_keys_they_give(d
     assert equal["dht_gain_over_static_pts_at_0.33"] == pytest.approx(usual["dht_gain_over_static_pts_at_0.33"] - 10)
     assert equal["dht_acc_drop_pts_at_0.5"] == pytest.approx(usual["dht_acc_drop_pts_at_0.5"] - 10)
     assert {"val_exit2_minus_static2_pts", "val_exit6_minus_static6_pts"} <= set(equal)
+
+
+def store_dp(path, seed: int, right: dict[float, float], flops: dict[float, float]) -> None:
+    """A stored depth predictor (``dp_seed{seed}``) on the test rows of :func:`store`'s seed: at
+    budget ``b`` right on the first ``right[b]`` share of the rows, at FLOPs fraction ``flops[b]``."""
+    y = np.load(path / f"static6_seed{seed}.npz")["test_y"]
+    n = len(y)
+    arrays = {"test_y": y}
+    for b in (0.5, 0.33):
+        arrays[f"test_correct_{b}"] = (np.arange(n) < round(right[b] * n)).astype(float)
+        arrays[f"test_flops_{b}"] = np.full(n, flops[b])
+        arrays[f"val_fraction_{b}"], arrays[f"threshold_{b}"] = np.array(b), np.array(0.5)
+    np.savez(path / f"dp_seed{seed}.npz", **arrays)
+    (path / f"dp_seed{seed}.json").write_text(json.dumps({"model": f"dp_seed{seed}", "commit": "c", "wall_s": 1.0,
+                                                         "test_accuracy": right[0.5]}))
+
+
+def test_the_depth_predictor_is_read_against_the_static_curve_at_its_own_flops(ds, tmp_path):
+    for seed in (0, 1):
+        store(tmp_path, 400, seed, {3: 0.5, 2: 0.25, 6: 1.0})
+        store_dp(tmp_path, seed, {0.5: 0.6, 0.33: 0.3}, {0.5: 0.5, 0.33: 0.4})
+    assert ds.analyze_dp({"rt": tmp_path}, tmp_path / "dp.json", draws=300) == 0
+    got = json.loads((tmp_path / "dp.json").read_text())
+    s = got["summary"]["rt"]
+    assert s["seeds"] == [0, 1] and s["dp_flops_ratio_at_0.33"] == pytest.approx(0.4)
+    assert s["dp_gain_over_static_pts_at_0.5"] == pytest.approx(10)  # 0.6 against the 3-block cut's 0.5
+    # 0.4x lies between the 2-block cut (1/3x, 0.25) and the 3-block one (1/2x, 0.5): 0.35 there
+    assert s["dp_gain_over_static_pts_at_0.33"] == pytest.approx(30 - 35)
+    assert s["dp_acc_drop_pts_at_0.5"] == pytest.approx(40)
+    for key in ("dp_gain_over_static_pts_at_0.5", "dp_gain_over_static_pts_at_0.33", "dp_acc_drop_pts_at_0.5"):
+        lo, hi = s[f"{key}_ci"]
+        assert lo < s[key] < hi, key
+    assert got["provenance"]["selection_split"] == "validation"
+    assert got["per_seed"]["rt"]["0"]["dp@0.5"] == pytest.approx(0.6)
+    # below the cheapest cut the curve is that cut's accuracy, never extrapolated down
+    tab = ds.dp_seed_table(tmp_path, 0)
+    assert ds.static_curve_at(tab, np.arange(400)[None], 0.2)[0] == pytest.approx(0.25)
+
+
+def test_a_depth_predictor_on_other_test_rows_is_not_paired(ds, tmp_path):
+    store(tmp_path, 200, 0, {3: 0.5, 2: 0.25, 6: 1.0})
+    store_dp(tmp_path, 0, {0.5: 0.6, 0.33: 0.3}, {0.5: 0.5, 0.33: 0.33})
+    f = tmp_path / "dp_seed0.npz"
+    d = dict(np.load(f))
+    d["test_y"] = d["test_y"][::-1]
+    np.savez(f, **d)
+    with pytest.raises(ValueError, match="test rows differ from dp_seed0.npz"):
+        ds.analyze_dp({"rt": tmp_path}, tmp_path / "dp.json", draws=10)
+
+
+def test_the_cpu_wall_clock_enters_dht_json_with_its_targets(ds, tmp_path, monkeypatch):
+    for seed in (0, 1, 2):
+        store(tmp_path, 120, seed, {3: 0.5, 2: 0.25, 6: 1.0})
+    wall = tmp_path / "wall_cpu.json"
+    wall.write_text(json.dumps({"summary": {"dht_wall_over_flops_b32": 1.05, "dht_wall_over_flops_b1": 1.4,
+                                            "test_accuracy": 0.83},
+                                "provenance": {"git_commit": ["w"], "wall_s": 9.0, "seeds": [0], "model": "dht_seed0",
+                                               "protocol": {"issue": 35}}}))
+    monkeypatch.setattr(ds, "WALL_FILE", wall)
+    monkeypatch.setattr(ds, "chosen_recipe", lambda: None)
+    monkeypatch.setattr(ds, "BUDGETS", (0.3, 0.5, 0.65))
+    assert ds.analyze({"rt": tmp_path}, tmp_path / "dht.json", draws=20) == 0
+    got = json.loads((tmp_path / "dht.json").read_text())
+    assert got["summary"]["cpu_wall"]["dht_wall_over_flops_b1"] == 1.4
+    assert got["targets"]["cpu_wall.dht_wall_over_flops_b32"] == "<= 1.15"
+    assert got["targets"]["cpu_wall.dht_wall_over_flops_b1"] == "<= 1.25"
+    assert "w" in got["provenance"]["git_commit"] and got["provenance"]["protocol"]["cpu_wall"] == {"issue": 35}
+    # 1.05 meets its target, 1.4 misses: one of the two counted
+    rt = {k: t for k, t in got["targets"].items() if k.startswith("rt.")}
+    met_rt = sum(ds._OPS[t.split()[0]](got["summary"]["rt"][k[3:]], float(t.split()[1])) for k, t in rt.items())
+    assert got["targets_total"] == len(rt) + 2 and got["targets_met"] == met_rt + 1
+    assert not (tmp_path / "depth_predictor.json").exists()  # no depth predictor stored: none written

@@ -62,7 +62,7 @@ def test_strategies_create_exit_heads_unless_told_not_to(cls, cfg, depths, devic
     cls(model, {**cfg, "exit_heads": False}, {})
     assert model.exit_heads is None  # the shared head: the old default, reachable by name
     model, _, _ = _model(device=device)
-    cls(model, dict(cfg), {})  # default: a classifier per exit (measured best, dht.json)
+    cls(model, dict(cfg), {})  # default: a classifier per exit (measured best in the development runs)
     assert sorted(model.exit_heads.keys()) == depths
     names = {n for n, _ in model.named_parameters()}
     assert {f"exit_heads.{d}.weight" for d in depths} <= names  # the optimizer's parameters

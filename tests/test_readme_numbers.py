@@ -78,7 +78,7 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
         "summary": {"ahto_time_to_95_ratio_vs_asha": 0.8, "ahto_time_to_95_ratio_vs_asha_ci": [0.7, 0.9],
                     "ahto_wilcoxon_p_vs_asha": 0.01, "ahto_time_to_95_ratio_vs_hyperband": 0.95},
         "targets": {"ahto_time_to_95_ratio_vs_asha": "<= 0.85"}}))
-    (tmp_path / "dht_seeded.json").write_text(json.dumps({  # one summary section per dataset
+    (tmp_path / "dht.json").write_text(json.dumps({  # one summary section per dataset
         "summary": {"rt": {"dht_gain_over_static_pts_at_0.5": 1.0, "confidence_exit_gain_over_static_pts_at_0.5": 0.5,
                            "dht_acc_drop_pts_at_0.5": 2.0},
                     "election_tweets": {"dht_gain_over_static_pts_at_0.5": 2.0,

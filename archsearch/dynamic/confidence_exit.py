@@ -13,7 +13,8 @@ entropy; we threshold the max softmax probability, the same ordering for two cla
   exit's CE plus each shallower exit's ``(CE + KD) / 2``, combined by ``exit_loss``). DeeBERT
   trains in two stages (backbone and last classifier, then the frozen backbone's off-ramps,
   §3.2); joint training with in-place distillation is the variant measured best here
-  (``benchmarks/results/dht.json``: ``--exit-heads --exit-loss sum``).
+  (the development runs, ``benchmarks/data/dynamic_depth_legacy/dht.json``: ``--exit-heads
+  --exit-loss sum``).
 * Inference (:meth:`ConfidenceExitGating.predict`): :func:`~archsearch.dynamic.exits.run_cascade`
   with the rule "max probability >= threshold"; the rows that stop leave the batch, the others
   run the next block as one batch (nothing is computed for a row after its exit).
@@ -44,7 +45,7 @@ from archsearch.dynamic.exits import all_exit_loss, first_stop, run_cascade
 from archsearch.dynamic.settings import StrategySettings
 from archsearch.models import costs
 
-_JSON = "benchmarks/results/dht.json"
+_JSON = "the development runs (benchmarks/data/dynamic_depth_legacy/dht.json)"
 #: Above every max probability, also once rounded to float32 / bfloat16 (as a comparison with a
 #: tensor of that dtype rounds it): at this threshold no row leaves before the last exit.
 NEVER = 1.0 + 2.0 ** -6

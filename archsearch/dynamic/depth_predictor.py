@@ -44,10 +44,12 @@ section of docs/design.md:
 
 Settings: :class:`~archsearch.dynamic.depth_settings.DepthPredictorSettings` (the strategy's
 :attr:`~DepthPredictorGating.Settings`: every key, its range, unit, source and default, the
-defaults being the recipe of ``benchmarks/results/depth_predictor.json``). The structure
+defaults being the recipe the development runs settled on,
+``benchmarks/data/dynamic_depth_legacy/depth_predictor.json``). The structure
 predictor and RevPC live in :mod:`archsearch.dynamic.depth_model`.
 
-Measured: ``benchmarks/results/depth_predictor.json`` (MiniLM-L6, the settings' defaults).
+Measured: ``benchmarks/results/depth_predictor.json`` (MiniLM-L6, the settings' defaults, 3 seeds,
+two datasets, against the same 3-seed static cuts as DHT; ``benchmarks/dht_seeded.py run --dp``).
 
 Classification only (the predictor reads a pooled sequence; a causal LM would need per-token
 exits).
