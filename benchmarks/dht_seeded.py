@@ -430,27 +430,30 @@ def seed_tables(out: Path, seed: int, cost_of, dht: str = "dht", cuts: str = "",
     val, test = sp.split_tables(d, "validation", cost_of), sp.split_tables(d, "test", cost_of)
     tab = {"test": test, DHT: [sp.policy_exits(DHT, val, test, b) for b in BUDGETS],
            CONF: [sp.policy_exits(CONF, val, test, b) for b in BUDGETS]}
-    for k in depths:
-        s = np.load(out / f"static{k}{cuts}_seed{seed}.npz")
+    cut_files = {k: np.load(out / f"static{k}{cuts}_seed{seed}.npz") for k in depths}
+    for k, s in cut_files.items():
         if not np.array_equal(s["test_y"], d["test_y"]):
             raise ValueError(f"{out}/static{k}{cuts}_seed{seed}.npz: test rows differ from {dht}_seed{seed}.npz's")
         tab[f"static{k}"] = (s["test_p"].argmax(-1) == s["test_y"]).astype(float)
-    return {**tab, **val_exit_gaps(out, seed, dht, cuts, depths)}
+    return {**tab, **val_exit_gaps(out, seed, dht, cuts, depths, loaded=(d, cut_files))}
 
 
 def val_exit_gaps(out: Path, seed: int, dht: str = "dht", cuts: str = "",
-                  depths: tuple[int, ...] = DEPTHS) -> dict[str, float]:
+                  depths: tuple[int, ...] = DEPTHS, loaded: tuple | None = None) -> dict[str, float]:
     """Deliverable 4's rows, on validation rows only: ``val_exit{k}_minus_static{k}_pts``, the
     multi-exit model ``{dht}_seed{seed}``'s exit ``k`` against the cut fine-tuned at ``k``
     blocks (``static{k}{cuts}_seed{seed}``), accuracy points, for ``k`` in ``depths``.
 
+    ``loaded``: ``(the multi-exit model's npz, {k: the cut's npz})`` already opened by the
+    caller (:func:`seed_tables`), instead of reading the files again.
+
     Raises:
         ValueError: a cut's validation rows are not the multi-exit model's (a broken pairing)."""
-    d = np.load(out / f"{dht}_seed{seed}.npz")
+    d, cut_files = loaded if loaded is not None else (np.load(out / f"{dht}_seed{seed}.npz"), {})
     correct = d["validation_p"].argmax(-1) == d["validation_y"][:, None]  # (N, K)
     gaps = {}
     for k in depths:
-        s = np.load(out / f"static{k}{cuts}_seed{seed}.npz")
+        s = cut_files[k] if k in cut_files else np.load(out / f"static{k}{cuts}_seed{seed}.npz")
         if not np.array_equal(s["validation_y"], d["validation_y"]):
             raise ValueError(f"{out}/static{k}{cuts}_seed{seed}.npz: validation rows differ from {dht}_seed{seed}.npz's")
         static = (s["validation_p"].argmax(-1) == s["validation_y"]).mean()
