@@ -326,6 +326,21 @@ def wall(path: Path, threads: int, seed: int = 0, rounds: int = 5, train_samples
     return 0
 
 
+def with_intervals(estimate, tabs: list[dict], n: list[int], draws: int, keys=None) -> dict:
+    """Every key of ``estimate(tabs, idx_per_seed)`` (``keys`` where given, in that order; else
+    all but the ``acc_*`` ones) at the observed rows, with ``{key}_ci``: its paired bootstrap 95%
+    interval, test rows resampled within each seed (``n``: the seeds' row counts), the same rows
+    for every model of a seed, ``draws`` draws from seed 0's generator."""
+    point = estimate(tabs, [np.arange(m)[None] for m in n])
+    rng = np.random.default_rng(0)
+    boot = estimate(tabs, [rng.integers(0, m, (draws, m)) for m in n])
+    out = {}
+    for key in ([k for k in keys if k in point] if keys is not None else [k for k in point if not k.startswith("acc_")]):
+        out[key] = float(point[key][0])
+        out[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
+    return out
+
+
 def dp_seed_table(out: Path, seed: int) -> dict:
     """One seed's test rows for deliverable 6: the depth predictor's per-row correctness and
     FLOPs fraction at each of :data:`DP_BUDGETS` (``dp_seed{seed}.npz``) and each static cut's
@@ -387,13 +402,7 @@ def analyze_dp(dumps: dict[str, Path], result: Path = DP_RESULT, draws: int = 20
             continue
         tabs = [dp_seed_table(out, s) for s in seeds]
         n = [len(t["static6"]) for t in tabs]
-        point = dp_estimates(tabs, [np.arange(m)[None] for m in n])
-        rng = np.random.default_rng(0)
-        boot = dp_estimates(tabs, [rng.integers(0, m, (draws, m)) for m in n])
-        sec = {}
-        for key in (k for k in point if not k.startswith("acc_")):
-            sec[key] = float(point[key][0])
-            sec[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
+        sec = with_intervals(dp_estimates, tabs, n, draws)
         for b in DP_BUDGETS:
             sec[f"dp_flops_ratio_at_{b}"] = float(np.mean([t[f"flops@{b}"] for t in tabs]))
         sec["seeds"], sec["test_rows"] = seeds, n[0]
@@ -519,13 +528,7 @@ def analyze_dataset(out: Path, cost_of, draws: int = 2000, recipe: str | None = 
         return None
     tabs = [seed_tables(out, s, cost_of, dht, cuts, depths) for s in seeds]
     n = [len(t["test"]["correct"]) for t in tabs]
-    point = estimates(tabs, [np.arange(m)[None] for m in n])
-    rng = np.random.default_rng(0)
-    boot = estimates(tabs, [rng.integers(0, m, (draws, m)) for m in n])
-    summary = {}
-    for key in (k for k in KEYS if k in point):
-        summary[key] = float(point[key][0])
-        summary[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
+    summary = with_intervals(estimates, tabs, n, draws, KEYS)
     if "dht_gain_over_static_pts_at_0.5" in summary:
         summary["dht_gain_over_static_pts_at_0.5_ci_low"] = summary["dht_gain_over_static_pts_at_0.5_ci"][0]
     for k in depths:  # the shallow and the deepest exits against models fine-tuned at their depth
