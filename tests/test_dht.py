@@ -565,3 +565,25 @@ def test_cascade_budget_calibration_on_validation_lands_within_005(small_data, s
         assert q.shape == (len(x), len(g.depths)) and np.all((q >= 0) & (q <= 1))
         assert np.isin(q, (0.0, 1.0)).all() == (stop_quality == "match")
         assert (q[:, -1] == 1).all() == (stop_quality == "match")
+
+
+def test_shared_routed_forward_gives_the_separate_forward_s_loss_without_dropout(tiny, device):
+    """``dht_routed_forward: shared`` reads each routed sample's exit from the deepest path's own
+    forward: with dropout 0 and every head computed that is the same function as the second
+    forward of ``separate``, so the training losses and per-sample exit CEs agree."""
+    model, x, mask = tiny
+    model.train()
+    y = torch.randint(0, 2, (8,)).to(device)
+    dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 0, "dht_warmup_max_steps": 2,
+                            "flops_budget": 0.5, "dht_routing": "cascade", "min_heads": 4,
+                            "dht_epsilon": 0.6}, {"seed": 0})  # exploration spreads the rows
+    train_steps(dht, model, x, mask, y, 4)
+    assert dht.takeover_step is not None and dht.routed_forward == "separate"
+    twin = copy.deepcopy(dht)  # the same bandits, random streams and (copied) weights
+    twin.routed_forward = "shared"
+    ce = torch.nn.functional.cross_entropy
+    separate = dht.training_loss(x, mask, y, ce)
+    shared = twin.training_loss(x, mask, y, ce)
+    torch.testing.assert_close(shared, separate, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(twin._pending["ce"], dht._pending["ce"], rtol=1e-5, atol=1e-6)
+    assert len({g["depth"] for g in dht._pending["groups"]}) >= 2  # rows routed to several exits

@@ -33,6 +33,32 @@ def test_summary_ratios_come_from_the_rows():
     assert s["dht_flops_ratio_at_0.5"] == 0.5 and s["confidence_exit_wall_ratio_b1_at_0.5"] is None
 
 
+def test_the_routed_forward_choice_follows_the_protocol_rule_on_validation_accuracy():
+    """'shared' is chosen when its mean validation accuracy over 3 seeds is at most 0.5 points
+    below 'separate''s, whatever the test rows say; the dht_* keys then come from its rows; with a
+    seed missing, or 0.6 points below, 'separate' stays."""
+    gpu = load_benchmark("gpu")
+
+    def rows(shared_val, shared_seeds=3):
+        out = [{"name": "static6/s0/fp32", "device": "cuda", "wall_s_b1": 2.0, "train_seconds": 10.0,
+                "flops_per_sample": 100.0, "accuracy": 0.8}]
+        for k in range(3):
+            out.append({"name": f"dht@0.5/s{k}/fp32", "val_accuracy": 0.800, "accuracy": 0.70,
+                        "train_seconds": 20.0, "wall_s_b1": 1.0, "flops_per_sample": 50.0, "correct": "10"})
+            if k < shared_seeds:
+                out.append({"name": f"dht+shared@0.5/s{k}/fp32", "val_accuracy": shared_val, "accuracy": 0.90,
+                            "train_seconds": 12.0, "wall_s_b1": 0.5, "flops_per_sample": 50.0, "correct": "11"})
+        return out
+
+    s = gpu.summarize(rows(0.796))
+    assert s["dht_routed_forward_chosen"] == "shared" and s["dht_shared_minus_separate_val_acc_pts"] == -0.4
+    assert s["dht_train_time_ratio"] == 1.2 and s["dht_wall_ratio_b1_at_0.5"] == 0.25
+    assert s["dht_accuracy_at_0.5"] == pytest.approx(0.9) and s["dht_separate_train_time_ratio"] == 2.0
+    for bad in (gpu.summarize(rows(0.794)), gpu.summarize(rows(0.9, shared_seeds=2))):
+        assert bad["dht_routed_forward_chosen"] == "separate" and bad["dht_train_time_ratio"] == 2.0
+        assert bad["dht_accuracy_at_0.5"] == pytest.approx(0.7)
+
+
 @pytest.mark.slow
 def test_a_time_boxed_cpu_run_writes_rows_and_a_summary(tmp_path):
     out, rows = tmp_path / "gpu.json", tmp_path / "rows.jsonl"

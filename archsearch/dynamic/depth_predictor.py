@@ -67,6 +67,7 @@ from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, planne
 from archsearch.dynamic.budget import DualPrice, calibrate_monotone
 from archsearch.dynamic.depth_model import DepthHistogram, DepthPredictor, revpc
 from archsearch.dynamic.depth_settings import DepthPredictorSettings
+from archsearch.dynamic.cascade_graphs import SegmentGraphs, model_signature
 from archsearch.dynamic.exits import all_exit_loss, load_teacher, run_cascade, teacher_logits
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
@@ -377,10 +378,12 @@ class DepthPredictorGating(GatingStrategy):
         used = sorted(torch.unique(exit_depth).tolist())  # the depths some row exits at
 
         def stop(k, hk, pk, logits, state):  # the rows whose predicted depth is this exit's
-            state = (exit_depth,) if state is None else state  # first exit: every row
             return state[0] == used[k], state
 
-        logits, _ = run_cascade(self.model, h, pad_mask, used, self.n_fixed, stop)
+        graphs = self.__dict__.setdefault("_segment_graphs", SegmentGraphs())
+        key = (("depth_predictor", model_signature(self.model)), tuple(used))
+        logits, _ = run_cascade(self.model, h, pad_mask, used, self.n_fixed, stop, state=(exit_depth,),
+                                graphs=graphs, key=key)
         return logits, self._depth_flops(x.shape[1])[k_idx.cpu()]  # (B, C), (B,)
 
     # ------------------------------------------------------------------ reporting

@@ -141,6 +141,12 @@ class DHTSettings(StrategySettings):
         "batch); 1 refits after each step, as the development runs did. The fit (a least-squares "
         "solve per exit over 2048 rows) took 10% of a GPU trial's training at 1; inference "
         "refits on validation anyway (`dht_stop_fit: validation`)."))
+    dht_routed_forward: Literal["separate", "shared"] = Field("separate", description=(
+        "After the take-over, a routed sample's training loss at its exit reads a second forward "
+        "of its group through the gated blocks (`separate`, as measured in dht.json) or, where "
+        "its group computes every head, the deepest path's own exit logits for that sample "
+        "(`shared`: the same function, one dropout draw; no second forward, so a step costs "
+        "about one full-model step)."))
     dht_epsilon: float = Field(0.05, ge=0, le=1, description=(
         "Exploration floor: fraction of routed training samples sent to a random depth."))
     dht_price_lr: float = Field(0.05, gt=0, description="Dual-ascent step of the price per step.")
@@ -212,7 +218,7 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         self.routing = s.dht_routing or ("once" if conf.task == "lm" else "cascade")
         self.stop_fit, self.stop_rule, self.stop_quality = s.dht_stop_fit, s.dht_stop_rule, s.dht_stop_quality
         self.stop_context, self.reward, self.epsilon = s.dht_stop_context, s.dht_reward, s.dht_epsilon
-        self.exits_from = s.dht_exits_from_step
+        self.exits_from, self.routed_forward = s.dht_exits_from_step, s.dht_routed_forward
         self.teacher = load_teacher(s.distill_teacher, cfg.get("init_from"), loop)  # KD from a fine-tuned model
         self.warmup_max = s.dht_warmup_max_steps or 10 * self.warmup
         self.patience = max(self.warmup, 10)
@@ -302,13 +308,17 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         groups = self._plan(h, pad, greedy=False, X=X)
         self.bandit_seconds += time.perf_counter() - t0
         ce = np.full((B, len(self.depths)), np.nan)  # per-sample CE at each exit reached
+        H = self.model.config.n_heads
         routed = 0.0
         for g in groups:
             idx = g["idx"]
             hg = h if idx is None else h[idx]
             pg = pad if (idx is None or pad is None) else pad[idx]
             yg = y if idx is None else y[idx]
-            ex = self._run_exits(hg, pg, g["depth"], g["heads"])
+            if self.routed_forward == "shared" and all(c == H for c in g["counts"]):
+                ex = {d: lg if idx is None else lg.index_select(0, idx) for d, lg in exits.items() if d <= g["depth"]}
+            else:
+                ex = self._run_exits(hg, pg, g["depth"], g["heads"])
             last = ex[g["depth"]]
             tg = teacher if idx is None else teacher[idx]
             n = B if idx is None else len(idx)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from archsearch.dynamic.budget import calibrate_price
+from archsearch.dynamic.cascade_graphs import SegmentGraphs, model_signature as _model_signature
 from archsearch.dynamic.exits import run_cascade
 
 
@@ -130,9 +131,8 @@ class DHTInference:
         ``B x C`` (or ``B x T x V``), ``flops`` float ``(B,)`` FLOPs executed per sample (its
         fixed blocks, its gated blocks with its heads, the output head)."""
         with torch.no_grad():
-            h, pad = self._trunk(x, mask, self.force_depth)
             if self._cascading():
-                out, arms, _ = self._run_cascade(h, pad)  # arms: (B,) on the model's device
+                out, arms, _ = self._run_cascade(*self._trunk(x, mask, 0))  # arms: (B,) on the model's device
                 T, price = x.shape[1], self._price(True)
                 heads = [self._heads_for(a, True, T, price)[1] for a in range(len(self.depths))]  # cached
                 table = torch.tensor([float(self._flops(T, d, c)) for d, c in zip(self.depths, heads)],
@@ -140,6 +140,7 @@ class DHTInference:
                 # counted on the device, folded into the statistics by metrics(): no host sync here
                 self._pending_counts.append((torch.bincount(arms, minlength=len(self.depths)), heads))
                 return out, table[arms]
+            h, pad = self._trunk(x, mask, self.force_depth)
             groups = self._plan(h, pad, greedy=True)
             B, T = x.shape
             out = None
@@ -171,10 +172,13 @@ class DHTInference:
         return self.stopping is not None and self.force_depth is None and self.updates > 0
 
     def _run_cascade(self, h, pad):
-        """Greedy exit-by-exit inference (``dht_routing: cascade``) from the hidden states after
-        block ``n_fixed`` (``B x T x d``), through :func:`~archsearch.dynamic.exits.run_cascade`:
-        at each exit the stopping policy at the inference price decides, from the exit's context
-        (:meth:`_stop_context`), who stops; the others run the next block with the greedy heads.
+        """Greedy exit-by-exit inference (``dht_routing: cascade``) from the embeddings
+        (``B x T x d``; the fixed blocks run in the cascade's first segment), through
+        :func:`~archsearch.dynamic.exits.run_cascade`: at each exit the stopping policy at the
+        inference price decides, from the exit's context (:meth:`_stop_context`), who stops; the
+        others run the next block with the greedy heads. On a GPU the segments run as CUDA graph
+        replays where measured faster (:class:`~archsearch.dynamic.cascade_graphs.SegmentGraphs`,
+        with ``dht_stop_context: trajectory``, whose context is computed on the device).
 
         Returns:
             ``(logits, arms, heads)``: ``B x C`` logits of each sample's exit, ``B`` depth-arm
@@ -193,7 +197,14 @@ class DHTInference:
             stop = self.stopping.stop(k, X, costs_, price)
             return (stop if on_device else torch.from_numpy(stop)), state
 
-        out, exit_index = run_cascade(self.model, h, pad, self.depths, self.n_fixed, stop_rule, heads=heads)
+        graphs, key = None, None
+        if on_device:
+            graphs = self.__dict__.setdefault("_segment_graphs", SegmentGraphs())
+            st = self.stopping
+            key = (("dht", float(price), float(st.offset), np.asarray(st.cut).tobytes(),
+                    np.asarray(st.theta).tobytes(), _model_signature(self.model)), None)
+        out, exit_index = run_cascade(self.model, h, pad, self.depths, 0, stop_rule,
+                                      heads=[None] * self.n_fixed + list(heads), graphs=graphs, key=key)
         return out, exit_index, heads
 
     def plan(self, x, mask) -> list[tuple[int, list[int], list]]:
@@ -208,13 +219,12 @@ class DHTInference:
             as ``Transformer.run_layers`` takes it.
         """
         with torch.no_grad():
-            h, pad = self._trunk(x, mask, self.force_depth)
             if self._cascading():
-                _, arms, heads = self._run_cascade(h, pad)
+                _, arms, heads = self._run_cascade(*self._trunk(x, mask, 0))
                 arms = arms.cpu().numpy()
                 return [(self.depths[a], np.flatnonzero(arms == a).tolist(),
                          list(heads[:self.depths[a] - self.n_fixed])) for a in np.unique(arms)]
-            groups = self._plan(h, pad, greedy=True)
+            groups = self._plan(*self._trunk(x, mask, self.force_depth), greedy=True)
         B = x.shape[0]
         return [(g["depth"], list(range(B)) if g["idx"] is None else g["idx"].tolist(), list(g["heads"]))
                 for g in groups]

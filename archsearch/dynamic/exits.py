@@ -30,6 +30,7 @@ from archsearch.dynamic.base import LossFn
 
 if TYPE_CHECKING:
     from archsearch.dynamic.base import TrialContext
+    from archsearch.dynamic.cascade_graphs import SegmentGraphs
 
 #: How :func:`all_exit_loss` combines the shallower exits (config key ``exit_loss``).
 EXIT_LOSSES = ("mean", "sum", "equal")
@@ -168,7 +169,9 @@ def _take(state: Any, keep: torch.Tensor) -> Any:
 
 
 def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, depths: list[int], start: int,
-                stop_rule: StopRule, heads: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                stop_rule: StopRule, heads: list | None = None, state: Any = None,
+                graphs: "SegmentGraphs | None" = None, key: tuple | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Early exit, exit by exit (DeeBERT, Xin et al. ACL 2020, §3; the cascade of DHT's
     ``dht_routing: cascade``): at each exit depth the rows still running read that exit's
     logits (``model.head_logits(h, pad, depth=d)``), ``stop_rule`` decides which of them stop,
@@ -180,6 +183,11 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
     same exit indices offline: ``first_stop(stop)`` of the ``B x K`` table of ``stop_rule``'s
     answers.
 
+    A *segment* is the blocks up to an exit, its head and its stop rule. With ``graphs`` (a
+    :class:`~archsearch.dynamic.cascade_graphs.SegmentGraphs`), on a GPU in eval mode without
+    gradients, each segment runs as a CUDA graph replay where that was measured faster (the
+    launch-bound regime); the results are the same.
+
     Args:
         model: a :class:`~archsearch.models.transformer.Transformer` (classification).
         h: ``B x T x d`` hidden states after the first ``start`` blocks.
@@ -189,35 +197,53 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
         stop_rule: see :data:`StopRule`.
         heads: ``heads_per_layer`` for blocks ``start .. depths[-1] - 1`` (one head-index list
             or ``None`` = all heads per block), or ``None`` = all heads everywhere.
+        state: the stop rule's state at the first exit (``None`` or a tuple of ``B``-row
+            tensors / numpy arrays).
+        graphs: ``None`` (eager) or the gating's segment graphs; then ``stop_rule`` must be a
+            pure function of its tensor arguments and of the constants named in ``key``, with
+            a tuple-of-tensors state (it is captured once per shape).
+        key: ``(prefix, extra)`` for :meth:`SegmentGraphs.run` (needed with ``graphs``).
 
     Returns:
         ``(logits, exit_index)``: ``B x C`` logits of each row's exit, and ``B`` int64 indices
         into ``depths`` (on ``h``'s device).
 
     Raises:
-        ValueError: ``depths`` empty, not ascending, or starting below ``start``.
+        ValueError: ``depths`` empty, not ascending, or starting below ``start``; ``graphs``
+            without ``key``.
     """
     if not depths or depths[0] < start or any(b <= a for a, b in zip(depths, depths[1:])):
         raise ValueError(f"depths must be ascending and >= start={start}, got {depths}")
-
-    def blocks(a: int, b: int) -> list | None:
-        return None if heads is None else list(heads[a - start:b - start])
-
+    if graphs is not None and key is None:
+        raise ValueError("run_cascade: graphs need a key naming the stop rule's constants")
     B, K = h.shape[0], len(depths)
-    if depths[0] > start:
-        h = model.run_layers(h, pad, start, depths[0], heads_per_layer=blocks(start, depths[0]))
+    bounds = [start] + list(depths)  # segment k runs blocks bounds[k] .. bounds[k + 1] - 1
+
+    def segment(k: int, h, pad, state):
+        a, d = bounds[k], bounds[k + 1]
+        if d > a:
+            hp = None if heads is None else list(heads[a - start:d - start])
+            h = model.run_layers(h, pad, a, d, heads_per_layer=hp)
+        lg = model.head_logits(h, pad, depth=d)  # (b, C)
+        if k == K - 1:
+            return h, lg, None, None
+        stop, state = stop_rule(k, h, pad, lg, state)
+        return h, lg, stop.to(device=h.device, dtype=torch.bool), state  # (b,) bool
+
+    use_graphs = graphs is not None and graphs.usable(model, h)
     rows = torch.arange(B, device=h.device)
     exit_index = torch.full((B,), K - 1, dtype=torch.long, device=h.device)
-    out, state = None, None
-    for k, d in enumerate(depths):
-        lg = model.head_logits(h, pad, depth=d)  # (b, C)
+    out = None
+    for k in range(K):
+        if use_graphs:
+            h, lg, stop, state = graphs.run(key, k, segment, h, pad, state)
+        else:
+            h, lg, stop, state = segment(k, h, pad, state)
         if out is None:
             out = lg.new_empty((B,) + tuple(lg.shape[1:]))
         if k == K - 1:
             out.index_copy_(0, rows, lg)
             break
-        stop, state = stop_rule(k, h, pad, lg, state)
-        stop = stop.to(device=h.device, dtype=torch.bool)  # (b,)
         # the rows that stop first, each group in its order: index_select needs no host sync
         order = torch.argsort((~stop).to(torch.uint8), stable=True)  # (b,)
         n_stop = int(stop.sum())  # the one host synchronisation of this exit
@@ -231,7 +257,6 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
             rows, h = rows.index_select(0, keep), h.index_select(0, keep)
             pad = None if pad is None else pad.index_select(0, keep)
             state = _take(state, keep)
-        h = model.run_layers(h, pad, d, depths[k + 1], heads_per_layer=blocks(d, depths[k + 1]))
     return out, exit_index
 
 

@@ -1,0 +1,210 @@
+"""CUDA graphs of an early-exit cascade's segments: per-sample exits that do not pay for kernel
+launches (issue 35).
+
+On a GPU a MiniLM-sized block on a small batch (batch 1, or batch 32 at length <= 128) is
+launch-bound: the time goes to the host queueing some twenty small kernels per block, not to the
+arithmetic, so an early-exit cascade (:func:`~archsearch.dynamic.exits.run_cascade`), which adds an
+exit head and a stop rule per exit and one host synchronisation per exit, ran 1.1x (batch 1) to
+1.9x (batch 32) the full model's wall time on an H100 while executing half its FLOPs. A segment --
+the blocks up to an exit, that exit's head and its stop rule -- has a fixed shape for a given
+number of rows and length, so it can be captured once as a CUDA graph and replayed with one launch
+(``torch.cuda.CUDAGraph``; NVIDIA, "CUDA C++ Programming Guide", CUDA Graphs). The rows still
+running are gathered into the static input of the next segment's graph, padded up to a power of
+two of rows (a bounded number of graphs per length; the padding rows' results are never read and
+their arithmetic is not counted in the reported FLOPs).
+
+How a segment runs is chosen by measurement on the device, per (segment, rows, length): when it
+is first met, the segment is timed eagerly and as a graph replay (each after a warm-up, device
+synchronised), and the faster is kept. Segments over :attr:`SegmentGraphs.max_tokens` rows x
+tokens (compute-bound: a graph saves nothing there and would hold large buffers) and everything
+on a CPU run eagerly.
+
+A graph bakes in the constants its stop rule read at capture (a threshold, a price, fitted
+weights) and the addresses of the model's weights: the caller names them in ``key``'s first
+element (the *prefix*), and a new prefix drops every graph held.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+#: ``segment(k, h, pad, state) -> (h, logits, stop, state)``: the cascade's segment ``k`` (see
+#: :func:`archsearch.dynamic.exits.run_cascade`) on ``b`` rows: ``h`` ``b x T x d``, ``pad``
+#: ``b x T`` bool or ``None``, ``state`` ``None`` or a tuple of ``b``-row tensors; ``stop`` a ``b``
+#: bool tensor or ``None`` at the last exit.
+Segment = Callable[[int, torch.Tensor, "torch.Tensor | None", Any], tuple]
+
+_EAGER = "eager"  # a segment measured faster without a graph
+
+
+def _rows_bucket(b: int) -> int:
+    """The graph's row count for ``b`` live rows: the next power of two."""
+    return 1 << max(b - 1, 0).bit_length()
+
+
+def _padded(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """A new tensor of ``rows`` rows (outside any graph pool): ``x`` then copies of its first row."""
+    out = x.new_empty((rows,) + tuple(x.shape[1:]))
+    out[:len(x)] = x
+    out[len(x):] = x[:1]
+    return out
+
+
+def model_signature(model: torch.nn.Module) -> tuple:
+    """What a graph of ``model`` bakes in besides the stop rule's constants, for a key's prefix:
+    the model, where its first and last weights live (a load or a move that reallocates them
+    changes it; ``load_state_dict`` copies in place and keeps it), and the autocast dtype."""
+    params = list(model.parameters())
+    first, last = params[0], params[-1]
+    dev = first.device.type
+    amp = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+    return (id(model), len(params), first.data_ptr(), last.data_ptr(), str(first.dtype), str(amp))
+
+
+class _Graph:
+    """One captured segment: static inputs, the graph, and its static outputs."""
+
+    __slots__ = ("h", "pad", "state", "graph", "out")
+
+    def __init__(self, h, pad, state, graph, out):
+        self.h, self.pad, self.state, self.graph, self.out = h, pad, state, graph, out
+
+
+class SegmentGraphs:
+    """The CUDA graphs of one gating's cascade segments, chosen by measurement (module docstring).
+
+    A shape is captured the :attr:`capture_after`-th time it is met (a length met once, as in an
+    evaluation over varied lengths, is not worth a capture); until then it runs eagerly.
+
+    Args:
+        max_tokens: segments of more than this many rows x tokens run eagerly (default 16,384:
+            batch 32 at length 512, batch 256 at length 64).
+        max_graphs: the graphs held at most; past it every graph is dropped and captured again as
+            met (bounds memory when lengths vary widely).
+        capture_after: meetings of a shape before it is captured (default 2).
+        measure: time eager against the graph at capture and keep the faster (default); False
+            keeps every graph (tests).
+
+    Attributes:
+        enabled: set False to run every segment eagerly (the benchmarks time both).
+        counts: ``{"captured", "eager_chosen", "replays", "eager_runs", "failed"}`` since creation.
+    """
+
+    def __init__(self, max_tokens: int = 16384, max_graphs: int = 512, capture_after: int = 2,
+                 measure: bool = True):
+        self.max_tokens, self.max_graphs, self.capture_after = int(max_tokens), int(max_graphs), int(capture_after)
+        self.measure = bool(measure)
+        self.enabled = True
+        self.counts = {"captured": 0, "eager_chosen": 0, "replays": 0, "eager_runs": 0, "failed": 0}
+        self._prefix: Any = None
+        self._graphs: dict[tuple, Any] = {}
+        self._seen: dict[tuple, int] = {}
+        self._pool = None
+        self._stream = None
+
+    def usable(self, model: torch.nn.Module, h: torch.Tensor) -> bool:
+        """Whether graphs may run this cascade: enabled, on CUDA, the model in eval mode, and no
+        gradient being recorded."""
+        return self.enabled and h.is_cuda and not model.training and not torch.is_grad_enabled()
+
+    def clear(self) -> None:
+        """Drop every graph held (their memory returns to the allocator)."""
+        self._graphs.clear()
+        self._seen.clear()
+
+    def run(self, key: tuple, k: int, segment: Segment, h: torch.Tensor, pad: torch.Tensor | None,
+            state: Any) -> tuple:
+        """Segment ``k`` on the ``b`` rows of ``h`` / ``pad`` / ``state``, as a graph replay or
+        eagerly (whichever was measured faster for its shape): ``segment``'s outputs for the
+        ``b`` rows (views of the graph's static outputs, valid until the next :meth:`run`).
+
+        Args:
+            key: ``(prefix, extra)``: ``prefix`` hashable, naming every constant the segment
+                reads besides its tensor inputs (a new one drops every graph); ``extra`` more
+                of the shape key (e.g. the exit depths).
+        """
+        b, T = int(h.shape[0]), int(h.shape[1])
+        rows = _rows_bucket(b)
+        prefix, extra = key
+        if rows * T > self.max_tokens:
+            g = _EAGER
+        else:
+            if prefix != self._prefix or len(self._graphs) >= self.max_graphs:
+                self.clear()
+                self._prefix = prefix
+            gkey = (extra, k, rows, T, pad is None, None if state is None else len(state))
+            g = self._graphs.get(gkey)
+            if g is None:
+                seen = self._seen[gkey] = self._seen.get(gkey, 0) + 1
+                if seen >= self.capture_after:
+                    g = self._graphs[gkey] = self._capture(k, segment, h, pad, state, rows)
+        if g is None or g is _EAGER:
+            self.counts["eager_runs"] += 1
+            return segment(k, h, pad, state)
+        with torch.inference_mode(False), torch.no_grad():  # static buffers are normal tensors
+            g.h[:b].copy_(h)
+            if pad is not None:
+                g.pad[:b].copy_(pad)
+            for buf, s in zip(g.state or (), state or ()):
+                buf[:b].copy_(s)
+        g.graph.replay()
+        self.counts["replays"] += 1
+        oh, olg, ostop, ostate = g.out
+        return (oh[:b], olg[:b], None if ostop is None else ostop[:b],
+                None if ostate is None else tuple(s[:b] for s in ostate))
+
+    def _capture(self, k: int, segment: Segment, h, pad, state, rows: int):
+        """Capture segment ``k`` at ``rows`` rows; :data:`_EAGER` where eager was measured at least
+        as fast or the capture failed (then eager from now on for that shape)."""
+        dev = h.device
+        main = torch.cuda.current_stream(dev)
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(dev)
+            self._pool = torch.cuda.graph_pool_handle()
+        side = self._stream
+        # autocast's cache of cast weights must stay out of a graph: a cached copy made outside
+        # the capture would be freed (and its memory reused) when the caller's autocast exits
+        amp = torch.is_autocast_enabled("cuda")
+        no_cache = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=amp, cache_enabled=False)
+        with torch.inference_mode(False), torch.no_grad(), no_cache:
+            hb = _padded(h, rows)
+            pb = None if pad is None else _padded(pad, rows)
+            sb = None if state is None else tuple(_padded(s, rows) for s in state)
+            side.wait_stream(main)
+            with torch.cuda.stream(side):  # warm-up on the capturing stream: lazy caches, handles
+                segment(k, hb, pb, sb)
+            main.wait_stream(side)
+            torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+            segment(k, hb, pb, sb)
+            torch.cuda.synchronize(dev)
+            eager = time.perf_counter() - t0
+            graph = torch.cuda.CUDAGraph()
+            # torch.cuda.graph() without its gc.collect() per capture; one pool for all graphs
+            # (every replay's outputs are read before the next replay)
+            try:
+                with torch.cuda.stream(side):
+                    graph.capture_begin(pool=self._pool)
+                    try:
+                        out = segment(k, hb, pb, sb)
+                    finally:
+                        graph.capture_end()
+            except RuntimeError:
+                torch.cuda.synchronize(dev)
+                self.counts["failed"] += 1
+                return _EAGER
+            main.wait_stream(side)
+            graph.replay()  # the first replay pays one-off set-up
+            torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+            graph.replay()
+            torch.cuda.synchronize(dev)
+            replay = time.perf_counter() - t0
+        if self.measure and replay >= eager:
+            self.counts["eager_chosen"] += 1
+            return _EAGER
+        self.counts["captured"] += 1
+        return _Graph(hb, pb, sb, graph, out)
