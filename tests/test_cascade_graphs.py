@@ -124,15 +124,26 @@ def test_dht_cascade_through_graphs_equals_eager(device):
                             "dht_stop_context": "trajectory"}, {"seed": 0})
     model.train()
     train_steps(dht, model, x, mask, torch.randint(0, 2, (32,)).to(device), 4)
-    dht.stopping.theta = 3.0 * np.random.default_rng(1).normal(size=dht.stopping.theta.shape)
-    dht.stopping.__dict__.pop("_theta_cache", None)
     model.eval()
     dht.eval_price = 0.3
+    for seed in range(50):  # fitted models that send the rows to several exits
+        dht.stopping.theta = 5.0 * np.random.default_rng(seed).normal(size=dht.stopping.theta.shape)
+        dht.stopping.__dict__.pop("_theta_cache", None)
+        dht._segment_graphs = SegmentGraphs()
+        dht._segment_graphs.enabled = False
+        if len(dht.plan(x, mask)) >= 2:
+            break
     graphs = SegmentGraphs(measure=False)
     pairs = both_ways(dht, batches(device), graphs)
     assert_same(pairs)
     assert graphs.counts["replays"] > 0 and graphs.counts["failed"] == 0
     assert len(dht.plan(x, mask)) >= 2  # the rows really leave at different exits
+    with torch.inference_mode():
+        _, arms_g, _ = dht._run_cascade(*dht._trunk(x, mask, 0))
+    dht._segment_graphs.enabled = False
+    with torch.inference_mode():
+        _, arms_e, _ = dht._run_cascade(*dht._trunk(x, mask, 0))
+    assert torch.equal(arms_g, arms_e)
 
 
 def test_depth_predictor_through_graphs_equals_eager(device):

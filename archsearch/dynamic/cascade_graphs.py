@@ -21,12 +21,17 @@ on a CPU run eagerly.
 
 A graph bakes in the constants its stop rule read at capture (a threshold, a price, fitted
 weights) and the addresses of the model's weights: the caller names them in ``key``'s first
-element (the *prefix*), and a new prefix drops every graph held.
+element (the *prefix*), and a new prefix drops every graph held. Python-side effects of a segment
+(module forward hooks, counters) run at capture, not at replays: instrumented runs set
+:attr:`SegmentGraphs.enabled` False. A segment must not synchronise with the host or copy from
+pageable host memory (the capture refuses it; then graphs are switched off for the gating, with
+a warning).
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -192,9 +197,12 @@ class SegmentGraphs:
                         out = segment(k, hb, pb, sb)
                     finally:
                         graph.capture_end()
-            except RuntimeError:
-                torch.cuda.synchronize(dev)
+            except RuntimeError as e:  # an op the capture refuses (a host sync, a pageable copy)
+                # a failed capture can leave the CUDA generator in capture mode: no more captures
+                self.enabled = False
                 self.counts["failed"] += 1
+                warnings.warn(f"cascade graphs off: a segment could not be captured ({str(e).splitlines()[0][:160]})",
+                              RuntimeWarning, stacklevel=2)
                 return _EAGER
             main.wait_stream(side)
             graph.replay()  # the first replay pays one-off set-up

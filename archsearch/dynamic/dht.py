@@ -308,14 +308,15 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         groups = self._plan(h, pad, greedy=False, X=X)
         self.bandit_seconds += time.perf_counter() - t0
         ce = np.full((B, len(self.depths)), np.nan)  # per-sample CE at each exit reached
-        H = self.model.config.n_heads
+        H, full_np = self.model.config.n_heads, full_ce.cpu().numpy()
         routed = 0.0
         for g in groups:
             idx = g["idx"]
             hg = h if idx is None else h[idx]
             pg = pad if (idx is None or pad is None) else pad[idx]
             yg = y if idx is None else y[idx]
-            if self.routed_forward == "shared" and all(c == H for c in g["counts"]):
+            shared = self.routed_forward == "shared" and all(c == H for c in g["counts"])
+            if shared:
                 ex = {d: lg if idx is None else lg.index_select(0, idx) for d, lg in exits.items() if d <= g["depth"]}
             else:
                 ex = self._run_exits(hg, pg, g["depth"], g["heads"])
@@ -324,11 +325,16 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
             n = B if idx is None else len(idx)
             routed = routed + (loss_fn(last, yg) + distill(last, tg)) / 2 * (n / B)
             rows = np.arange(B) if idx is None else idx.cpu().numpy()
+            if shared:  # the same logits as the deepest path's: its per-sample CEs
+                k = self.depths.index(g["depth"]) + 1
+                ce[rows, :k] = full_np[rows, :k]
+                g["n"] = n
+                continue
             with torch.no_grad():
                 for d, lg in ex.items():
                     ce[rows, self.depths.index(d)] = per_sample_ce(lg, yg).cpu().numpy()
             g["n"] = n
-        self._pending.update(T=T, ce=ce, full_ce=full_ce.cpu().numpy(), acc=acc)
+        self._pending.update(T=T, ce=ce, full_ce=full_np, acc=acc)
         return total + routed
 
     def _update_warmup_tracker(self, acc: float) -> None:

@@ -178,7 +178,8 @@ class DHTInference:
         inference price decides, from the exit's context (:meth:`_stop_context`), who stops; the
         others run the next block with the greedy heads. On a GPU the segments run as CUDA graph
         replays where measured faster (:class:`~archsearch.dynamic.cascade_graphs.SegmentGraphs`,
-        with ``dht_stop_context: trajectory``, whose context is computed on the device).
+        with ``dht_stop_context: trajectory``, whose context is computed on the device, and every
+        head computed: a head subset indexes weights with a host list).
 
         Returns:
             ``(logits, arms, heads)``: ``B x C`` logits of each sample's exit, ``B`` depth-arm
@@ -198,7 +199,8 @@ class DHTInference:
             return (stop if on_device else torch.from_numpy(stop)), state
 
         graphs, key = None, None
-        if on_device:
+        H = self.model.config.n_heads
+        if on_device and all(hs is None or len(hs) == H for hs in heads):  # head subsets index on the host
             graphs = self.__dict__.setdefault("_segment_graphs", SegmentGraphs())
             st = self.stopping
             key = (("dht", float(price), float(st.offset), np.asarray(st.cut).tobytes(),

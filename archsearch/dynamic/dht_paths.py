@@ -242,10 +242,11 @@ class DHTPaths:
         """``B x K x dim`` contexts of every exit (the cascade's inputs, :meth:`_stop_context`)
         from :meth:`_run_exits`."""
         out, prev = [], None
+        on_device = self.stop_context == "trajectory"  # computed on the device, one host copy
         for d in self.depths:
-            X, prev = self._stop_context(hid[d], pad, exits[d], prev)
+            X, prev = self._stop_context(hid[d], pad, exits[d], prev, on_device=on_device)
             out.append(X)
-        return np.stack(out, 1)
+        return torch.stack(out, 1).cpu().numpy() if on_device else np.stack(out, 1)
 
     def _trunk(self, x, mask, depth_cap: int | None = None):
         m = self.model
