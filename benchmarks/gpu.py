@@ -231,6 +231,19 @@ def row_name(row: dict) -> str:
     return f"{row['gating']}{d}{extra}{b}/s{row['seed']}/{row['precision']}"
 
 
+def machine_id() -> str:
+    """This machine's name for comparing timings: host name and boot id (timings are compared
+    only between rows of one machine: two machines of one GPU kind differed by 2x in the launch-bound
+    regime)."""
+    import platform
+
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        boot = "?"
+    return f"{platform.node()}-{boot}"
+
+
 class GraphedFull:
     """The full model through the graphed executor (:func:`~archsearch.dynamic.exits.run_cascade`
     with its one exit, segment graphs where measured faster): what a user's static model would
@@ -268,7 +281,7 @@ def measure_row(row: dict, proto: dict, data, ckpt: str, device: str, quick: boo
     loop = train_row(row, proto, data, ckpt, device, quick)
     val = loop.evaluate("validation")  # the routed-forward choice reads this (validation only)
     m = loop.evaluate("test")
-    rec = {"name": row_name(row), **row, "accuracy": m["accuracy"], "val_accuracy": val["accuracy"],
+    rec = {"name": row_name(row), **row, "machine": machine_id(), "accuracy": m["accuracy"], "val_accuracy": val["accuracy"],
            "flops_per_sample": m["flops_per_sample"], "train_seconds": loop.train_seconds, "steps": loop.step,
            "device": m["device"], "precision_ran": m["precision"], "correct": test_correct(loop)}
     if batches is not None:
@@ -380,9 +393,37 @@ def run(args) -> int:
     return 0
 
 
+def _timing_key(key: str) -> bool:
+    """Summary keys that compare timings (a ratio of two rows' seconds): computed per machine,
+    from rows timed on that machine only; the top-level value is the worst machine's (the largest
+    ratio; the smallest for ``bf16_speedup_train``, where higher is better)."""
+    return ("wall_ratio" in key or "train_time_ratio" in key
+            or key.startswith("bf16_") and key not in ("bf16_acc_drop_pts", "bf16_seeds"))
+
+
 def summarize(rows: list[dict]) -> dict[str, Any]:
-    """The summary keys from the rows (``None`` where a row is missing)."""
-    by = {r["name"]: r for r in rows}
+    """The summary keys from the rows (``None`` where a row is missing). Rows carry the machine
+    they ran on (``machine``; one machine when absent): accuracy keys read each row name's last
+    record, timing keys (:func:`_timing_key`) are computed per machine (``by_machine``) and
+    reported at the top level for the worst machine."""
+    latest = {r["name"]: r for r in rows}
+    groups: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        groups.setdefault(str(r.get("machine", "one")), {})[r["name"]] = r
+    s = _summary(latest)
+    full = "static6/s0/fp32"
+    per = {m: {k: v for k, v in _summary(by, chosen=s["dht_routed_forward_chosen"]).items() if _timing_key(k)}
+           for m, by in sorted(groups.items()) if full in by}
+    for key in [k for k in s if _timing_key(k)]:
+        vals = [p[key] for p in per.values() if p.get(key) is not None]
+        s[key] = None if not vals else (min(vals) if key == "bf16_speedup_train" else max(vals))
+    s["device"] = latest.get(full, {}).get("device")
+    s["by_machine"] = per
+    return s
+
+
+def _summary(by: dict[str, dict], chosen: str | None = None) -> dict[str, Any]:
+    """Every summary key from one set of rows by name (ratios of timings within this set)."""
 
     def get(name, key):
         r = by.get(name)
@@ -401,7 +442,8 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
     sep = mean([get(f"dht@0.5/s{k}/fp32", "val_accuracy") for k in range(3)])
     sha = mean([get(f"dht+shared@0.5/s{k}/fp32", "val_accuracy") for k in range(3)])
     n_sha = sum(get(f"dht+shared@0.5/s{k}/fp32", "val_accuracy") is not None for k in range(3))
-    chosen = "shared" if sep is not None and sha is not None and n_sha == 3 and sha >= sep - 0.005 else "separate"
+    if chosen is None:
+        chosen = "shared" if sep is not None and sha is not None and n_sha == 3 and sha >= sep - 0.005 else "separate"
     s["dht_routed_forward_chosen"] = chosen
     s["dht_shared_minus_separate_val_acc_pts"] = None if sep is None or sha is None else round(100 * (sha - sep), 3)
     for variant, tag in (("separate", ""), ("shared", "+shared")):
@@ -436,6 +478,7 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
     s["bf16_speedup_train"] = ratio(get(full, "train_seconds"), get("static6/s0/bf16", "train_seconds"))
     s["bf16_cascade_over_fp32_b32"] = ratio(get("dht@0.5/s0/bf16", "wall_s_b32"), get("dht@0.5/s0/fp32", "wall_s_b32"))
     s["bf16_full_over_fp32_b32"] = ratio(get("static6/s0/bf16", "wall_s_b32"), get(full, "wall_s_b32"))
+
     def row(g: str, k: int):
         if g.startswith("static"):
             return by.get(f"{g}/s{k}/fp32")
@@ -451,13 +494,51 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         a, b = by.get(f"dht+shared@0.5/s{k}/fp32"), by.get(f"dht@0.5/s{k}/fp32")
         if a and b:
             s[f"dht_shared_gain_over_separate_pts_at_0.5_s{k}"] = paired_bootstrap(a["correct"], b["correct"])
-    s["rows"] = len(rows)
+    s["rows"] = len(by)
     return s
+
+
+def merge(calls: list[tuple[str, str]], out: Path) -> int:
+    """``gpu.json`` from the row files of several device calls, as they came back (each a JSONL
+    that a call resumed from and appended to), with the machine of each call (``(path, machine)``
+    in call order; calls on one warm machine share its name). A row belongs to the first call
+    whose file holds it exactly as recorded; a row measured again later keeps both records, each
+    under its own machine. The calls' ``gpu.json`` files (beside their rows, ``.json`` for
+    ``.jsonl``) give their provenance."""
+    seen: dict[str, dict] = {}
+    rows: list[dict] = []
+    calls_prov = []
+    for path, machine in calls:
+        p = Path(path)
+        for line in p.read_text().splitlines():
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            key = json.dumps(rec, sort_keys=True)
+            if key in seen:
+                continue
+            seen[key] = rec
+            rows.append({**rec, "machine": rec.get("machine", machine)})
+        side = p.with_suffix(".json")
+        calls_prov.append({"rows": str(p), "machine": machine,
+                           "provenance": json.loads(side.read_text())["provenance"] if side.exists() else None})
+    summary = summarize(rows)
+    provs = [c["provenance"] for c in calls_prov if c["provenance"]]
+    write_result(out, summary, provenance(commits=[p.get("git_commit_env") or p["git_commit"][0] for p in provs] or None,
+                                          command=" ".join(["python", *sys.argv]),
+                                          seeds=sorted({r["seed"] for r in rows}),
+                                          wall_s=sum(p.get("wall_s") or 0.0 for p in provs),
+                                          device=summary["device"], protocol=str(PROTOCOL.relative_to(ROOT)),
+                                          calls=calls_prov), rows=rows)
+    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, dict)}, indent=1))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["protocol", "run"])
+    ap.add_argument("command", choices=["protocol", "run", "merge"])
+    ap.add_argument("--call", action="append", default=[], metavar="ROWS.jsonl:MACHINE",
+                    help="merge: a device call's row file and its machine's name, in call order")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--ckpt", default=None, help="MiniLM checkpoint dir (default: the installed package's)")
     ap.add_argument("--out", default=str(RESULT))
@@ -473,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
         PROTOCOL.write_text(json.dumps(make_protocol(), indent=1) + "\n")
         print(f"wrote {PROTOCOL}")
         return 0
+    if args.command == "merge":
+        return merge([tuple(c.rsplit(":", 1)) for c in args.call], Path(args.out))
     return run(args)
 
 

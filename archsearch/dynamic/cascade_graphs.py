@@ -116,9 +116,11 @@ class SegmentGraphs:
         return self.enabled and h.is_cuda and not model.training and not torch.is_grad_enabled()
 
     def clear(self) -> None:
-        """Drop every graph held (their memory returns to the allocator)."""
+        """Drop every graph held (their memory returns to the allocator, and with the last graph
+        their memory pool goes: the next capture starts a new one)."""
         self._graphs.clear()
         self._seen.clear()
+        self._pool = None
 
     def run(self, key: tuple, k: int, segment: Segment, h: torch.Tensor, pad: torch.Tensor | None,
             state: Any) -> tuple:
@@ -168,6 +170,7 @@ class SegmentGraphs:
         main = torch.cuda.current_stream(dev)
         if self._stream is None:
             self._stream = torch.cuda.Stream(dev)
+        if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         side = self._stream
         # autocast's cache of cast weights must stay out of a graph: a cached copy made outside
