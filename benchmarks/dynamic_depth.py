@@ -628,8 +628,9 @@ def train_row(spec: dict, ckpt: str, data, threads: int, teachers: Path = TEACHE
         cfg.update(gating="static", n_layers=int(spec["depth"]))
     elif kind == "static_kd":  # the full model with DHT forced to depth k, distilling toward the teacher
         cfg["gating"] = "dht"
-    elif kind == "dht":
-        cfg.update(gating="dht", flops_budget=spec["budget"], dht_warmup_steps=p["dht_warmup_steps"])
+    elif kind == "dht":  # dht_routed_forward: separate, as these development runs trained
+        cfg.update(gating="dht", flops_budget=spec["budget"], dht_warmup_steps=p["dht_warmup_steps"],
+                   dht_routed_forward="separate")
     else:
         cfg.update(gating="depth_predictor", flops_budget=spec["budget"], min_layers=1,
                    depth_warmup_steps=p["dht_warmup_steps"])

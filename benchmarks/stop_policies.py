@@ -85,7 +85,8 @@ POLICIES = ("shared_threshold", "confidence_prob", "confidence_match", "confiden
 MODEL_CFG = {"lr": 5e-05, "dropout": 0.1, "weight_decay": 0.01, "exit_heads": True, "exit_loss": "sum",
              "dht_exit_context": True, "min_heads": 12, "dht_reward": "prob", "dht_routing": "cascade",
              "dht_stop_fit": "validation", "dht_stop_rule": "confidence", "gating": "dht",
-             "flops_budget": MAIN, "dht_warmup_steps": 50}
+             "flops_budget": MAIN, "dht_warmup_steps": 50,
+             "dht_routed_forward": "separate"}  # how these runs trained (the default since gpu.json: shared)
 
 
 # ------------------------------------------------------------------------------------- dump

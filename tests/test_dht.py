@@ -576,7 +576,7 @@ def test_shared_routed_forward_gives_the_separate_forward_s_loss_without_dropout
     y = torch.randint(0, 2, (8,)).to(device)
     dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 0, "dht_warmup_max_steps": 2,
                             "flops_budget": 0.5, "dht_routing": "cascade", "min_heads": 4,
-                            "dht_epsilon": 0.6}, {"seed": 0})  # exploration spreads the rows
+                            "dht_epsilon": 0.6, "dht_routed_forward": "separate"}, {"seed": 0})  # spread rows
     train_steps(dht, model, x, mask, y, 4)
     assert dht.takeover_step is not None and dht.routed_forward == "separate"
     twin = copy.deepcopy(dht)  # the same bandits, random streams and (copied) weights
