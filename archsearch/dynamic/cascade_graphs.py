@@ -60,13 +60,21 @@ def _padded(x: torch.Tensor, rows: int) -> torch.Tensor:
 
 def model_signature(model: torch.nn.Module) -> tuple:
     """What a graph of ``model`` bakes in besides the stop rule's constants, for a key's prefix:
-    the model, where its first and last weights live (a load or a move that reallocates them
-    changes it; ``load_state_dict`` copies in place and keeps it), and the autocast dtype."""
-    params = list(model.parameters())
-    first, last = params[0], params[-1]
+    the model, where its first weight lives (a move or a cast reallocates it; ``load_state_dict``
+    copies in place and keeps it), and the autocast dtype. Replacing a submodule is not seen:
+    call :meth:`SegmentGraphs.clear` after one."""
+    first = next(model.parameters())
     dev = first.device.type
     amp = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
-    return (id(model), len(params), first.data_ptr(), last.data_ptr(), str(first.dtype), str(amp))
+    return (id(model), first.data_ptr(), str(first.dtype), str(amp))
+
+
+def graphs_of(owner: Any) -> "SegmentGraphs":
+    """``owner``'s :class:`SegmentGraphs` (attribute ``_segment_graphs``), made on first use."""
+    g = owner.__dict__.get("_segment_graphs")
+    if g is None:
+        g = owner._segment_graphs = SegmentGraphs()
+    return g
 
 
 class _Graph:

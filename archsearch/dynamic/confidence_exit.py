@@ -41,7 +41,7 @@ from torch import nn
 
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
 from archsearch.dynamic.budget import calibrate_monotone
-from archsearch.dynamic.cascade_graphs import SegmentGraphs, model_signature
+from archsearch.dynamic.cascade_graphs import graphs_of, model_signature
 from archsearch.dynamic.exits import all_exit_loss, first_stop, run_cascade
 from archsearch.dynamic.settings import StrategySettings
 from archsearch.models import costs
@@ -187,8 +187,10 @@ class ConfidenceExitGating(GatingStrategy):
         """
         m = self.model
         pad = m.padding_mask(x, mask)
-        graphs = self.__dict__.setdefault("_segment_graphs", SegmentGraphs())
-        key = (("confidence_exit", float(self.threshold), model_signature(m)), None)
+        graphs = key = None
+        if x.is_cuda:  # graphs exist on CUDA only: no key to build elsewhere
+            graphs = graphs_of(self)
+            key = (("confidence_exit", float(self.threshold), model_signature(m)), None)
         logits, idx = run_cascade(m, m.embed(x), pad, self.depths, 0, self.stop_rule(), graphs=graphs, key=key)
         per, _ = self.exit_flops(x.shape[1], x.device)
         self._counts = self._counts.to(idx.device) + torch.bincount(idx, minlength=len(self.depths))

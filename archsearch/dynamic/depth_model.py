@@ -74,17 +74,18 @@ class DepthHistogram:
     def __init__(self, depths: list[int]):
         self.depths = [int(d) for d in depths]
         self.counts = torch.zeros(len(self.depths), dtype=torch.long)  # (D,)
-        self.expected_sum = 0.0
+        self.expected_sum: float | torch.Tensor = 0.0
 
     def reset(self) -> None:
         """Forget every sample."""
-        self.counts.zero_()
+        self.counts = torch.zeros(len(self.depths), dtype=torch.long)
         self.expected_sum = 0.0
 
     def add(self, exit_index: torch.Tensor, expected: torch.Tensor) -> None:
-        """Count a batch: ``B`` exit indices into ``depths`` and ``B`` expected depths (blocks)."""
-        self.counts += torch.bincount(exit_index.cpu(), minlength=len(self.depths))
-        self.expected_sum += float(expected.sum())
+        """Count a batch: ``B`` exit indices into ``depths`` and ``B`` expected depths (blocks),
+        summed on their device (no host synchronisation; :meth:`stats` reads them)."""
+        self.counts = self.counts.to(exit_index.device) + torch.bincount(exit_index, minlength=len(self.depths))
+        self.expected_sum = self.expected_sum + expected.detach().double().sum()
 
     def stats(self) -> dict:
         """``{"depth_histogram": {"k": count}, "expected_depth": float, "mean_exit_depth": float}``
@@ -95,6 +96,6 @@ class DepthHistogram:
         n = sum(counts)
         return {
             "depth_histogram": {str(d): int(c) for d, c in zip(self.depths, counts)},
-            "expected_depth": self.expected_sum / n if n else float("nan"),
+            "expected_depth": float(self.expected_sum) / n if n else float("nan"),
             "mean_exit_depth": float(sum(d * c for d, c in zip(self.depths, counts)) / n) if n else float("nan"),
         }

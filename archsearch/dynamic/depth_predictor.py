@@ -67,7 +67,7 @@ from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, planne
 from archsearch.dynamic.budget import DualPrice, calibrate_monotone
 from archsearch.dynamic.depth_model import DepthHistogram, DepthPredictor, revpc
 from archsearch.dynamic.depth_settings import DepthPredictorSettings
-from archsearch.dynamic.cascade_graphs import SegmentGraphs, model_signature
+from archsearch.dynamic.cascade_graphs import graphs_of, model_signature
 from archsearch.dynamic.exits import all_exit_loss, load_teacher, run_cascade, teacher_logits
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
@@ -232,11 +232,17 @@ class DepthPredictorGating(GatingStrategy):
         agree = preds == preds[:, -1:]  # (B, D), last column all True
         return agree.float().argmax(1)  # first True per row -> (B,)
 
-    def _depth_flops(self, T: int) -> torch.Tensor:
-        """``D`` float64 FLOPs per sample of the allowed depths at length ``T`` (predictor included)."""
-        extra = self.predictor.flops_per_sample()
-        return torch.tensor([costs.flops_per_sample(self.model.config, T, n_layers=int(d)) + extra
-                             for d in self.depths.tolist()], dtype=torch.float64)
+    def _depth_flops(self, T: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """``D`` float64 FLOPs per sample of the allowed depths at length ``T`` (predictor
+        included), on ``device`` (cached per length and device)."""
+        cache = self.__dict__.setdefault("_depth_flops_cache", {})
+        key = (int(T), str(device))
+        if key not in cache:
+            extra = self.predictor.flops_per_sample()
+            depths = range(self.n_fixed, self.n_layers + 1)  # = self.depths, read without a host sync
+            cache[key] = torch.tensor([costs.flops_per_sample(self.model.config, T, n_layers=d) + extra
+                                       for d in depths], dtype=torch.float64).to(device)
+        return cache[key]
 
     def _flops_fractions(self, T: int) -> torch.Tensor:
         """``D`` FLOPs fractions of the allowed depths at length ``T`` (of the full model's)."""
@@ -374,17 +380,18 @@ class DepthPredictorGating(GatingStrategy):
         h, pad_mask, depth_logits = self._front(x, mask)
         k_idx = self.exit_index(depth_logits)  # (B,) index into depths
         self.hist.add(k_idx, self.expected_depth(depth_logits.softmax(-1)))
-        exit_depth = self.n_fixed + k_idx  # (B,) blocks
-        used = sorted(torch.unique(exit_depth).tolist())  # the depths some row exits at
+        depths = list(range(self.n_fixed, self.n_layers + 1))  # every allowed exit, in blocks
 
-        def stop(k, hk, pk, logits, state):  # the rows whose predicted depth is this exit's
-            return state[0] == used[k], state
+        def stop(k, hk, pk, logits, state):  # the rows whose predicted exit is this one
+            return state[0] == k, state
 
-        graphs = self.__dict__.setdefault("_segment_graphs", SegmentGraphs())
-        key = (("depth_predictor", model_signature(self.model)), tuple(used))
-        logits, _ = run_cascade(self.model, h, pad_mask, used, self.n_fixed, stop, state=(exit_depth,),
+        graphs = key = None
+        if x.is_cuda:  # graphs exist on CUDA only: no key to build elsewhere
+            graphs = graphs_of(self)
+            key = (("depth_predictor", model_signature(self.model)), None)
+        logits, _ = run_cascade(self.model, h, pad_mask, depths, self.n_fixed, stop, state=(k_idx,),
                                 graphs=graphs, key=key)
-        return logits, self._depth_flops(x.shape[1])[k_idx.cpu()]  # (B, C), (B,)
+        return logits, self._depth_flops(x.shape[1], k_idx.device)[k_idx]  # (B, C), (B,)
 
     # ------------------------------------------------------------------ reporting
     def reset_stats(self) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from archsearch.dynamic.budget import calibrate_price
-from archsearch.dynamic.cascade_graphs import SegmentGraphs, model_signature as _model_signature
+from archsearch.dynamic.cascade_graphs import graphs_of, model_signature as _model_signature
 from archsearch.dynamic.exits import run_cascade
 
 
@@ -135,8 +135,12 @@ class DHTInference:
                 out, arms, _ = self._run_cascade(*self._trunk(x, mask, 0))  # arms: (B,) on the model's device
                 T, price = x.shape[1], self._price(True)
                 heads = [self._heads_for(a, True, T, price)[1] for a in range(len(self.depths))]  # cached
-                table = torch.tensor([float(self._flops(T, d, c)) for d, c in zip(self.depths, heads)],
-                                     dtype=torch.float64, device=arms.device)  # (K,) FLOPs per exit
+                key = ("flops_table", T, price, str(arms.device))
+                if key not in self._greedy_cache:  # (K,) FLOPs per exit, on the device once
+                    self._greedy_cache[key] = torch.tensor(
+                        [float(self._flops(T, d, c)) for d, c in zip(self.depths, heads)],
+                        dtype=torch.float64).to(arms.device)
+                table = self._greedy_cache[key]
                 # counted on the device, folded into the statistics by metrics(): no host sync here
                 self._pending_counts.append((torch.bincount(arms, minlength=len(self.depths)), heads))
                 return out, table[arms]
@@ -200,8 +204,8 @@ class DHTInference:
 
         graphs, key = None, None
         H = self.model.config.n_heads
-        if on_device and all(hs is None or len(hs) == H for hs in heads):  # head subsets index on the host
-            graphs = self.__dict__.setdefault("_segment_graphs", SegmentGraphs())
+        if on_device and h.is_cuda and all(hs is None or len(hs) == H for hs in heads):  # subsets index on the host
+            graphs = graphs_of(self)
             st = self.stopping
             key = (("dht", float(price), float(st.offset), np.asarray(st.cut).tobytes(),
                     np.asarray(st.theta).tobytes(), _model_signature(self.model)), None)
