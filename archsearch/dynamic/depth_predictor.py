@@ -65,9 +65,9 @@ from torch import nn
 
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, planned_steps
 from archsearch.dynamic.budget import DualPrice, calibrate_monotone
+from archsearch.dynamic.cascade_graphs import graphs_of, model_signature
 from archsearch.dynamic.depth_model import DepthHistogram, DepthPredictor, revpc
 from archsearch.dynamic.depth_settings import DepthPredictorSettings
-from archsearch.dynamic.cascade_graphs import graphs_of, model_signature
 from archsearch.dynamic.exits import all_exit_loss, load_teacher, run_cascade, teacher_logits
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
