@@ -298,7 +298,6 @@ def measure_row(row: dict, proto: dict, data, ckpt: str, device: str, quick: boo
     if batches is not None:
         dev = torch.device(device)
         loop.model.eval()
-        graphs = getattr(loop.gating, "_segment_graphs", None)
         timed = [("", loop.gating)]
         if row["gating"] == "static" and row["depth"] == 6:
             timed.append(("graphed_", GraphedFull(loop.model)))
@@ -307,7 +306,7 @@ def measure_row(row: dict, proto: dict, data, ckpt: str, device: str, quick: boo
                 for bname, bl in batches.items():
                     t, frac = time_predict(runner, bl, rounds, dev)
                     rec[f"wall_{prefix}s_{bname}"], rec[f"flops_fraction_{bname}"] = t, frac
-            graphs = getattr(loop.gating, "_segment_graphs", graphs)
+            graphs = getattr(loop.gating, "_segment_graphs", None)  # made by its first predict on CUDA
             if graphs is not None:  # the same gating, every segment eagerly
                 rec["graph_counts"] = dict(graphs.counts)
                 graphs.enabled = False

@@ -323,18 +323,16 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
                 ex = self._run_exits(hg, pg, g["depth"], g["heads"])
             last = ex[g["depth"]]
             tg = teacher if idx is None else teacher[idx]
-            n = B if idx is None else len(idx)
+            n = g["n"] = B if idx is None else len(idx)
             routed = routed + (loss_fn(last, yg) + distill(last, tg)) / 2 * (n / B)
             rows = np.arange(B) if idx is None else idx.cpu().numpy()
             if shared:  # the same logits as the deepest path's: its per-sample CEs
                 k = self.depths.index(g["depth"]) + 1
                 ce[rows, :k] = full_np[rows, :k]
-                g["n"] = n
                 continue
             with torch.no_grad():
                 for d, lg in ex.items():
                     ce[rows, self.depths.index(d)] = per_sample_ce(lg, yg).cpu().numpy()
-            g["n"] = n
         self._pending.update(T=T, ce=ce, full_ce=full_np, acc=acc)
         return total + routed
 
