@@ -56,6 +56,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL = ROOT / "benchmarks" / "protocols" / "gpu.json"
 RESULT = ROOT / "benchmarks" / "results" / "gpu.json"
 DYNAMIC = ("dht", "depth_predictor", "confidence_exit")
+#: warm-up passes over a timing row's batches at most: until every shape's executor is chosen
+#: (cascade_graphs.SegmentGraphs.choose_executor: 4 untimed meetings, then 4 or more timed ones)
+WARMUP_MAX = 20
 SHARED = {"dht_routed_forward": "shared"}
 ROUTED_RULE = ("dht_routed_forward: 'shared' becomes DHT's default if its mean validation accuracy at 0.5 over "
                "seeds 0-2 is at most 0.5 points below 'separate''s (the default when this protocol was written); "
@@ -99,8 +102,11 @@ def make_protocol() -> dict[str, Any]:
                          "at a time (accuracy only: their training seconds are recorded, never used)",
             "timing": {"batches": {"b1": [1, 48], "b32": [32, 48], "b256_t256": [256, 256]},
                        "rows": 256, "rounds": 5, "sync": "torch.cuda.synchronize around each timed pass",
+                       "warmup": "passes over the batches until every shape's executor is chosen (at most "
+                                 f"{WARMUP_MAX}; at least 2)",
                        "executors": "each dynamic row's predict with its default executor (segment CUDA graphs "
-                                    "where measured faster, archsearch.dynamic.cascade_graphs) and eagerly; the "
+                                    "where measured faster, and the gathered or whole-batch cascade as measured "
+                                    "per rows x length, archsearch.dynamic.cascade_graphs) and eagerly; the "
                                     "full model (static6) eagerly (the ratios' denominator) and through the same "
                                     "graphed executor (one exit), reported beside"},
             "rows": rows}
@@ -162,9 +168,12 @@ def time_predict(gating, batches, rounds: int, device) -> tuple[float, float]:
 
     times, used, full = [], 0.0, 0.0
     with torch.inference_mode():
-        for _ in range(2):  # warm-up: kernels, caches, and the executor's one-off graph captures
-            for x, m in batches:
+        for w in range(WARMUP_MAX):  # warm-up: kernels, caches, the one-off graph captures and
+            for x, m in batches:     # the measured choice of each shape's executor
                 gating.predict(x, m)
+            graphs = getattr(gating, "_segment_graphs", None) or getattr(gating, "graphs", None)
+            if w >= 1 and (graphs is None or not graphs.choosing):
+                break
         for r in range(rounds):
             sync()
             t0 = time.perf_counter()
@@ -309,6 +318,7 @@ def measure_row(row: dict, proto: dict, data, ckpt: str, device: str, quick: boo
             graphs = getattr(loop.gating, "_segment_graphs", None)  # made by its first predict on CUDA
             if graphs is not None:  # the same gating, every segment eagerly
                 rec["graph_counts"] = dict(graphs.counts)
+                rec["executors"] = {f"{b}x{t}": e for (b, t), e in sorted(graphs.executors.items())}
                 graphs.enabled = False
                 for bname, bl in batches.items():
                     rec[f"wall_eager_s_{bname}"] = time_predict(loop.gating, bl, rounds, dev)[0]

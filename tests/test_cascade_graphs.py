@@ -6,6 +6,8 @@ used, which the first tests check)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -154,3 +156,85 @@ def test_depth_predictor_through_graphs_equals_eager(device):
     graphs = SegmentGraphs(measure=False)
     assert_same(both_ways(gating, batches(device), graphs))
     assert graphs.counts["replays"] > 0 and graphs.counts["failed"] == 0
+
+
+# ------------------------------------------------------------------ the two executors
+def test_the_whole_batch_executor_gives_the_gathered_cascades_results(device):
+    """``executor="whole"`` (every segment on the whole batch until every row has stopped) gives
+    each row the logits and exit of the gathered cascade, also for a rule that carries a state
+    (a broken variant that keeps a row's logits from its last stopping exit instead of its first
+    fails here)."""
+    g = confident_gating({"flops_budget": 0.5}, device=device)
+    m = g.model
+    x, mask = make_batch(B=32, seed=7, device=device)
+    with torch.no_grad():
+        h, pad = m.embed(x), m.padding_mask(x, mask)
+        for thr in (0.55, 0.8, 0.95):
+            got = {e: run_cascade(m, h, pad, g.depths, 0, g.stop_rule(thr), executor=e) for e in ("gather", "whole")}
+            torch.testing.assert_close(got["whole"][0], got["gather"][0], rtol=1e-5, atol=1e-6)
+            assert torch.equal(got["whole"][1], got["gather"][1])
+        idx = got["gather"][1]
+        assert len(set(idx.tolist())) >= 2  # the rows leave at different exits
+
+        def by_target(k, hk, pk, logits, state):  # stop at the exit the state names
+            (target,) = state
+            return target <= k, (target,)
+
+        target = torch.randint(0, len(g.depths), (32,), generator=torch.Generator().manual_seed(1)).to(device)
+        ref = run_cascade(m, h, pad, g.depths, 0, by_target, state=(target,), executor="gather")
+        whole = run_cascade(m, h, pad, g.depths, 0, by_target, state=(target,), executor="whole")
+        assert torch.equal(ref[1], target) and torch.equal(whole[1], target)
+        torch.testing.assert_close(whole[0], ref[0], rtol=1e-5, atol=1e-6)
+        with pytest.raises(ValueError, match="executor"):
+            run_cascade(m, h, pad, g.depths, 0, by_target, state=(target,), executor="masked")
+
+
+def test_the_executor_is_chosen_by_its_measured_time():
+    """:meth:`SegmentGraphs.choose_executor`: two untimed meetings of each executor, then timed
+    ones alternating until each has two clean timings; the faster is kept for that shape; a run
+    during which a graph was captured is not counted; one row, a compute-bound shape and a new
+    key prefix are handled as documented."""
+    sg, key = SegmentGraphs(), (("p",), None)
+    cpu = torch.device("cpu")
+    seen = [sg.choose_executor(key, 32, 48) for _ in range(4)]
+    assert seen == [("gather", False), ("gather", False), ("whole", False), ("whole", False)]
+    cost = {"gather": 0.02, "whole": 0.002}
+    captures = [1]  # the first timed run of "whole" captures a graph (slow): not counted
+    while (32, 48) not in sg.executors:
+        ex, timed = sg.choose_executor(key, 32, 48)
+        if (32, 48) in sg.executors:
+            break
+        assert timed
+
+        def run(ex=ex):
+            if ex == "whole" and captures:
+                sg.counts["captured"] += captures.pop()
+                time.sleep(0.05)
+            time.sleep(cost[ex])
+            return ex
+
+        assert sg.timed_run(key, 32, 48, ex, run, cpu) == ex
+    assert sg.executors[(32, 48)] == "whole"
+    assert sg.choose_executor(key, 32, 48) == ("whole", False)
+    cost = {"gather": 0.002, "whole": 0.02}  # another shape where the gathered cascade is faster
+    for _ in range(12):
+        ex, timed = sg.choose_executor(key, 16, 48)
+        if timed:
+            sg.timed_run(key, 16, 48, ex, lambda ex=ex: time.sleep(cost[ex]), cpu)
+    assert sg.executors[(16, 48)] == "gather"
+    assert sg.choose_executor(key, 1, 48) == ("gather", False)
+    assert sg.choose_executor(key, 64, 512) == ("gather", False)  # over max_tokens
+    sg.choose_executor((("q",), None), 32, 48)  # other constants: every choice is measured again
+    assert (32, 48) not in sg.executors
+
+
+def test_graphs_choose_an_executor_per_shape_and_keep_the_results(device):
+    """On a GPU: the DHT cascade through graphs with the executor chosen by measurement (every
+    phase of the choice met) gives the eager gathered cascade's logits, exits and FLOPs."""
+    needs_cuda(device)
+    g = confident_gating({"flops_budget": 0.5}, device=device)
+    xs = batches(device, sizes=(3, 17, 32))
+    g.calibrate(xs)
+    graphs = SegmentGraphs()
+    assert_same(both_ways(g, xs, graphs, repeat=12))
+    assert set(graphs.executors.values()) <= {"gather", "whole"} and len(graphs.executors) == 3

@@ -13,6 +13,13 @@ running are gathered into the static input of the next segment's graph, padded u
 two of rows (a bounded number of graphs per length; the padding rows' results are never read and
 their arithmetic is not counted in the reported FLOPs).
 
+Which executor runs a batch -- the gathered cascade or the whole batch to the exit where every
+row has stopped (:func:`~archsearch.dynamic.exits.run_cascade`) -- is measured too, per (rows,
+length) (:meth:`SegmentGraphs.choose_executor`): the first meetings of a shape run each executor
+untimed (their graphs get captured), the next ones alternate them timed (device synchronised,
+runs during which a graph was captured discarded) until each has :attr:`SegmentGraphs.timed_runs`
+clean timings, and the faster (the lower best time) runs that shape from then on.
+
 How a segment runs is chosen by measurement on the device, per (segment, rows, length): when it
 is first met, the segment is timed eagerly and as a graph replay (each after a warm-up, device
 synchronised), and the faster is kept. Segments over :attr:`SegmentGraphs.max_tokens` rows x
@@ -104,7 +111,16 @@ class SegmentGraphs:
     Attributes:
         enabled: set False to run every segment eagerly (the benchmarks time both).
         counts: ``{"captured", "eager_chosen", "replays", "eager_runs", "failed"}`` since creation.
+        executors: ``{(rows, length): "gather" | "whole"}``, the executors chosen so far.
+        timed_runs: clean timings of each executor before a shape's choice (default 2).
     """
+
+    #: untimed meetings of a new shape per executor (graphs are captured at the second)
+    untimed_runs = 2
+    timed_runs = 2
+    #: meetings after which a shape's choice is made with the timings there are (captures that
+    #: never stop, e.g. row counts that keep changing, would otherwise keep it measuring)
+    max_trial_runs = 16
 
     def __init__(self, max_tokens: int = 16384, max_graphs: int = 512, capture_after: int = 2,
                  measure: bool = True):
@@ -117,6 +133,8 @@ class SegmentGraphs:
         self._seen: dict[tuple, int] = {}
         self._pool = None
         self._stream = None
+        self.executors: dict[tuple, str] = {}
+        self._trials: dict[tuple, dict] = {}  # (rows, length) -> meetings and timings while choosing
 
     def usable(self, model: torch.nn.Module, h: torch.Tensor) -> bool:
         """Whether graphs may run this cascade: enabled, on CUDA, the model in eval mode, and no
@@ -129,6 +147,64 @@ class SegmentGraphs:
         self._graphs.clear()
         self._seen.clear()
         self._pool = None
+        self.executors.clear()
+        self._trials.clear()
+
+    def _check_prefix(self, prefix) -> None:
+        """A new prefix (other constants baked in) drops every graph and executor choice."""
+        if prefix != self._prefix:
+            self.clear()
+            self._prefix = prefix
+
+    @property
+    def choosing(self) -> bool:
+        """Whether some shape's executor is still being measured."""
+        return bool(self._trials)
+
+    def choose_executor(self, key: tuple, rows: int, length: int) -> tuple[str, bool]:
+        """``(executor, timed)`` for a batch of ``rows`` x ``length`` (module docstring):
+        ``"gather"`` or ``"whole"``; ``timed``: run it through :meth:`timed_run` (the choice is
+        still being measured). Shapes over :attr:`max_tokens` (compute-bound: the whole batch
+        only adds arithmetic) and batches of one row (nothing to gather) take ``"gather"``."""
+        self._check_prefix(key[0])
+        shape = (int(rows), int(length))
+        if shape in self.executors:
+            return self.executors[shape], False
+        if rows <= 1 or _rows_bucket(rows) * length > self.max_tokens:
+            self.executors[shape] = "gather"
+            return "gather", False
+        t = self._trials.setdefault(shape, {"met": 0, "gather": [], "whole": []})
+        t["met"] += 1
+        n = t["met"]
+        if n <= 2 * self.untimed_runs:  # gather, gather, whole, whole: graphs get captured
+            return ("gather" if n <= self.untimed_runs else "whole"), False
+        if n > self.max_trial_runs or min(len(t["gather"]), len(t["whole"])) >= self.timed_runs:
+            best = {e: min(v) if v else float("inf") for e, v in (("gather", t["gather"]), ("whole", t["whole"]))}
+            choice = "whole" if best["whole"] < best["gather"] else "gather"
+            self.executors[shape] = choice
+            del self._trials[shape]
+            return choice, False
+        return ("gather" if n % 2 else "whole"), True
+
+    def timed_run(self, key: tuple, rows: int, length: int, executor: str, fn: Callable[[], Any],
+                  device: torch.device) -> Any:
+        """Run ``fn`` (the cascade under ``executor``) timed on the device (synchronised before
+        and after) and record the time for :meth:`choose_executor` unless a graph was captured
+        during the run (a capture's one-off cost is not the executor's). Returns ``fn()``."""
+        before = self.counts["captured"] + self.counts["eager_chosen"] + self.counts["failed"]
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        out = fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - t0
+        t = self._trials.get((int(rows), int(length)))
+        clean = self.counts["captured"] + self.counts["eager_chosen"] + self.counts["failed"] == before
+        if t is not None and clean and self._prefix == key[0]:
+            t[executor].append(seconds)
+        return out
 
     def run(self, key: tuple, k: int, segment: Segment, h: torch.Tensor, pad: torch.Tensor | None,
             state: Any) -> tuple:
@@ -147,9 +223,11 @@ class SegmentGraphs:
         if rows * T > self.max_tokens:
             g = _EAGER
         else:
-            if prefix != self._prefix or len(self._graphs) >= self.max_graphs:
+            self._check_prefix(prefix)
+            if len(self._graphs) >= self.max_graphs:
+                chosen = dict(self.executors)
                 self.clear()
-                self._prefix = prefix
+                self.executors.update(chosen)  # the graphs go, the measured choices stay
             gkey = (extra, k, rows, T, pad is None, None if state is None else len(state))
             g = self._graphs.get(gkey)
             if g is None:

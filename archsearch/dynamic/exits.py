@@ -170,8 +170,8 @@ def _take(state: Any, keep: torch.Tensor) -> Any:
 
 def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, depths: list[int], start: int,
                 stop_rule: StopRule, heads: list | None = None, state: Any = None,
-                graphs: "SegmentGraphs | None" = None, key: tuple | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                graphs: "SegmentGraphs | None" = None, key: tuple | None = None,
+                executor: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Early exit, exit by exit (DeeBERT, Xin et al. ACL 2020, §3; the cascade of DHT's
     ``dht_routing: cascade``): at each exit depth the rows still running read that exit's
     logits (``model.head_logits(h, pad, depth=d)``), ``stop_rule`` decides which of them stop,
@@ -188,6 +188,18 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
     gradients, each segment runs as a CUDA graph replay where that was measured faster (the
     launch-bound regime); the results are the same.
 
+    Two executors give the same logits and exit indices: ``"gather"`` (above: the rows still
+    running are gathered after each exit, so nothing is computed for a row after it stops) and
+    ``"whole"`` (every segment runs on the whole batch; a row's logits are kept from the first
+    exit whose rule stops it, and the batch stops at the exit where every row has stopped, with
+    the same one host synchronisation per exit). On a GPU's launch-bound shapes (batch 32 at
+    length 48: the full model takes as long at any row count) the whole batch costs no more per
+    segment than its survivors, and it replays one graph per segment where the gathered cascade
+    meets a new row count at each exit. With ``graphs`` usable, the faster executor is measured
+    per (rows, length) (:meth:`SegmentGraphs.choose_executor`); elsewhere (a CPU, training, an
+    eager-only run) it is ``"gather"``. Under ``"whole"`` the rows that stopped ride along until
+    the batch stops: the FLOPs a strategy reports per sample stay those of the sample's own path.
+
     Args:
         model: a :class:`~archsearch.models.transformer.Transformer` (classification).
         h: ``B x T x d`` hidden states after the first ``start`` blocks.
@@ -203,6 +215,7 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
             pure function of its tensor arguments and of the constants named in ``key``, with
             a tuple-of-tensors state (it is captured once per shape).
         key: ``(prefix, extra)`` for :meth:`SegmentGraphs.run` (needed with ``graphs``).
+        executor: ``None`` (chosen as above), ``"gather"`` or ``"whole"``.
 
     Returns:
         ``(logits, exit_index)``: ``B x C`` logits of each row's exit, and ``B`` int64 indices
@@ -210,7 +223,7 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
 
     Raises:
         ValueError: ``depths`` empty, not ascending, or starting below ``start``; ``graphs``
-            without ``key``.
+            without ``key``; an unknown ``executor``.
     """
     if not depths or depths[0] < start or any(b <= a for a, b in zip(depths, depths[1:])):
         raise ValueError(f"depths must be ascending and >= start={start}, got {depths}")
@@ -230,7 +243,16 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
         stop, state = stop_rule(k, h, pad, lg, state)
         return h, lg, stop.to(device=h.device, dtype=torch.bool), state  # (b,) bool
 
+    if executor not in (None, "gather", "whole"):
+        raise ValueError(f"executor: expected 'gather' or 'whole', got {executor!r}")
     use_graphs = graphs is not None and graphs.usable(model, h)
+    if executor is None and use_graphs and K > 1:
+        executor, timed = graphs.choose_executor(key, B, h.shape[1])
+        if timed:  # while the choice is being measured: time this run on the device
+            return graphs.timed_run(key, B, h.shape[1], executor, lambda: run_cascade(
+                model, h, pad, depths, start, stop_rule, heads, state, graphs, key, executor), h.device)
+    if executor == "whole":
+        return _run_whole(segment, h, pad, state, K, graphs if use_graphs else None, key)
     rows = torch.arange(B, device=h.device)
     exit_index = torch.full((B,), K - 1, dtype=torch.long, device=h.device)
     out = None
@@ -257,6 +279,31 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
             rows, h = rows.index_select(0, keep), h.index_select(0, keep)
             pad = None if pad is None else pad.index_select(0, keep)
             state = _take(state, keep)
+    return out, exit_index
+
+
+def _run_whole(segment, h, pad, state, K: int, graphs, key) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`run_cascade`'s ``"whole"`` executor: every segment on all ``B`` rows; a row keeps
+    the logits of the first exit that stops it; the batch ends once every row has stopped (one
+    host synchronisation per exit)."""
+    B = h.shape[0]
+    done = torch.zeros(B, dtype=torch.bool, device=h.device)
+    exit_index = torch.full((B,), K - 1, dtype=torch.long, device=h.device)
+    out = None
+    for k in range(K):
+        h, lg, stop, state = graphs.run(key, k, segment, h, pad, state) if graphs is not None \
+            else segment(k, h, pad, state)
+        if out is None:  # (a copy: a graph's outputs are overwritten by its next replay)
+            out = lg.clone()
+        if k == K - 1:
+            out = torch.where(done.view((B,) + (1,) * (lg.dim() - 1)), out, lg)
+            break
+        new = stop & ~done  # (B,) rows whose first stop is this exit
+        out = torch.where(new.view((B,) + (1,) * (lg.dim() - 1)), lg, out)
+        exit_index = torch.where(new, torch.full_like(exit_index, k), exit_index)
+        done = done | stop
+        if bool(done.all()):  # the one host synchronisation of this exit
+            break
     return out, exit_index
 
 
