@@ -34,6 +34,7 @@ model).
     python benchmarks/gpu.py protocol                       # write the protocol JSON (commit it)
     python benchmarks/gpu.py run --device cuda --ckpt DIR   # train + time; writes results/gpu.json
     python benchmarks/gpu.py run --device cpu --quick       # smoke on a CPU (tiny subsets, 7 rows)
+    bash benchmarks/gpu_device.sh                            # a GPU session's one device call (see its head)
     python benchmarks/gpu.py merge --call ROWS1.jsonl:MACHINE --call ROWS2.jsonl:MACHINE ...
                                    # results/gpu.json from several device calls' row files
 """
