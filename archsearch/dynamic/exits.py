@@ -300,7 +300,7 @@ def _run_whole(segment, h, pad, state, K: int, graphs, key) -> tuple[torch.Tenso
             break
         new = stop & ~done  # (B,) rows whose first stop is this exit
         out = torch.where(new.view((B,) + (1,) * (lg.dim() - 1)), lg, out)
-        exit_index = torch.where(new, torch.full_like(exit_index, k), exit_index)
+        exit_index = exit_index.masked_fill(new, k)
         done = done | stop
         if bool(done.all()):  # the one host synchronisation of this exit
             break
