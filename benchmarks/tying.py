@@ -78,10 +78,17 @@ VARIANTS = {
     "paper": {"tying": "paper"},
     "rl_fixed": {"tying": "none"},
     "paper_fixed": {"tying": "none"},
+    "switch_every_2": {"tying": "none"},
+    "switch_every_4": {"tying": "none"},
 }
 #: control -> (the agent run whose final map it trains fixed from step 0, frozen aliases?)
 CONTROLS = {"rl_fixed": ("rl", False), "paper_fixed": ("paper", True)}
 AGENTS = ("rl", "paper")
+#: hindsight bound (protocol addendum "hindsight", 2026-11-28): untied until the step of the same
+#: seed's untied validation minimum, then this fixed map (shared Parameters, Adam state kept) to
+#: the end -- the best a dynamic map could do by one well-timed switch, with the timing read off
+#: the validation curve, so a bound on what an agent can gain here, not a method
+HINDSIGHT = {"switch_every_2": [0, 0, 2, 2, 4, 4, 6, 6], "switch_every_4": [0, 0, 0, 0, 4, 4, 4, 4]}
 #: the tied model of tied_minus_untied_best_val_ppl, fixed in the protocol before the runs
 TIED = "every_4"
 MODEL = {"n_layers": 8, "d_model": 64, "n_heads": 4, "d_ffn_mult": 4, "dropout": 0.0, "lr": 2e-3,
@@ -132,13 +139,14 @@ def measured_state_bytes(model, opt) -> int:
 
 
 def child(variant: str, seed: int, steps: int, fixed_map: list[int] | None,
-          eval_blocks: int = EVAL_BLOCKS) -> dict:
-    """Train one (variant, seed) in this fresh process; returns its row."""
+          eval_blocks: int = EVAL_BLOCKS, switch_step: int | None = None) -> dict:
+    """Train one (variant, seed) in this fresh process; returns its row. A :data:`HINDSIGHT`
+    variant trains untied and applies ``fixed_map`` once ``switch_step`` steps are done."""
     import torch
 
     torch.set_num_threads(1)
     from archsearch.data import prepare
-    from archsearch.dynamic.tying_maps import apply_tying_map, tying_map
+    from archsearch.dynamic.tying_maps import apply_tying_map, sync_optimizer, tying_map
     from archsearch.tune.trainable import TrialLoop
 
     if steps % CURVE_POINTS:
@@ -154,6 +162,8 @@ def child(variant: str, seed: int, steps: int, fixed_map: list[int] | None,
             raise ValueError(f"{variant} needs the {CONTROLS[variant][0]} run's map")
         apply_tying_map(loop.model, fixed_map, frozen=CONTROLS[variant][1])
         loop.rebuild_optimizer()  # no state yet: a fresh optimizer over the tied parameters
+    if variant in HINDSIGHT and (fixed_map is None or switch_step is None or switch_step % (steps // CURVE_POINTS)):
+        raise ValueError(f"{variant} needs a map and a switch step at a curve point, got {fixed_map}, {switch_step}")
 
     peak = [0]
     inner = loop.tying.after_step
@@ -165,6 +175,9 @@ def child(variant: str, seed: int, steps: int, fixed_map: list[int] | None,
     loop.tying.after_step = after_step
     curve, best, test = [], math.inf, {}
     for _ in range(CURVE_POINTS):
+        if variant in HINDSIGHT and loop.step == switch_step:  # tie: each block takes its source's weights
+            apply_tying_map(loop.model, fixed_map, frozen=False)
+            sync_optimizer(loop)
         train_loss = loop.train_epoch()
         m = loop.evaluate()
         s = tying_map(loop.model)
@@ -190,8 +203,12 @@ def child(variant: str, seed: int, steps: int, fixed_map: list[int] | None,
         row.update(rl_decisions=loop.tying.decisions, rl_frozen=loop.tying.frozen)
     if variant == "paper":
         row.update(paper_decisions=loop.tying.decisions, paper_epsilon_end=loop.tying.agent.epsilon)
-    if variant in CONTROLS:
+    if variant in CONTROLS or variant in HINDSIGHT:
         row["fixed_map"] = list(fixed_map)
+    if variant in HINDSIGHT:  # the tied model's own minimum (the curve before the switch is the untied run's)
+        row["switch_step"] = switch_step
+        row["best_val_ppl_after_switch"] = math.exp(min(
+            [p["val_loss"] for p in curve if p["step"] > switch_step], default=math.inf))
     return row
 
 
@@ -214,11 +231,14 @@ def read_rows(path: Path, want: dict) -> dict[tuple[str, int], dict]:
     return rows
 
 
-def run_child(variant: str, seed: int, steps: int, fixed_map: list[int] | None, eval_blocks: int) -> dict:
+def run_child(variant: str, seed: int, steps: int, fixed_map: list[int] | None, eval_blocks: int,
+              switch_step: int | None = None) -> dict:
     cmd = [sys.executable, __file__, "--child", variant, str(seed), "--steps", str(steps),
            "--eval-blocks", str(eval_blocks)]
     if fixed_map is not None:
         cmd += ["--map", ",".join(map(str, fixed_map))]
+    if switch_step is not None:
+        cmd += ["--switch-step", str(switch_step)]
     res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if res.returncode != 0:
         raise RuntimeError(f"{variant} seed {seed} failed:\n{res.stderr[-3000:]}")
@@ -275,6 +295,13 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict, dict]:
         "memory_ratio": {v: agg[v]["state_peak_mb"] / base["state_peak_mb"] for v in VARIANTS},
         "untied_overfit_per_seed": overfit,
     }
+    if all((v, s) in rows for v in HINDSIGHT for s in seeds):
+        fixed_of = {v: v.removeprefix("switch_") for v in HINDSIGHT}
+        per = {v: [rows[(v, s)]["best_val_ppl_after_switch"] - rows[(fixed_of[v], s)]["best_val_ppl"] for s in seeds]
+               for v in HINDSIGHT}
+        extra["hindsight_switch_minus_fixed_best_val_ppl"] = {fixed_of[v]: statistics.fmean(x) for v, x in per.items()}
+        extra["hindsight_switch_minus_fixed_per_seed"] = {fixed_of[v]: x for v, x in per.items()}
+        extra["hindsight_switch_steps"] = [rows[("switch_every_2", s)]["switch_step"] for s in seeds]
     return summary, agg, extra
 
 
@@ -282,6 +309,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--child", nargs=2, metavar=("VARIANT", "SEED"), help=argparse.SUPPRESS)
     ap.add_argument("--map", help=argparse.SUPPRESS)
+    ap.add_argument("--switch-step", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=STEPS, help=f"multiple of {CURVE_POINTS}")
     ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     ap.add_argument("--eval-blocks", type=int, default=EVAL_BLOCKS, help="validation blocks (smoke runs: fewer)")
@@ -291,7 +319,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         fixed = [int(v) for v in args.map.split(",")] if args.map else None
-        print(json.dumps(child(args.child[0], int(args.child[1]), args.steps, fixed, args.eval_blocks)))
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.steps, fixed, args.eval_blocks,
+                               args.switch_step)))
         return
     if args.steps % CURVE_POINTS:
         ap.error(f"--steps must be a multiple of {CURVE_POINTS}")
@@ -301,8 +330,9 @@ def main() -> None:
     t0 = time.perf_counter()
 
     def one(variant: str, seed: int) -> None:
-        fixed = rows[(CONTROLS[variant][0], seed)]["tying_map"] if variant in CONTROLS else None
-        r = run_child(variant, seed, args.steps, fixed, args.eval_blocks)
+        fixed = rows[(CONTROLS[variant][0], seed)]["tying_map"] if variant in CONTROLS else HINDSIGHT.get(variant)
+        switch = rows[("none", seed)]["best_step"] if variant in HINDSIGHT else None
+        r = run_child(variant, seed, args.steps, fixed, args.eval_blocks, switch)
         r.update(setup=want, commit=git_commit(), load_after=round(os.getloadavg()[0], 2))
         args.data.parent.mkdir(parents=True, exist_ok=True)
         with open(args.data, "a") as f:
@@ -313,10 +343,11 @@ def main() -> None:
               f"params {r['params_trainable']:,}  state peak {r['state_peak_mb']:.2f} MB  "
               f"train {r['train_seconds']:.0f} s  map {r['tying_map']}", flush=True)
 
-    # phase 1: every variant but the controls, the agents first; phase 2: the controls
-    names = ["rl", "paper"] + [v for v in VARIANTS if v not in CONTROLS and v not in AGENTS]
+    # phase 1: every variant but the controls and the hindsight switches, the agents first;
+    # phase 2: those (they read the agents' maps and the untied runs' minima)
+    names = ["rl", "paper"] + [v for v in VARIANTS if v not in CONTROLS and v not in AGENTS and v not in HINDSIGHT]
     todo1 = [(v, s) for s in args.seeds for v in names if (v, s) not in rows]
-    todo2 = [(c, s) for s in args.seeds for c in CONTROLS if (c, s) not in rows]
+    todo2 = [(c, s) for s in args.seeds for c in [*CONTROLS, *HINDSIGHT] if (c, s) not in rows]
     for todo in (todo1, todo2):
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for fut in [pool.submit(one, v, s) for v, s in todo]:
