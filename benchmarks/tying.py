@@ -80,6 +80,7 @@ VARIANTS = {
     "paper_fixed": {"tying": "none"},
     "switch_every_2": {"tying": "none"},
     "switch_every_4": {"tying": "none"},
+    "switch": {"tying": "switch", "tying_split": "holdout"},
 }
 #: control -> (the agent run whose final map it trains fixed from step 0, frozen aliases?)
 CONTROLS = {"rl_fixed": ("rl", False), "paper_fixed": ("paper", True)}
@@ -89,6 +90,9 @@ AGENTS = ("rl", "paper")
 #: the end -- the best a dynamic map could do by one well-timed switch, with the timing read off
 #: the validation curve, so a bound on what an agent can gain here, not a method
 HINDSIGHT = {"switch_every_2": [0, 0, 2, 2, 4, 4, 6, 6], "switch_every_4": [0, 0, 0, 0, 4, 4, 4, 4]}
+#: ``tying: switch`` at its defaults (protocol addendum "switch"): its held-out split ("holdout")
+#: is validation-play blocks HOLDOUT_BLOCKS, disjoint from the EVAL_BLOCKS reported
+HOLDOUT_BLOCKS = (1024, 1536)
 #: the tied model of tied_minus_untied_best_val_ppl, fixed in the protocol before the runs
 TIED = "every_4"
 MODEL = {"n_layers": 8, "d_model": 64, "n_heads": 4, "d_ffn_mult": 4, "dropout": 0.0, "lr": 2e-3,
@@ -153,7 +157,9 @@ def child(variant: str, seed: int, steps: int, fixed_map: list[int] | None,
         raise ValueError(f"--steps must be a multiple of {CURVE_POINTS}, got {steps}")
     t_start = time.perf_counter()
     data = prepare("shakespeare", max_len=CONTEXT)
-    data = dataclasses.replace(data, data={**data.data, "train": data.train[:TRAIN_CHARS]})
+    a, b = HOLDOUT_BLOCKS  # (read by tying: switch only)
+    data = dataclasses.replace(data, data={**data.data, "train": data.train[:TRAIN_CHARS],
+                                           "holdout": data.validation[a * CONTEXT:b * CONTEXT + 1]})
     settings = {"epochs": CURVE_POINTS, "steps_per_epoch": steps // CURVE_POINTS, "batch_size": BATCH,
                 "seed": seed, "eval_blocks": eval_blocks, "latency_batch_size": 32}
     loop = TrialLoop({**MODEL, **VARIANTS[variant]}, data, settings)
@@ -205,10 +211,12 @@ def child(variant: str, seed: int, steps: int, fixed_map: list[int] | None,
         row.update(paper_decisions=loop.tying.decisions, paper_epsilon_end=loop.tying.agent.epsilon)
     if variant in CONTROLS or variant in HINDSIGHT:
         row["fixed_map"] = list(fixed_map)
-    if variant in HINDSIGHT:  # the tied model's own minimum (the curve before the switch is the untied run's)
-        row["switch_step"] = switch_step
+    if variant == "switch":
+        switch_step = loop.tying.switch_step
+    if variant in HINDSIGHT or variant == "switch":  # the tied model's own minimum (before the switch
+        row["switch_step"] = switch_step              # the curve is the untied run's)
         row["best_val_ppl_after_switch"] = math.exp(min(
-            [p["val_loss"] for p in curve if p["step"] > switch_step], default=math.inf))
+            [p["val_loss"] for p in curve if switch_step is not None and p["step"] > switch_step], default=math.inf))
     return row
 
 
@@ -302,6 +310,20 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict, dict]:
         extra["hindsight_switch_minus_fixed_best_val_ppl"] = {fixed_of[v]: statistics.fmean(x) for v, x in per.items()}
         extra["hindsight_switch_minus_fixed_per_seed"] = {fixed_of[v]: x for v, x in per.items()}
         extra["hindsight_switch_steps"] = [rows[("switch_every_2", s)]["switch_step"] for s in seeds]
+    if all(("switch", s) in rows for s in seeds):  # tying: switch, scored as the agents, after its switch
+        gaps, names = [], []
+        for s in seeds:
+            r = rows[("switch", s)]
+            ok = [v for v in ("all", "every_2", "every_4") if rows[(v, s)]["params_trainable"] <= r["params_trainable"]]
+            best = min(ok, key=lambda v: rows[(v, s)]["best_val_ppl"])
+            gaps.append(r["best_val_ppl_after_switch"] - rows[(best, s)]["best_val_ppl"])
+            names.append(best)
+        extra["switch_minus_best_fixed_best_val_ppl"] = statistics.fmean(gaps)
+        extra["switch_minus_best_fixed_per_seed"] = gaps
+        extra["switch_best_fixed_per_seed"] = names
+        extra["switch_steps"] = [rows[("switch", s)]["switch_step"] for s in seeds]
+        extra["switch_minus_every_4_test_ppl_at_best_val"] = statistics.fmean(
+            rows[("switch", s)]["test_ppl_at_best_val"] - rows[("every_4", s)]["test_ppl_at_best_val"] for s in seeds)
     return summary, agg, extra
 
 
@@ -345,9 +367,10 @@ def main() -> None:
 
     # phase 1: every variant but the controls and the hindsight switches, the agents first;
     # phase 2: those (they read the agents' maps and the untied runs' minima)
-    names = ["rl", "paper"] + [v for v in VARIANTS if v not in CONTROLS and v not in AGENTS and v not in HINDSIGHT]
+    names = ["rl", "paper"] + [v for v in VARIANTS if v not in CONTROLS and v not in AGENTS and v not in HINDSIGHT
+                               and v != "switch"]
     todo1 = [(v, s) for s in args.seeds for v in names if (v, s) not in rows]
-    todo2 = [(c, s) for s in args.seeds for c in [*CONTROLS, *HINDSIGHT] if (c, s) not in rows]
+    todo2 = [(c, s) for s in args.seeds for c in [*CONTROLS, *HINDSIGHT, "switch"] if (c, s) not in rows]
     for todo in (todo1, todo2):
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for fut in [pool.submit(one, v, s) for v, s in todo]:

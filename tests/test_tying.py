@@ -530,3 +530,54 @@ def test_the_paper_agent_sweeps_one_block_per_interval_rewards_minus_perplexity_
     assert restored.train_epoch() == pytest.approx(loop.train_epoch(), rel=1e-5)
     assert tying_map(restored.model) == tying_map(loop.model)
     assert b.agent.updates == a.agent.updates == 5
+
+
+# ------------------------------------------------------------------ tying: switch
+def test_switch_reads_the_held_out_loss_as_evaluation_does(data, settings):
+    loop = TrialLoop({**TINY, "tying": "switch", "tying_check_every": 3}, data, settings)
+    loop.train_epoch()
+    assert loop.tying.switch_step is None and tying_map(loop.model) == [0, 1, 2, 3]
+    loop.model.train()
+    h = loop.tying.held_out_loss()
+    assert loop.model.training  # the check leaves training mode as it found it
+    assert h == pytest.approx(loop.evaluate("validation")["val_loss"], rel=1e-5)
+    with pytest.raises(ValueError, match="trial loop"):
+        tying_class("switch")(tiny_model(), {}, {})
+    with pytest.raises(ValueError, match="tying_split.*'holdout'"):
+        TrialLoop({**TINY, "tying": "switch", "tying_split": "holdout"}, data, settings)
+
+
+@pytest.mark.parametrize("patience,losses,switch_check", [
+    (1, [3.0, 2.5, 2.6, 2.4], 3),            # the first rise
+    (2, [3.0, 2.5, 2.6, 2.4, 2.45, 2.5], 6),  # a new minimum resets the count
+])
+def test_switch_ties_once_after_patience_checks_without_a_new_minimum(data, settings, patience, losses, switch_check):
+    cfg = {**TINY, "tying": "switch", "tying_check_every": 2, "tying_patience": patience, "tying_k": 2}
+    loop = TrialLoop(cfg, data, {**settings, "epochs": 3})
+    scripted = iter(losses + [9.0] * 10)
+    loop.tying.held_out_loss = lambda: next(scripted)
+    while loop.tying.switch_step is None and loop.step < 2 * len(losses):
+        loop.train_epoch()
+    assert loop.tying.switch_step == 2 * switch_check
+    assert tying_map(loop.model) == [0, 0, 2, 2]
+    assert loop.model.blocks[1].attn.q.weight is loop.model.blocks[0].attn.q.weight
+    assert_optimizer_consistent(loop)
+    loop.train_epoch()  # trains on, tied, and never switches again
+    assert loop.tying.switch_step == 2 * switch_check and tying_map(loop.model) == [0, 0, 2, 2]
+    m = loop.evaluate()
+    assert m["tying_switch_step"] == 2 * switch_check and m["n_distinct_layers"] == 2
+
+
+def test_switch_checkpoint_round_trip(data, settings, tmp_path):
+    cfg = {**TINY, "tying": "switch", "tying_check_every": 2, "tying_k": 4}
+    loop = TrialLoop(cfg, data, settings)
+    scripted = iter([3.0, 2.0, 2.5] + [9.0] * 10)
+    loop.tying.held_out_loss = lambda: next(scripted)
+    loop.train_epoch()  # 6 steps: checks at 2, 4, 6 -> switch at 6
+    assert loop.tying.switch_step == 6
+    loop.save(str(tmp_path))
+    restored = TrialLoop(cfg, data, settings)
+    restored.load(str(tmp_path))
+    assert tying_map(restored.model) == [0, 0, 0, 0] and restored.tying.switch_step == 6
+    assert (restored.tying.best, restored.tying.bad) == (2.0, 1)
+    assert restored.evaluate()["val_loss"] == pytest.approx(loop.evaluate()["val_loss"], abs=1e-6)

@@ -28,6 +28,7 @@ TYING = {
     "paper": "archsearch.dynamic.tying:PaperTying",
     "all": "archsearch.dynamic.tying:AllTying",
     "every_k": "archsearch.dynamic.tying:EveryKTying",
+    "switch": "archsearch.dynamic.tying:SwitchTying",
 }
 
 

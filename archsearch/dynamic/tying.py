@@ -69,6 +69,7 @@ from archsearch.dynamic.tying_settings import (
     EveryKTyingSettings,
     PaperTyingSettings,
     RLTyingSettings,
+    SwitchTyingSettings,
 )
 
 #: TD updates (replay minibatches) after each rewarded round.
@@ -156,7 +157,97 @@ class EveryKTying(_MapTying):
                  loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
         self.k = self.s.tying_k
-        self._apply([self.k * (i // self.k) for i in range(self.n_layers)])
+        self._apply(every_k_map(self.n_layers, self.k))
+
+
+def every_k_map(n_layers: int, k: int) -> list[int]:
+    """The ``every_k`` map: ``s[i] = k * (i // k)`` (consecutive groups of ``k`` blocks)."""
+    return [k * (i // k) for i in range(n_layers)]
+
+
+class SwitchTying(_MapTying):
+    """``tying: switch``: untied while the loss on a held-out split improves, then the
+    ``every_k`` map (shared Parameters, each group taking its first block's weights; the Adam
+    state of the Parameters kept) for the rest of the run.
+
+    Tying regularises an over-parameterised model (Hay & Wolf, ICLR 2024, sec. 4) but a tied
+    model also learns more slowly while the untied one still generalises better; this switches
+    when the untied model starts to overfit: every ``tying_check_every`` steps the mean loss on
+    ``tying_split`` (the trial loop's evaluation batches, the gating's inference, no gradient) is
+    read, and after ``tying_patience`` checks in a row without a new minimum the map is applied,
+    once. (Progressive sharing in the other direction, deep from shallow, is Gong et al.,
+    "Efficient Training of BERT by Progressively Stacking", ICML 2019.) Measured in
+    ``benchmarks/tying.py`` (``benchmarks/results/tying.json``).
+
+    Attributes:
+        switch_step: the step of the switch (``None`` before); best: the held-out minimum so far.
+
+    Raises:
+        ValueError: no trial loop (the held-out loss needs one), a ``tying_split`` the trial's
+            data lacks, or a value :attr:`Settings` refuses (names the key).
+    """
+
+    #: ``tying_k``, ``tying_check_every``, ``tying_patience``, ``tying_split``.
+    Settings = SwitchTyingSettings
+
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None):
+        super().__init__(model, cfg, settings, loop)
+        if loop is None:
+            raise ValueError("tying: switch reads a held-out loss during training: it needs a trial loop")
+        s = self.s
+        splits = getattr(loop.data, "data", {})
+        if s.tying_split not in splits:
+            raise ValueError(f"tying_split: the trial's data has no split {s.tying_split!r} (it has {', '.join(splits)})")
+        self.k, self.every, self.patience, self.split = s.tying_k, s.tying_check_every, s.tying_patience, s.tying_split
+        self.best = math.inf
+        self.bad = 0
+        self.switch_step: int | None = None
+
+    def held_out_loss(self) -> float:
+        """Mean loss (nats per token or per sample) on ``tying_split``'s evaluation batches."""
+        import torch
+
+        loop, was = self.loop, self.model.training
+        self.model.eval()
+        total, count = 0.0, 0
+        try:
+            with torch.inference_mode():
+                for x, mask, y in loop.eval_batches(self.split):
+                    x, y = x.to(loop.device), y.to(loop.device)
+                    mask = None if mask is None else mask.to(loop.device)
+                    logits, _ = loop.gating.predict(x, mask)
+                    total += float(loop.task_loss(logits.float(), y)) * y.numel()
+                    count += y.numel()
+        finally:
+            self.model.train(was)
+        return total / max(count, 1)
+
+    def after_step(self, step: int, loss: float) -> None:
+        """Every ``tying_check_every`` steps until the switch: read the held-out loss; switch after
+        ``tying_patience`` checks without a new minimum."""
+        if self.switch_step is not None or step % self.every:
+            return
+        h = self.held_out_loss()
+        if h < self.best:
+            self.best, self.bad = h, 0
+            return
+        self.bad += 1
+        if self.bad >= self.patience:
+            self._apply(every_k_map(self.n_layers, self.k))
+            self.switch_step = step
+
+    def metrics(self) -> dict[str, Any]:
+        """:class:`_MapTying`'s, and ``tying_switch_step`` (-1 before the switch)."""
+        return {**super().metrics(), "tying_switch_step": -1 if self.switch_step is None else self.switch_step}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "best": self.best, "bad": self.bad, "switch_step": self.switch_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.best, self.bad = float(state.get("best", math.inf)), int(state.get("bad", 0))
+        self.switch_step = state.get("switch_step")
 
 
 class RLTying(_MapTying):

@@ -30,6 +30,30 @@ class EveryKTyingSettings(StrategySettings):
         "characters) tying cost perplexity: 1.006x untied for k = 2, 1.049x for k = 4."))
 
 
+class SwitchTyingSettings(StrategySettings):
+    """Knobs of ``tying: switch`` (:class:`archsearch.dynamic.tying.SwitchTying`): train untied
+    while a held-out loss improves, then tie to the ``every_k`` map for the rest of the run."""
+
+    tying_k: int = Field(4, ge=1, description=(
+        "Blocks per shared group after the switch (count): the every_k map of tying: every_k "
+        "(blocks k*m .. k*m+k-1 share block k*m's weights, taken from block k*m at the switch). "
+        "Default 4: in benchmarks/tying.py's data-limited regime, switching to every_4 at the "
+        "untied model's validation minimum reached a lower validation perplexity than every_4 "
+        "trained tied from step 0 (the hindsight bound; every_2 gained about nothing)."))
+    tying_check_every: int = Field(100, ge=1, description=(
+        "Optimizer steps between two held-out checks (the mean loss on tying_split). Default "
+        "100: benchmarks/tying.py's validation-curve spacing (30 points over 3,000 steps)."))
+    tying_patience: int = Field(1, ge=1, description=(
+        "Checks in a row without a new held-out minimum before the switch (count). Default 1: "
+        "switch at the first rise, the nearest a controller gets to the hindsight switch at the "
+        "minimum (one check late)."))
+    tying_split: str = Field("validation", min_length=1, description=(
+        "Data split whose loss decides the switch (its evaluation batches, as the trial's "
+        "evaluation reads them). Default validation: the split a trial's early stopping and "
+        "scheduler read; benchmarks/tying.py gives it validation blocks disjoint from the ones "
+        "it reports (split 'holdout')."))
+
+
 class RLTyingSettings(StrategySettings):
     """Knobs of ``tying: rl`` (:class:`archsearch.dynamic.tying.RLTying`, the Q-learning agent
     of Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024, Sec. 3);
