@@ -238,3 +238,28 @@ def test_graphs_choose_an_executor_per_shape_and_keep_the_results(device):
     graphs = SegmentGraphs()
     assert_same(both_ways(g, xs, graphs, repeat=12))
     assert set(graphs.executors.values()) <= {"gather", "whole"} and len(graphs.executors) == 3
+
+
+class _EagerChooser(SegmentGraphs):
+    """The chooser's whole path on a CPU: usable everywhere, segments never captured (eager)."""
+
+    def usable(self, model, h):
+        return self.enabled and not model.training and not torch.is_grad_enabled()
+
+
+def test_the_chooser_path_of_run_cascade_keeps_the_results_on_a_cpu(device):
+    """run_cascade with graphs and no executor walks every phase of the choice (untimed, timed,
+    chosen) and gives the gathered cascade's results each time; the choice is recorded."""
+    g = confident_gating({"flops_budget": 0.5}, device=device)
+    m = g.model
+    x, mask = make_batch(B=32, seed=7, device=device)
+    sg = _EagerChooser(capture_after=10**9)
+    with torch.no_grad():
+        h, pad = m.embed(x), m.padding_mask(x, mask)
+        ref = run_cascade(m, h, pad, g.depths, 0, g.stop_rule(0.8), executor="gather")
+        for _ in range(12):
+            out = run_cascade(m, h, pad, g.depths, 0, g.stop_rule(0.8), graphs=sg, key=(("ce", 0.8), None))
+            torch.testing.assert_close(out[0], ref[0], rtol=1e-5, atol=1e-6)
+            assert torch.equal(out[1], ref[1])
+    assert sg.executors.get((32, x.shape[1])) in ("gather", "whole") and not sg.choosing
+    assert sg.counts["captured"] == 0 and sg.counts["eager_runs"] > 0
