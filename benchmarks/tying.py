@@ -23,6 +23,11 @@ Protocol (issue 39, committed before the runs: ``benchmarks/protocols/tying.json
   aliases, one block every 4 batches, reward -exp(CE)), and ``rl_fixed``/``paper_fixed``: each
   agent's final map (same seed) trained fixed from step 0, shared Parameters for ``rl``, frozen
   aliases for ``paper``. Seeds 0, 1, 2.
+* Addenda (2026-11-28, each committed before its runs): ``switch_every_2``/``switch_every_4``, a
+  hindsight bound (untied until the same seed's untied validation minimum, then the fixed map:
+  ``extra.hindsight_switch_minus_fixed_*``), and ``switch`` (``tying: switch`` at its defaults,
+  its held-out loss on validation blocks ``HOLDOUT_BLOCKS``, disjoint from the reported ones:
+  ``extra.switch_minus_best_fixed_*``, scored on the minimum after its switch as the agents are).
 * Memory (measured): after every optimizer step (before the next ``zero_grad``) the bytes of the
   distinct storages actually allocated for the model's parameters (trainable and frozen), their
   gradients and the optimizer's state tensors; ``state_peak_mb`` is the largest over the run.
