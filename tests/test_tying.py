@@ -433,7 +433,7 @@ def test_settings_are_declared_validated_and_registered():
 
     owners = settings_owners()
     assert owners["tying_every"] == [("tying", "rl"), ("tying", "paper")]
-    assert owners["tying_k"] == [("tying", "every_k")]
+    assert owners["tying_k"] == [("tying", "every_k"), ("tying", "switch")]
     assert set(RLTying.Settings.model_fields) <= set(owners)
 
 
