@@ -173,7 +173,7 @@ class SwitchTying(_MapTying):
     Tying regularises an over-parameterised model (Hay & Wolf, ICLR 2024, sec. 4) but a tied
     model also learns more slowly while the untied one still generalises better; this switches
     when the untied model starts to overfit: every ``tying_check_every`` steps the mean loss on
-    ``tying_split`` (the trial loop's evaluation batches, the gating's inference, no gradient) is
+    ``tying_split`` (the trial loop's evaluation batches through the full model, no gradient) is
     read, and after ``tying_patience`` checks in a row without a new minimum the map is applied,
     once. (Progressive sharing in the other direction, deep from shallow, is Gong et al.,
     "Efficient Training of BERT by Progressively Stacking", ICML 2019.) Measured in
@@ -219,7 +219,7 @@ class SwitchTying(_MapTying):
                 for x, mask, y in loop.eval_batches(self.split):
                     x, y = x.to(loop.device), y.to(loop.device)
                     mask = None if mask is None else mask.to(loop.device)
-                    logits, _ = loop.gating.predict(x, mask)
+                    logits = self.model(x, mask)  # the full model: no gating's calibration state
                     total += float(loop.task_loss(logits.float(), y)) * y.numel()
                     count += y.numel()
         finally:
