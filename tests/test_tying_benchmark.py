@@ -53,6 +53,22 @@ def test_summary_follows_the_protocol_and_converged_can_fail(tb):
     # a curve still falling at the end, one whose minimum is the last point, or a flat tail fail
     for curve in ([3.0, 2.5, 2.3, 2.2, 2.1], [3.0, 2.5, 2.2, 2.1, 2.1], [3.0, 2.2, 2.21, 2.21, 2.205]):
         assert tb.summarize(_rows(tb, curve), [0, 1, 2])[0]["converged"] is False
+    assert "switch_minus_best_fixed_best_val_ppl" not in extra  # the addenda are optional
+
+
+def test_the_addenda_are_scored_after_their_switch(tb):
+    rows = _rows(tb)
+    for s in (0, 1, 2):
+        for v, after in (("switch_every_2", 8.7), ("switch_every_4", 8.9), ("switch", 8.6 + 0.1 * s)):
+            params = 50 if v == "switch_every_2" else 30
+            rows[(v, s)] = {**_row(v, s, 8.0, params), "best_val_ppl_after_switch": after, "switch_step": 300}
+    summary, agg, extra = tb.summarize(rows, [0, 1, 2])
+    # scored on the minimum after the switch (8.0, the untied part, is not theirs)
+    assert extra["hindsight_switch_minus_fixed_best_val_ppl"] == pytest.approx({"every_2": -0.2, "every_4": 0.1})
+    # switch (30 params): the best fixed map of <= 30 params is every_4 (8.8); all (20) is worse
+    assert extra["switch_minus_best_fixed_per_seed"] == pytest.approx([-0.2, -0.1, 0.0])
+    assert extra["switch_best_fixed_per_seed"] == ["every_4"] * 3
+    assert "switch" in agg and summary["rl_minus_best_fixed_best_val_ppl"] == pytest.approx(-0.05)  # the agents' key unchanged
 
 
 def test_measured_memory_counts_a_frozen_alias_once_without_gradient_or_state(tb):
