@@ -273,13 +273,15 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict, dict]:
                       tying_maps=[r["tying_map"] for r in rs], n_distinct_layers=[r["n_distinct_layers"] for r in rs])
     base = agg["none"]
 
-    def gaps_of(agent: str) -> tuple[list[float], list[str]]:
+    def gaps_of(variant: str, fixed=None, score: str = "best_val_ppl") -> tuple[list[float], list[str]]:
+        """Per seed: ``variant``'s ``score`` minus the lowest best_val_ppl among ``fixed`` (default:
+        an agent's :func:`fixed_variants`) with at most its trainable parameters; and that map."""
         gaps, names = [], []
         for s in seeds:
-            a = rows[(agent, s)]
-            ok = [v for v in fixed_variants(agent) if rows[(v, s)]["params_trainable"] <= a["params_trainable"]]
+            a = rows[(variant, s)]
+            ok = [v for v in (fixed or fixed_variants(variant)) if rows[(v, s)]["params_trainable"] <= a["params_trainable"]]
             best = min(ok, key=lambda v: rows[(v, s)]["best_val_ppl"])
-            gaps.append(a["best_val_ppl"] - rows[(best, s)]["best_val_ppl"])
+            gaps.append(a[score] - rows[(best, s)]["best_val_ppl"])
             names.append(best)
         return gaps, names
 
@@ -317,13 +319,7 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict, dict]:
         extra["hindsight_switch_minus_fixed_per_seed"] = {fixed_of[v]: x for v, x in per.items()}
         extra["hindsight_switch_steps"] = [rows[("switch_every_2", s)]["switch_step"] for s in seeds]
     if all(("switch", s) in rows for s in seeds):  # tying: switch, scored as the agents, after its switch
-        gaps, names = [], []
-        for s in seeds:
-            r = rows[("switch", s)]
-            ok = [v for v in ("all", "every_2", "every_4") if rows[(v, s)]["params_trainable"] <= r["params_trainable"]]
-            best = min(ok, key=lambda v: rows[(v, s)]["best_val_ppl"])
-            gaps.append(r["best_val_ppl_after_switch"] - rows[(best, s)]["best_val_ppl"])
-            names.append(best)
+        gaps, names = gaps_of("switch", ("all", "every_2", "every_4"), "best_val_ppl_after_switch")
         extra["switch_minus_best_fixed_best_val_ppl"] = statistics.fmean(gaps)
         extra["switch_minus_best_fixed_per_seed"] = gaps
         extra["switch_best_fixed_per_seed"] = names

@@ -143,12 +143,19 @@ class SegmentGraphs:
 
     def clear(self) -> None:
         """Drop every graph held (their memory returns to the allocator, and with the last graph
-        their memory pool goes: the next capture starts a new one)."""
+        their memory pool goes: the next capture starts a new one) and every executor choice."""
+        self._drop_graphs()
+        self.executors.clear()
+        self._trials.clear()
+
+    def _drop_graphs(self) -> None:
         self._graphs.clear()
         self._seen.clear()
         self._pool = None
-        self.executors.clear()
-        self._trials.clear()
+
+    def _capture_events(self) -> int:
+        """Captures attempted so far (kept, measured slower, or failed)."""
+        return self.counts["captured"] + self.counts["eager_chosen"] + self.counts["failed"]
 
     def _check_prefix(self, prefix) -> None:
         """A new prefix (other constants baked in) drops every graph and executor choice."""
@@ -191,7 +198,7 @@ class SegmentGraphs:
         """Run ``fn`` (the cascade under ``executor``) timed on the device (synchronised before
         and after) and record the time for :meth:`choose_executor` unless a graph was captured
         during the run (a capture's one-off cost is not the executor's). Returns ``fn()``."""
-        before = self.counts["captured"] + self.counts["eager_chosen"] + self.counts["failed"]
+        before = self._capture_events()
         cuda = device.type == "cuda"
         if cuda:
             torch.cuda.synchronize(device)
@@ -201,8 +208,7 @@ class SegmentGraphs:
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - t0
         t = self._trials.get((int(rows), int(length)))
-        clean = self.counts["captured"] + self.counts["eager_chosen"] + self.counts["failed"] == before
-        if t is not None and clean and self._prefix == key[0]:
+        if t is not None and self._capture_events() == before and self._prefix == key[0]:
             t[executor].append(seconds)
         return out
 
@@ -225,9 +231,7 @@ class SegmentGraphs:
         else:
             self._check_prefix(prefix)
             if len(self._graphs) >= self.max_graphs:
-                chosen = dict(self.executors)
-                self.clear()
-                self.executors.update(chosen)  # the graphs go, the measured choices stay
+                self._drop_graphs()  # the measured executor choices stay
             gkey = (extra, k, rows, T, pad is None, None if state is None else len(state))
             g = self._graphs.get(gkey)
             if g is None:

@@ -294,12 +294,12 @@ def _run_whole(segment, h, pad, state, K: int, graphs, key) -> tuple[torch.Tenso
         h, lg, stop, state = graphs.run(key, k, segment, h, pad, state) if graphs is not None \
             else segment(k, h, pad, state)
         if out is None:  # (a copy: a graph's outputs are overwritten by its next replay)
-            out = lg.clone()
+            out, rows = lg.clone(), (B,) + (1,) * (lg.dim() - 1)  # rows: a row mask's view shape
         if k == K - 1:
-            out = torch.where(done.view((B,) + (1,) * (lg.dim() - 1)), out, lg)
+            out = torch.where(done.view(rows), out, lg)
             break
         new = stop & ~done  # (B,) rows whose first stop is this exit
-        out = torch.where(new.view((B,) + (1,) * (lg.dim() - 1)), lg, out)
+        out = torch.where(new.view(rows), lg, out)
         exit_index = exit_index.masked_fill(new, k)
         done = done | stop
         if bool(done.all()):  # the one host synchronisation of this exit

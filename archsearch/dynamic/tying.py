@@ -141,6 +141,11 @@ class AllTying(_MapTying):
         self._apply([0] * self.n_layers)
 
 
+def every_k_map(n_layers: int, k: int) -> list[int]:
+    """The ``every_k`` map: ``s[i] = k * (i // k)`` (consecutive groups of ``k`` blocks)."""
+    return [k * (i // k) for i in range(n_layers)]
+
+
 class EveryKTying(_MapTying):
     """``tying: every_k``: blocks ``k*m .. k*m + k-1`` share block ``k*m``'s weights, fixed.
 
@@ -158,11 +163,6 @@ class EveryKTying(_MapTying):
         super().__init__(model, cfg, settings, loop)
         self.k = self.s.tying_k
         self._apply(every_k_map(self.n_layers, self.k))
-
-
-def every_k_map(n_layers: int, k: int) -> list[int]:
-    """The ``every_k`` map: ``s[i] = k * (i // k)`` (consecutive groups of ``k`` blocks)."""
-    return [k * (i // k) for i in range(n_layers)]
 
 
 class SwitchTying(_MapTying):
