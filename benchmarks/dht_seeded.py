@@ -276,14 +276,17 @@ def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None, 
         train_and_store(name, ckpt, data, out, threads)
 
 
-def wall(path: Path, threads: int, seed: int = 0, rounds: int = 5, train_samples: int | None = None) -> int:
+def wall(path: Path, threads: int, seed: int = 0, rounds: int = 11, train_samples: int | None = None) -> int:
     """Issue 35's CPU wall-clock (``protocols/dht_wall_cpu.json``): train the chosen recipe's DHT
     model on rotten_tomatoes_sentences (seed ``seed``, as ``run --recipe`` trains it), calibrate
     it on validation at its budget (``evaluate``), then time, interleaved over ``rounds`` after a
     warm-up, the cascade (``predict``), the same model's first 3 blocks (the static cut's cost)
     and its full-depth forward on the rows of :func:`dynamic_depth.timing_batches` (batch 32 and
-    batch 1), median. ``dht_wall_over_flops_{b32,b1}`` = the cascade's wall ratio over its FLOPs
-    ratio on the same timed rows. Writes ``path`` (JSON, with provenance); returns 0."""
+    batch 1). ``dht_wall_ratio_{b32,b1}``: the median over rounds of the cascade's pass time over
+    the full model's pass of the same round (``..._ratio_of_medians``: median pass over median
+    pass, the definition before the paired one); ``dht_wall_over_flops_{b32,b1}`` = that over
+    the cascade's FLOPs ratio on the same timed rows, with ``_ci`` (bootstrap 95% interval of
+    the median over rounds, 2,000 draws). Writes ``path`` (JSON, with provenance); returns 0."""
     import torch
 
     import dynamic_depth as dd
@@ -309,9 +312,15 @@ def wall(path: Path, threads: int, seed: int = 0, rounds: int = 5, train_samples
             used = sum(float(g.predict(x, mk)[1].sum()) for x, mk in batches)
             full = sum(costs.flops_per_sample(model.config, x.shape[1]) * x.shape[0] for x, _ in batches)
             summary[f"dht_flops_ratio_{tag}"] = used / full
-            summary[f"dht_wall_ratio_{tag}"] = w[f"dht:wall_ratio_{tag}"]
-            summary[f"static3_wall_ratio_{tag}"] = w[f"static3:wall_ratio_{tag}"]
-            summary[f"dht_wall_over_flops_{tag}"] = w[f"dht:wall_ratio_{tag}"] / (used / full)
+            for kind in paths:  # the ratio paired within each round, median over rounds
+                paired = np.asarray(w[f"{kind}:round_ratios_{tag}"])  # (rounds,)
+                summary[f"{kind}_wall_ratio_{tag}"] = float(np.median(paired))
+                summary[f"{kind}_wall_ratio_{tag}_ratio_of_medians"] = w[f"{kind}:wall_ratio_{tag}"]
+            paired = np.asarray(w[f"dht:round_ratios_{tag}"])
+            boot = np.median(paired[np.random.default_rng(0).integers(0, len(paired), (2000, len(paired)))], 1)
+            summary[f"dht_wall_over_flops_{tag}"] = summary[f"dht_wall_ratio_{tag}"] / (used / full)
+            summary[f"dht_wall_over_flops_{tag}_ci"] = [float(np.percentile(boot, q)) / (used / full) for q in (2.5, 97.5)]
+            summary[f"dht_wall_over_flops_{tag}_ratio_of_medians"] = w[f"dht:wall_ratio_{tag}"] / (used / full)
             summary[f"full_ms_per_sample_{tag}"] = w[f"full_ms_per_sample_{tag}"]
     stored = DUMPS / f"{name}.json"
     prov = provenance(command=" ".join(["python", *sys.argv]), seeds=[seed], wall_s=time.perf_counter() - t0,
@@ -655,13 +664,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     ap.add_argument("--train-samples", type=int, default=None, help="smoke only: a training subset")
+    ap.add_argument("--rounds", type=int, default=11, help="wall: interleaved timing rounds (default %(default)s)")
     args = ap.parse_args(argv)
     if args.command == "run":
         run(args.dumps or DATASETS[args.dataset]["dumps"], args.threads, args.seeds, args.train_samples,
             args.dataset, args.recipe, tuple(args.cuts), args.dp)
         return 0
     if args.command == "wall":
-        return wall(args.out if args.out != RESULT else WALL_FILE, args.threads, args.seeds[0],
+        return wall(args.out if args.out != RESULT else WALL_FILE, args.threads, args.seeds[0], args.rounds,
                     train_samples=args.train_samples)
     dumps = {k: v["dumps"] for k, v in DATASETS.items()} if args.dumps is None else {args.dataset: args.dumps}
     if args.command == "select":

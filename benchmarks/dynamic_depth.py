@@ -559,7 +559,10 @@ def timing_batches(test) -> dict[str, list]:
 
 def wall_ratios(paths: dict[str, Callable], full: Callable, test, rounds: int) -> dict:
     """Median pass time of each path over the full-depth forward's, interleaved, on the rows of
-    :func:`timing_batches` (``{path}:wall_ratio_{b32,b1}``, ``full_ms_per_sample_{b32,b1}``)."""
+    :func:`timing_batches` (``{path}:wall_ratio_{b32,b1}``, ``full_ms_per_sample_{b32,b1}``),
+    and the same ratio paired within each round (``{path}:round_ratios_{b32,b1}``: one pass of
+    the path over the full model's pass of the same round, adjacent in time, so that a drift of
+    the machine's speed between rounds cancels)."""
     named = {"full": full, **paths}
     res = {}
     for tag, batches in timing_batches(test).items():
@@ -573,6 +576,7 @@ def wall_ratios(paths: dict[str, Callable], full: Callable, test, rounds: int) -
         med = {k: statistics.median(v) for k, v in times.items()}
         for k in paths:
             res[f"{k}:wall_ratio_{tag}"] = med[k] / med["full"]
+            res[f"{k}:round_ratios_{tag}"] = [a / b for a, b in zip(times[k], times["full"])]
         res[f"full_ms_per_sample_{tag}"] = 1000 * med["full"] / sum(x.shape[0] for x, _ in batches)
     return res
 
