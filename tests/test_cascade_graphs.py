@@ -189,6 +189,35 @@ def test_the_whole_batch_executor_gives_the_gathered_cascades_results(device):
             run_cascade(m, h, pad, g.depths, 0, by_target, state=(target,), executor="masked")
 
 
+def test_one_row_runs_without_gathers_and_keeps_the_batch_results(device):
+    """A batch of one row (the latency case) takes the cascade's single-row path: each row alone
+    gets the logits and exit it gets inside the batch, for the confidence rule at 3 thresholds
+    and for a state-carrying rule (a broken variant that reports the exit after the one the row
+    stopped at fails here)."""
+    g = confident_gating({"flops_budget": 0.5}, device=device)
+    m = g.model
+    x, mask = make_batch(B=12, seed=9, device=device)
+
+    def by_target(k, hk, pk, logits, state):
+        (target,) = state
+        return target <= k, (target,)
+
+    target = torch.randint(0, len(g.depths), (12,), generator=torch.Generator().manual_seed(2)).to(device)
+    with torch.no_grad():
+        h, pad = m.embed(x), m.padding_mask(x, mask)
+        runs = [(g.stop_rule(t), None) for t in (0.55, 0.8, 0.95)] + [(by_target, target)]
+        seen = set()
+        for rule, st in runs:
+            lg, idx = run_cascade(m, h, pad, g.depths, 0, rule, state=None if st is None else (st,), executor="gather")
+            seen |= set(idx.tolist())
+            for i in range(12):
+                r = slice(i, i + 1)
+                lg1, idx1 = run_cascade(m, h[r], pad[r], g.depths, 0, rule, state=None if st is None else (st[r],))
+                assert idx1.shape == (1,) and int(idx1) == int(idx[i])
+                torch.testing.assert_close(lg1, lg[r], rtol=1e-4, atol=1e-5)
+        assert len(seen) >= 3  # the rows leave at several exits
+
+
 def test_the_executor_is_chosen_by_its_measured_time():
     """:meth:`SegmentGraphs.choose_executor`: two untimed meetings of each executor, then timed
     ones alternating until each has two clean timings; the faster is kept for that shape; a run

@@ -253,6 +253,12 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
                 model, h, pad, depths, start, stop_rule, heads, state, graphs, key, executor), h.device)
     if executor == "whole":
         return _run_whole(segment, h, pad, state, K, graphs if use_graphs else None, key)
+    if B == 1 and not use_graphs:  # one row (the latency case): it stops or goes on, nothing to gather
+        # (the gathered loop below gives the same results with five more small ops per exit)
+        for k in range(K):
+            h, lg, stop, state = segment(k, h, pad, state)
+            if k == K - 1 or bool(stop):  # the one host synchronisation of this exit
+                return lg, torch.full((1,), k, dtype=torch.long, device=h.device)
     rows = torch.arange(B, device=h.device)
     exit_index = torch.full((B,), K - 1, dtype=torch.long, device=h.device)
     out = None

@@ -315,11 +315,11 @@ def trajectory_context(probs, prev: tuple | None = None) -> tuple:
     p = probs.double()  # (b, C)
     maxp, cls = p.max(-1)  # (b,), (b,)
     ent = -(p * p.clamp_min(1e-12).log()).sum(-1) / math.log(p.shape[-1])  # (b,)
-    agree = torch.zeros_like(cls, dtype=torch.bool) if prev is None else cls == prev[0]
-    X = torch.ones(len(cls), TRAJECTORY_DIM, dtype=torch.float64, device=p.device)  # (b, 6)
-    X[:, 0], X[:, 1], X[:, 2] = maxp, ent, agree.double()
+    one = torch.ones_like(maxp)  # (b,) float64
     if prev is None:
-        X[:, 3] = X[:, 4] = 0.0
+        agree, zero = torch.zeros_like(cls, dtype=torch.bool), torch.zeros_like(maxp)
+        cols = (maxp, ent, zero, zero, zero, one)
     else:
-        X[:, 3], X[:, 4] = (agree & prev[1]).double(), prev[2]
-    return X, (cls, agree, maxp)
+        agree = cls == prev[0]
+        cols = (maxp, ent, agree.double(), (agree & prev[1]).double(), prev[2].double(), one)
+    return torch.stack(cols, 1), (cls, agree, maxp)  # X: (b, TRAJECTORY_DIM) in one op
