@@ -199,6 +199,8 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
     per (rows, length) (:meth:`SegmentGraphs.choose_executor`); elsewhere (a CPU, training, an
     eager-only run) it is ``"gather"``. Under ``"whole"`` the rows that stopped ride along until
     the batch stops: the FLOPs a strategy reports per sample stay those of the sample's own path.
+    A batch of one row (the latency case) runs eagerly without either's bookkeeping: at each
+    exit it stops or goes on.
 
     Args:
         model: a :class:`~archsearch.models.transformer.Transformer` (classification).
