@@ -307,10 +307,9 @@ def time_cascade(loop, data, rounds: int) -> dict:
             full = sum(costs.flops_per_sample(model.config, x.shape[1]) * x.shape[0] for x, _ in batches)
             summary[f"dht_flops_ratio_{tag}"] = used / full
             for kind in paths:  # the ratio paired within each round, median over rounds
-                paired = np.asarray(w[f"{kind}:round_ratios_{tag}"])  # (rounds,)
-                summary[f"{kind}_wall_ratio_{tag}"] = float(np.median(paired))
+                summary[f"{kind}_wall_ratio_{tag}"] = float(np.median(w[f"{kind}:round_ratios_{tag}"]))
                 summary[f"{kind}_wall_ratio_{tag}_ratio_of_medians"] = w[f"{kind}:wall_ratio_{tag}"]
-            paired = np.asarray(w[f"dht:round_ratios_{tag}"])
+            paired = np.asarray(w[f"dht:round_ratios_{tag}"])  # (rounds,)
             boot = np.median(paired[np.random.default_rng(0).integers(0, len(paired), (2000, len(paired)))], 1)
             summary[f"dht_wall_over_flops_{tag}"] = summary[f"dht_wall_ratio_{tag}"] / (used / full)
             summary[f"dht_wall_over_flops_{tag}_ci"] = [float(np.percentile(boot, q)) / (used / full) for q in (2.5, 97.5)]
@@ -367,9 +366,8 @@ def wall(path: Path, threads: int, seed: int = 0, rounds: int = 11, train_sample
             subprocess.run([sys.executable, __file__, "wall-time", "--model", d, "--out", str(out),
                             "--rounds", str(rounds), "--threads", str(threads)], check=True)
             per.append(json.loads(out.read_text()))
-    summary = {k: (float(np.median([p[k] for p in per])) if not isinstance(v, list) else None)
-               for k, v in per[0].items()}
-    summary = {k: v for k, v in summary.items() if v is not None}
+    # the per-process intervals (lists) stay in per_process only
+    summary = {k: float(np.median([p[k] for p in per])) for k, v in per[0].items() if not isinstance(v, list)}
     for tag in ("b32", "b1"):
         vals = [p[f"dht_wall_over_flops_{tag}"] for p in per]
         summary[f"dht_wall_over_flops_{tag}_range"] = [min(vals), max(vals)]
