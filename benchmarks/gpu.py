@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import provenance, write_result  # noqa: E402  benchmarks/common.py
+from common import paired_bootstrap as common_paired_bootstrap, provenance, write_result  # noqa: E402  benchmarks/common.py
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL = ROOT / "benchmarks" / "protocols" / "gpu.json"
@@ -232,17 +232,9 @@ def test_correct(loop) -> str:
 
 def paired_bootstrap(a: str, b: str, n: int = 2000, seed: int = 0) -> dict[str, float]:
     """Mean gain of ``a`` over ``b`` in accuracy points and its 95% paired bootstrap interval
-    over test rows (``a``, ``b``: '0'/'1' strings of the same rows; Efron & Tibshirani 1993,
-    ch. 16)."""
-    import numpy as np
-
-    x = np.frombuffer(a.encode(), dtype=np.uint8) - 48
-    y = np.frombuffer(b.encode(), dtype=np.uint8) - 48
-    d = (x.astype(float) - y) * 100
-    rng = np.random.default_rng(seed)
-    boots = d[rng.integers(0, len(d), (n, len(d)))].mean(1)
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return {"mean": round(float(d.mean()), 3), "ci95": [round(float(lo), 3), round(float(hi), 3)]}
+    over test rows (``a``, ``b``: '0'/'1' strings of the same rows): :func:`common.paired_bootstrap`
+    of one seed."""
+    return common_paired_bootstrap([(a, b)], n=n, seed=seed)
 
 
 def row_name(row: dict) -> str:

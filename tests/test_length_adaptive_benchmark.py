@@ -45,3 +45,53 @@ def test_ld_from_full_is_a_protocol_of_its_own(la):
     for row in rows:
         assert {"full", "full_300_steps", "full_900_steps", "adaptive_1.0"} <= set(row["rows"])
     assert all(r["protocol"] != full for r in _rows(la, ld_steps=600))
+
+
+def test_the_gpu_protocol_is_a_protocol_of_its_own(la):
+    cpu, gpu = la.protocol(1452, ld_from="full"), la.protocol(1452, ld_from="full", device="cuda")
+    assert "device" not in cpu and gpu["device"] == "cuda" and {**gpu, "device": None} != cpu
+    assert la.protocol(600, ld_from="full") == la.protocol(600, ld_from="full", device="cpu")  # old rows keep theirs
+    committed = json.loads((ROOT / "benchmarks" / "protocols" / "length_adaptive_5ep.json").read_text())
+    assert committed["seeds"] == [0, 1, 2] and committed["ld_steps"].startswith("1452 ")
+    assert 1452 * la.BATCH <= 5 * 9293 < 1453 * la.BATCH  # 5 epochs of the 9,293 training documents
+
+
+def _row(seed, full, adaptive_05, adaptive_035, trunc_05):
+    def r(bits):
+        return {"test_correct": bits, "test_accuracy": bits.count("1") / len(bits), "length_config": [seed],
+                "wall_over_flops_b32": 1.0, "wall_over_flops_b1": 1.0}
+    return {"seed": seed, "rows": {"full": r(full), "adaptive_0.5": r(adaptive_05), "adaptive_0.35": r(adaptive_035),
+                                   "truncation_0.5": r(trunc_05)}}
+
+
+def test_summary_intervals_are_paired_over_documents_and_pooled_over_seeds(la):
+    n = 400
+    full = "1" * 300 + "0" * 100
+    rows = [_row(0, full, "1" * 296 + "0" * 104, "1" * 290 + "0" * 110, "1" * 280 + "0" * 120),
+            _row(1, full, "1" * 292 + "0" * 108, "1" * 288 + "0" * 112, "1" * 284 + "0" * 116)]
+    summary, _ = la.summarize(rows)
+    assert summary["lat_acc_drop_pts_at_0.5"] == pytest.approx(100 * 6 / n)  # (4 + 8) / 2 rows of 400
+    lo, hi = summary["lat_acc_drop_pts_at_0.5_ci"]
+    assert 0 < lo < 100 * 6 / n < hi  # the adaptive model is wrong only where the full one is: an interval above 0
+    ci = la.intervals(rows)["lat_acc_drop_pts_at_0.5"]
+    assert ci["per_seed"][0]["mean"] == 1.0 and ci["per_seed"][1]["mean"] == 2.0
+    # pooling over seeds narrows the interval of the noisier seed's alone
+    width = {k: v["ci95"][1] - v["ci95"][0] for k, v in [("pooled", ci["pooled"]), ("s1", ci["per_seed"][1])]}
+    assert width["pooled"] < width["s1"]
+    # paired: two models wrong on the same half of the documents differ by exactly 0 (an unpaired
+    # bootstrap of the two accuracies would give about +-7 points)
+    half = "1" * 200 + "0" * 200
+    same = la.intervals([_row(0, half, half, half, half)])["lat_acc_drop_pts_at_0.5"]["pooled"]
+    assert same == {"mean": 0.0, "ci95": [0.0, 0.0]}
+    # rows without per-document results (the CPU protocol's) get no interval
+    for r in rows:
+        del r["rows"]["full"]["test_correct"]
+    assert "lat_acc_drop_pts_at_0.5_ci" not in la.summarize(rows)[0]
+
+
+def test_paired_bootstrap_refuses_rows_of_different_lengths():
+    common = load_benchmark("common")
+    with pytest.raises(ValueError, match="one length"):
+        common.paired_bootstrap([("101", "10")])
+    with pytest.raises(ValueError):
+        common.paired_bootstrap([])
