@@ -15,7 +15,7 @@ import torch
 from archsearch.dynamic.cascade_graphs import SegmentGraphs, _rows_bucket
 from archsearch.dynamic.depth_predictor import DepthPredictorGating
 from archsearch.dynamic.dht import DHTGating
-from archsearch.dynamic.exits import run_cascade
+from archsearch.dynamic.exits import EXECUTORS, run_cascade
 from test_confidence_exit import confident_gating
 from test_depth_predictor import make_batch, make_model, one_thread, spread_depths  # noqa: F401 (autouse)
 from test_dht import PAPER, train_steps
@@ -159,20 +159,21 @@ def test_depth_predictor_through_graphs_equals_eager(device):
 
 
 # ------------------------------------------------------------------ the two executors
-def test_the_whole_batch_executor_gives_the_gathered_cascades_results(device):
-    """``executor="whole"`` (every segment on the whole batch until every row has stopped) gives
-    each row the logits and exit of the gathered cascade, also for a rule that carries a state
-    (a broken variant that keeps a row's logits from its last stopping exit instead of its first
-    fails here)."""
+def test_the_whole_batch_executors_give_the_gathered_cascades_results(device):
+    """``executor="whole"`` (every segment on the whole batch until every row has stopped) and
+    ``"whole_async"`` (to the last exit, no host synchronisation) give each row the logits and
+    exit of the gathered cascade, also for a rule that carries a state (a broken variant that
+    keeps a row's logits from its last stopping exit instead of its first fails here)."""
     g = confident_gating({"flops_budget": 0.5}, device=device)
     m = g.model
     x, mask = make_batch(B=32, seed=7, device=device)
     with torch.no_grad():
         h, pad = m.embed(x), m.padding_mask(x, mask)
         for thr in (0.55, 0.8, 0.95):
-            got = {e: run_cascade(m, h, pad, g.depths, 0, g.stop_rule(thr), executor=e) for e in ("gather", "whole")}
-            torch.testing.assert_close(got["whole"][0], got["gather"][0], rtol=1e-5, atol=1e-6)
-            assert torch.equal(got["whole"][1], got["gather"][1])
+            got = {e: run_cascade(m, h, pad, g.depths, 0, g.stop_rule(thr), executor=e) for e in EXECUTORS}
+            for e in ("whole", "whole_async"):
+                torch.testing.assert_close(got[e][0], got["gather"][0], rtol=1e-5, atol=1e-6)
+                assert torch.equal(got[e][1], got["gather"][1])
         idx = got["gather"][1]
         assert len(set(idx.tolist())) >= 2  # the rows leave at different exits
 
@@ -182,9 +183,11 @@ def test_the_whole_batch_executor_gives_the_gathered_cascades_results(device):
 
         target = torch.randint(0, len(g.depths), (32,), generator=torch.Generator().manual_seed(1)).to(device)
         ref = run_cascade(m, h, pad, g.depths, 0, by_target, state=(target,), executor="gather")
-        whole = run_cascade(m, h, pad, g.depths, 0, by_target, state=(target,), executor="whole")
-        assert torch.equal(ref[1], target) and torch.equal(whole[1], target)
-        torch.testing.assert_close(whole[0], ref[0], rtol=1e-5, atol=1e-6)
+        assert torch.equal(ref[1], target)
+        for e in ("whole", "whole_async"):
+            whole = run_cascade(m, h, pad, g.depths, 0, by_target, state=(target,), executor=e)
+            assert torch.equal(whole[1], target)
+            torch.testing.assert_close(whole[0], ref[0], rtol=1e-5, atol=1e-6)
         with pytest.raises(ValueError, match="executor"):
             run_cascade(m, h, pad, g.depths, 0, by_target, state=(target,), executor="masked")
 
@@ -220,14 +223,14 @@ def test_one_row_runs_without_gathers_and_keeps_the_batch_results(device):
 
 def test_the_executor_is_chosen_by_its_measured_time():
     """:meth:`SegmentGraphs.choose_executor`: two untimed meetings of each executor, then timed
-    ones alternating until each has two clean timings; the faster is kept for that shape; a run
+    ones in turn until each has two clean timings; the fastest is kept for that shape; a run
     during which a graph was captured is not counted; one row, a compute-bound shape and a new
     key prefix are handled as documented."""
     sg, key = SegmentGraphs(), (("p",), None)
     cpu = torch.device("cpu")
-    seen = [sg.choose_executor(key, 32, 48) for _ in range(4)]
-    assert seen == [("gather", False), ("gather", False), ("whole", False), ("whole", False)]
-    cost = {"gather": 0.02, "whole": 0.002}
+    seen = [sg.choose_executor(key, 32, 48) for _ in range(6)]
+    assert seen == [(e, False) for e in EXECUTORS for _ in range(2)]
+    cost = {"gather": 0.02, "whole": 0.002, "whole_async": 0.01}
     captures = [1]  # the first timed run of "whole" captures a graph (slow): not counted
     while (32, 48) not in sg.executors:
         ex, timed = sg.choose_executor(key, 32, 48)
@@ -245,12 +248,18 @@ def test_the_executor_is_chosen_by_its_measured_time():
         assert sg.timed_run(key, 32, 48, ex, run, cpu) == ex
     assert sg.executors[(32, 48)] == "whole"
     assert sg.choose_executor(key, 32, 48) == ("whole", False)
-    cost = {"gather": 0.002, "whole": 0.02}  # another shape where the gathered cascade is faster
-    for _ in range(12):
+    cost = {"gather": 0.002, "whole": 0.02, "whole_async": 0.01}  # a shape where the gathered cascade is faster
+    for _ in range(18):
         ex, timed = sg.choose_executor(key, 16, 48)
         if timed:
             sg.timed_run(key, 16, 48, ex, lambda ex=ex: time.sleep(cost[ex]), cpu)
     assert sg.executors[(16, 48)] == "gather"
+    cost = {"gather": 0.01, "whole": 0.02, "whole_async": 0.002}  # and one where no waiting pays
+    for _ in range(18):
+        ex, timed = sg.choose_executor(key, 8, 48)
+        if timed:
+            sg.timed_run(key, 8, 48, ex, lambda ex=ex: time.sleep(cost[ex]), cpu)
+    assert sg.executors[(8, 48)] == "whole_async"
     assert sg.choose_executor(key, 1, 48) == ("gather", False)
     assert sg.choose_executor(key, 64, 512) == ("gather", False)  # over max_tokens
     sg.choose_executor((("q",), None), 32, 48)  # other constants: every choice is measured again
@@ -265,8 +274,8 @@ def test_graphs_choose_an_executor_per_shape_and_keep_the_results(device):
     xs = batches(device, sizes=(3, 17, 32))
     g.calibrate(xs)
     graphs = SegmentGraphs()
-    assert_same(both_ways(g, xs, graphs, repeat=12))
-    assert set(graphs.executors.values()) <= {"gather", "whole"} and len(graphs.executors) == 3
+    assert_same(both_ways(g, xs, graphs, repeat=18))
+    assert set(graphs.executors.values()) <= set(EXECUTORS) and len(graphs.executors) == 3
 
 
 class _EagerChooser(SegmentGraphs):
@@ -286,9 +295,9 @@ def test_the_chooser_path_of_run_cascade_keeps_the_results_on_a_cpu(device):
     with torch.no_grad():
         h, pad = m.embed(x), m.padding_mask(x, mask)
         ref = run_cascade(m, h, pad, g.depths, 0, g.stop_rule(0.8), executor="gather")
-        for _ in range(12):
+        for _ in range(18):
             out = run_cascade(m, h, pad, g.depths, 0, g.stop_rule(0.8), graphs=sg, key=(("ce", 0.8), None))
             torch.testing.assert_close(out[0], ref[0], rtol=1e-5, atol=1e-6)
             assert torch.equal(out[1], ref[1])
-    assert sg.executors.get((32, x.shape[1])) in ("gather", "whole") and not sg.choosing
+    assert sg.executors.get((32, x.shape[1])) in EXECUTORS and not sg.choosing
     assert sg.counts["captured"] == 0 and sg.counts["eager_runs"] > 0

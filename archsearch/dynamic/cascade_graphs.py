@@ -13,12 +13,13 @@ running are gathered into the static input of the next segment's graph, padded u
 two of rows (a bounded number of graphs per length; the padding rows' results are never read and
 their arithmetic is not counted in the reported FLOPs).
 
-Which executor runs a batch -- the gathered cascade or the whole batch to the exit where every
-row has stopped (:func:`~archsearch.dynamic.exits.run_cascade`) -- is measured too, per (rows,
-length) (:meth:`SegmentGraphs.choose_executor`): the first meetings of a shape run each executor
-untimed (their graphs get captured), the next ones alternate them timed (device synchronised,
-runs during which a graph was captured discarded) until each has :attr:`SegmentGraphs.timed_runs`
-clean timings, and the faster (the lower best time) runs that shape from then on.
+Which executor runs a batch -- the gathered cascade, the whole batch to the exit where every
+row has stopped, or the whole batch to the last exit without a host synchronisation
+(:data:`~archsearch.dynamic.exits.EXECUTORS`) -- is measured too, per (rows, length)
+(:meth:`SegmentGraphs.choose_executor`): the first meetings of a shape run each executor untimed
+(their graphs get captured), the next ones take them in turn timed (device synchronised, runs
+during which a graph was captured discarded) until each has :attr:`SegmentGraphs.timed_runs`
+clean timings, and the fastest (the lowest best time) runs that shape from then on.
 
 How a segment runs is chosen by measurement on the device, per (segment, rows, length): when it
 is first met, the segment is timed eagerly and as a graph replay (each after a warm-up, device
@@ -111,7 +112,8 @@ class SegmentGraphs:
     Attributes:
         enabled: set False to run every segment eagerly (the benchmarks time both).
         counts: ``{"captured", "eager_chosen", "replays", "eager_runs", "failed"}`` since creation.
-        executors: ``{(rows, length): "gather" | "whole"}``, the executors chosen so far.
+        executors: ``{(rows, length): executor}`` (one of
+            :data:`~archsearch.dynamic.exits.EXECUTORS`), the executors chosen so far.
         timed_runs: clean timings of each executor before a shape's choice (default 2).
     """
 
@@ -120,7 +122,7 @@ class SegmentGraphs:
     timed_runs = 2
     #: meetings after which a shape's choice is made with the timings there are (captures that
     #: never stop, e.g. row counts that keep changing, would otherwise keep it measuring)
-    max_trial_runs = 16
+    max_trial_runs = 18
 
     def __init__(self, max_tokens: int = 16384, max_graphs: int = 512, capture_after: int = 2,
                  measure: bool = True):
@@ -169,10 +171,13 @@ class SegmentGraphs:
         return bool(self._trials)
 
     def choose_executor(self, key: tuple, rows: int, length: int) -> tuple[str, bool]:
-        """``(executor, timed)`` for a batch of ``rows`` x ``length`` (module docstring):
-        ``"gather"`` or ``"whole"``; ``timed``: run it through :meth:`timed_run` (the choice is
-        still being measured). Shapes over :attr:`max_tokens` (compute-bound: the whole batch
-        only adds arithmetic) and batches of one row (nothing to gather) take ``"gather"``."""
+        """``(executor, timed)`` for a batch of ``rows`` x ``length`` (module docstring): one of
+        :data:`~archsearch.dynamic.exits.EXECUTORS`; ``timed``: run it through :meth:`timed_run`
+        (the choice is still being measured). Shapes over :attr:`max_tokens` (compute-bound: the
+        whole batch only adds arithmetic) and batches of one row (nothing to gather) take
+        ``"gather"``."""
+        from archsearch.dynamic.exits import EXECUTORS
+
         self._check_prefix(key[0])
         shape = (int(rows), int(length))
         if shape in self.executors:
@@ -180,18 +185,18 @@ class SegmentGraphs:
         if rows <= 1 or _rows_bucket(rows) * length > self.max_tokens:
             self.executors[shape] = "gather"
             return "gather", False
-        t = self._trials.setdefault(shape, {"met": 0, "gather": [], "whole": []})
+        t = self._trials.setdefault(shape, {"met": 0, **{e: [] for e in EXECUTORS}})
         t["met"] += 1
         n = t["met"]
-        if n <= 2 * self.untimed_runs:  # gather, gather, whole, whole: graphs get captured
-            return ("gather" if n <= self.untimed_runs else "whole"), False
-        if n > self.max_trial_runs or min(len(t["gather"]), len(t["whole"])) >= self.timed_runs:
-            best = {e: min(v) if v else float("inf") for e, v in (("gather", t["gather"]), ("whole", t["whole"]))}
-            choice = "whole" if best["whole"] < best["gather"] else "gather"
+        if n <= len(EXECUTORS) * self.untimed_runs:  # each executor in turn, untimed: graphs get captured
+            return EXECUTORS[(n - 1) // self.untimed_runs], False
+        if n > self.max_trial_runs or min(len(t[e]) for e in EXECUTORS) >= self.timed_runs:
+            best = {e: min(t[e]) if t[e] else float("inf") for e in EXECUTORS}
+            choice = min(EXECUTORS, key=lambda e: best[e])  # ties: the earlier (gather first)
             self.executors[shape] = choice
             del self._trials[shape]
             return choice, False
-        return ("gather" if n % 2 else "whole"), True
+        return EXECUTORS[n % len(EXECUTORS)], True
 
     def timed_run(self, key: tuple, rows: int, length: int, executor: str, fn: Callable[[], Any],
                   device: torch.device) -> Any:

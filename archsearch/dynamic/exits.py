@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from archsearch.dynamic.base import TrialContext
     from archsearch.dynamic.cascade_graphs import SegmentGraphs
 
+#: How :func:`run_cascade` can run a batch: gathered survivors, the whole batch until every row
+#: has stopped, or the whole batch to the last exit without waiting for the device.
+EXECUTORS = ("gather", "whole", "whole_async")
+
 #: How :func:`all_exit_loss` combines the shallower exits (config key ``exit_loss``).
 EXIT_LOSSES = ("mean", "sum", "equal")
 
@@ -188,17 +192,20 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
     gradients, each segment runs as a CUDA graph replay where that was measured faster (the
     launch-bound regime); the results are the same.
 
-    Two executors give the same logits and exit indices: ``"gather"`` (above: the rows still
-    running are gathered after each exit, so nothing is computed for a row after it stops) and
-    ``"whole"`` (every segment runs on the whole batch; a row's logits are kept from the first
-    exit whose rule stops it, and the batch stops at the exit where every row has stopped, with
-    the same one host synchronisation per exit). On a GPU's launch-bound shapes (batch 32 at
-    length 48: the full model takes as long at any row count) the whole batch costs no more per
-    segment than its survivors, and it replays one graph per segment where the gathered cascade
-    meets a new row count at each exit. With ``graphs`` usable, the faster executor is measured
-    per (rows, length) (:meth:`SegmentGraphs.choose_executor`); elsewhere (a CPU, training, an
-    eager-only run) it is ``"gather"``. Under ``"whole"`` the rows that stopped ride along until
-    the batch stops: the FLOPs a strategy reports per sample stay those of the sample's own path.
+    Three executors (:data:`EXECUTORS`) give the same logits and exit indices: ``"gather"``
+    (above: the rows still running are gathered after each exit, so nothing is computed for a
+    row after it stops), ``"whole"`` (every segment runs on the whole batch; a row's logits are
+    kept from the first exit whose rule stops it, and the batch stops at the exit where every row
+    has stopped, with the same one host synchronisation per exit) and ``"whole_async"`` (the
+    whole batch through every segment to the last exit with no host synchronisation at all: the
+    host queues every segment without waiting for the device). On a GPU's launch-bound shapes
+    (batch 32 at length 48: the full model takes as long at any row count) the whole batch costs
+    no more per segment than its survivors, and it replays one graph per segment where the
+    gathered cascade meets a new row count at each exit; ``"whole_async"`` also saves the wait
+    at each exit. With ``graphs`` usable, the fastest executor is measured per (rows, length)
+    (:meth:`SegmentGraphs.choose_executor`); elsewhere (a CPU, training, an eager-only run) it is
+    ``"gather"``. Under ``"whole"`` and ``"whole_async"`` the rows that stopped ride along: the
+    FLOPs a strategy reports per sample stay those of the sample's own path.
     A batch of one row (the latency case) runs eagerly without either's bookkeeping: at each
     exit it stops or goes on.
 
@@ -217,7 +224,7 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
             pure function of its tensor arguments and of the constants named in ``key``, with
             a tuple-of-tensors state (it is captured once per shape).
         key: ``(prefix, extra)`` for :meth:`SegmentGraphs.run` (needed with ``graphs``).
-        executor: ``None`` (chosen as above), ``"gather"`` or ``"whole"``.
+        executor: ``None`` (chosen as above) or one of :data:`EXECUTORS`.
 
     Returns:
         ``(logits, exit_index)``: ``B x C`` logits of each row's exit, and ``B`` int64 indices
@@ -245,16 +252,17 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
         stop, state = stop_rule(k, h, pad, lg, state)
         return h, lg, stop.to(device=h.device, dtype=torch.bool), state  # (b,) bool
 
-    if executor not in (None, "gather", "whole"):
-        raise ValueError(f"executor: expected 'gather' or 'whole', got {executor!r}")
+    if executor is not None and executor not in EXECUTORS:
+        raise ValueError(f"executor: expected one of {EXECUTORS}, got {executor!r}")
     use_graphs = graphs is not None and graphs.usable(model, h)
     if executor is None and use_graphs and K > 1:
         executor, timed = graphs.choose_executor(key, B, h.shape[1])
         if timed:  # while the choice is being measured: time this run on the device
             return graphs.timed_run(key, B, h.shape[1], executor, lambda: run_cascade(
                 model, h, pad, depths, start, stop_rule, heads, state, graphs, key, executor), h.device)
-    if executor == "whole":
-        return _run_whole(segment, h, pad, state, K, graphs if use_graphs else None, key)
+    if executor in ("whole", "whole_async"):
+        return _run_whole(segment, h, pad, state, K, graphs if use_graphs else None, key,
+                          wait=executor == "whole")
     if B == 1 and not use_graphs:  # one row (the latency case): it stops or goes on, nothing to gather
         # (the gathered loop below gives the same results with five more small ops per exit)
         for k in range(K):
@@ -290,10 +298,11 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
     return out, exit_index
 
 
-def _run_whole(segment, h, pad, state, K: int, graphs, key) -> tuple[torch.Tensor, torch.Tensor]:
+def _run_whole(segment, h, pad, state, K: int, graphs, key, wait: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`run_cascade`'s ``"whole"`` executor: every segment on all ``B`` rows; a row keeps
     the logits of the first exit that stops it; the batch ends once every row has stopped (one
-    host synchronisation per exit)."""
+    host synchronisation per exit). ``wait=False`` (``"whole_async"``): no host synchronisation,
+    the batch runs to the last exit."""
     B = h.shape[0]
     done = torch.zeros(B, dtype=torch.bool, device=h.device)
     exit_index = torch.full((B,), K - 1, dtype=torch.long, device=h.device)
@@ -310,7 +319,7 @@ def _run_whole(segment, h, pad, state, K: int, graphs, key) -> tuple[torch.Tenso
         out = torch.where(new.view(rows), lg, out)
         exit_index = exit_index.masked_fill(new, k)
         done = done | stop
-        if bool(done.all()):  # the one host synchronisation of this exit
+        if wait and bool(done.all()):  # the one host synchronisation of this exit
             break
     return out, exit_index
 
