@@ -218,6 +218,25 @@ def test_trajectory_context_columns_on_known_probabilities():
     np.testing.assert_array_equal(X3[:, 2:4], [[1.0, 1.0], [1.0, 0.0]])  # patience 2 for row 0
 
 
+def test_trajectory_contexts_of_every_exit_equal_the_chained_ones():
+    """Training's batched contexts (all K exits at once) are the cascade's, exit by exit, bit for
+    bit (a broken variant that compares each exit with the one two back fails the patience column)."""
+    from archsearch.dynamic.stopping import trajectory_contexts
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 64, 3, generator=g) * 2  # K=5 exits, 64 rows, 3 classes: classes change along the way
+    probs = logits.double().softmax(-1)
+    got = trajectory_contexts(probs)  # (64, 5, 6)
+    prev, want = None, []
+    for k in range(5):
+        X, prev = trajectory_context(probs[k], prev)
+        want.append(X)
+    want = torch.stack(want, 1)
+    assert got.shape == (64, 5, 6) and got.dtype == torch.float64
+    assert torch.equal(got, want)
+    assert 0 < float(got[:, 1:, 2].mean()) < 1 and float(got[:, 2:, 3].sum()) > 0  # both agreement columns vary
+
+
 def test_calibrate_monotone_lands_on_a_step_function_target():
     cost = np.linspace(0.25, 1.0, 4)
     rng = np.random.default_rng(0)

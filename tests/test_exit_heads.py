@@ -44,6 +44,39 @@ def test_each_exit_reads_its_own_head_and_the_deepest_keeps_the_model_head(devic
     torch.testing.assert_close(model.head_logits(h, pad), shared[1])  # no depth: the model head
 
 
+@pytest.mark.parametrize("own_heads", [True, False])
+def test_every_exit_read_at_once_gives_each_exits_head_logits(device, own_heads):
+    """``exits_logits`` (one stacked LayerNorm, pooling and batched product; training's path)
+    equals ``head_logits`` exit by exit, with padding, each exit's own head or the shared one,
+    and its gradients reach each head (a broken variant that gives every exit the deepest head
+    fails with own heads)."""
+    from archsearch.dynamic.exits import read_exits
+
+    model, x, mask = _model(device=device)
+    mask[:3, 6:] = False  # padded rows: the pooling must skip their pads
+    if own_heads:
+        model.add_exit_heads([1, 2, 3, 4])
+    pad = model.padding_mask(x, mask)
+    hs, h = [], model.embed(x)
+    for k in range(4):
+        h = model.run_layers(h, pad, k, k + 1)
+        hs.append(h)
+    depths = [1, 2, 3, 4]
+    got = model.exits_logits(hs, pad, depths)  # (K, B, C)
+    assert got.shape == (4, 6, 2) and got.dtype == torch.float32
+    for k, d in enumerate(depths):
+        torch.testing.assert_close(got[k], model.head_logits(hs[k], pad, depth=d), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.stack(read_exits(model, hs, None, depths)),
+                               torch.stack([model.head_logits(hk, None, depth=d) for hk, d in zip(hs, depths)]),
+                               rtol=1e-5, atol=1e-6)
+    got.sum().backward()
+    heads = [model.exit_heads[str(d)] for d in (1, 2, 3)] if own_heads else [model.head]
+    assert all(hd.weight.grad is not None and hd.weight.grad.abs().sum() > 0 for hd in heads)
+    lm, _, _ = _model(task="lm")
+    with pytest.raises(ValueError, match="classification"):
+        lm.exits_logits([torch.zeros(1, 2, 32)], None, [1])
+
+
 def test_lm_keeps_its_shared_tied_head_and_bad_depths_raise():
     model, _, _ = _model(task="lm")
     model.add_exit_heads([1, 2])
@@ -67,6 +100,47 @@ def test_strategies_create_exit_heads_unless_told_not_to(cls, cfg, depths, devic
     names = {n for n, _ in model.named_parameters()}
     assert {f"exit_heads.{d}.weight" for d in depths} <= names  # the optimizer's parameters
     assert all(p.device.type == device.type for p in model.exit_heads.parameters())
+
+
+def test_the_stacked_exit_terms_give_the_per_exit_losses():
+    """:func:`exit_terms` (every exit's per-sample loss and KD in one pass) and the per-exit path
+    (taken for a loss without ``reduction``) give the same all-exit losses, with and without a
+    teacher and label smoothing, for every reduction; the per-sample terms average to the
+    per-exit ones; LM logits and a loss without ``reduction`` are not stacked."""
+    import torch.nn.functional as F
+
+    from archsearch.dynamic.exits import all_exit_loss, distill, exit_terms, per_sample_ce, per_sample_ce_of_exits
+
+    torch.manual_seed(2)
+    exits = [torch.randn(6, 4, requires_grad=True) for _ in range(5)]
+    y = torch.randint(0, 4, (6,))
+    teacher = torch.randn(6, 4)
+
+    def smooth(logits, y, reduction="mean"):
+        return F.cross_entropy(logits, y, label_smoothing=0.1, reduction=reduction)
+
+    for fn in (F.cross_entropy, smooth):
+        for t in (None, teacher):
+            loss, kd = exit_terms(exits, y, fn, t)
+            assert loss.shape == kd.shape == (5, 6)
+            for k, e in enumerate(exits):
+                torch.testing.assert_close(loss[k].mean(), fn(e, y))
+                torch.testing.assert_close(kd[k].mean(), distill(e, exits[-1] if t is None else t))
+            for r in ("mean", "sum", "equal"):
+                got = all_exit_loss(exits, y, fn, r, teacher=t)
+                ref = all_exit_loss(exits, y, lambda a, b, fn=fn: fn(a, b), r, teacher=t)  # no reduction: per exit
+                for a, b in zip(got, ref):
+                    torch.testing.assert_close(a, b)
+                grads = torch.autograd.grad(sum(got), exits)
+                ref_grads = torch.autograd.grad(sum(ref), exits)
+                for a, b in zip(grads, ref_grads):
+                    torch.testing.assert_close(a, b)
+    assert float(exit_terms(exits, y, F.cross_entropy)[1][-1].abs().max()) == 0.0  # the deepest exit: no KD
+    assert exit_terms(exits, y, lambda a, b: F.cross_entropy(a, b)) is None
+    assert exit_terms([torch.randn(2, 3, 7)], torch.randint(0, 7, (2, 3)), F.cross_entropy) is None
+    table = per_sample_ce_of_exits(exits, y)  # (B, K)
+    assert table.shape == (6, 5)
+    torch.testing.assert_close(table[:, 2], per_sample_ce(exits[2], y))
 
 
 def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_use_it(device):

@@ -15,7 +15,7 @@ their arithmetic is not counted in the reported FLOPs).
 
 Which executor runs a batch -- the gathered cascade, the whole batch to the exit where every
 row has stopped, or the whole batch to the last exit without a host synchronisation
-(:data:`~archsearch.dynamic.exits.EXECUTORS`) -- is measured too, per (rows, length)
+(:data:`EXECUTORS`) -- is measured too, per (rows, length)
 (:meth:`SegmentGraphs.choose_executor`): the first meetings of a shape run each executor untimed
 (their graphs get captured), the next ones take them in turn timed (device synchronised, runs
 during which a graph was captured discarded) until each has :attr:`SegmentGraphs.timed_runs`
@@ -51,6 +51,11 @@ import torch
 Segment = Callable[[int, torch.Tensor, "torch.Tensor | None", Any], tuple]
 
 _EAGER = "eager"  # a segment measured faster without a graph
+
+#: How :func:`~archsearch.dynamic.exits.run_cascade` can run a batch: gathered survivors, the
+#: whole batch until every row has stopped, or the whole batch to the last exit without waiting
+#: for the device.
+EXECUTORS = ("gather", "whole", "whole_async")
 
 
 def _rows_bucket(b: int) -> int:
@@ -113,7 +118,7 @@ class SegmentGraphs:
         enabled: set False to run every segment eagerly (the benchmarks time both).
         counts: ``{"captured", "eager_chosen", "replays", "eager_runs", "failed"}`` since creation.
         executors: ``{(rows, length): executor}`` (one of
-            :data:`~archsearch.dynamic.exits.EXECUTORS`), the executors chosen so far.
+            :data:`EXECUTORS`), the executors chosen so far.
         timed_runs: clean timings of each executor before a shape's choice (default 2).
     """
 
@@ -172,12 +177,10 @@ class SegmentGraphs:
 
     def choose_executor(self, key: tuple, rows: int, length: int) -> tuple[str, bool]:
         """``(executor, timed)`` for a batch of ``rows`` x ``length`` (module docstring): one of
-        :data:`~archsearch.dynamic.exits.EXECUTORS`; ``timed``: run it through :meth:`timed_run`
+        :data:`EXECUTORS`; ``timed``: run it through :meth:`timed_run`
         (the choice is still being measured). Shapes over :attr:`max_tokens` (compute-bound: the
         whole batch only adds arithmetic) and batches of one row (nothing to gather) take
         ``"gather"``."""
-        from archsearch.dynamic.exits import EXECUTORS
-
         self._check_prefix(key[0])
         shape = (int(rows), int(length))
         if shape in self.executors:

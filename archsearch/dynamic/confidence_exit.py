@@ -42,7 +42,7 @@ from torch import nn
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
 from archsearch.dynamic.budget import calibrate_monotone
 from archsearch.dynamic.cascade_graphs import graphs_of, model_signature
-from archsearch.dynamic.exits import all_exit_loss, first_stop, run_cascade
+from archsearch.dynamic.exits import all_exit_loss, first_stop, read_exits, run_cascade
 from archsearch.dynamic.settings import StrategySettings
 from archsearch.models import costs
 
@@ -143,11 +143,11 @@ class ConfidenceExitGating(GatingStrategy):
         shallowest first (``x``: ``B x T`` ids, ``mask``: ``B x T`` bool or ``None``)."""
         m = self.model
         pad = m.padding_mask(x, mask)  # (B, T)
-        h, done, out = m.embed(x), 0, []  # (B, T, d)
+        h, done, hs = m.embed(x), 0, []  # (B, T, d)
         for d in self.depths:
             h, done = m.run_layers(h, pad, done, d), d
-            out.append(m.head_logits(h, pad, depth=d))  # (B, C)
-        return out
+            hs.append(h)
+        return read_exits(m, hs, pad, list(self.depths))  # K x (B, C), the heads in one call
 
     def training_loss(self, x, mask, y, loss_fn: LossFn) -> torch.Tensor:
         """Every exit trained jointly: ``deep + shallow`` of

@@ -68,7 +68,7 @@ from archsearch.dynamic.budget import DualPrice, calibrate_monotone
 from archsearch.dynamic.cascade_graphs import graphs_of, model_signature
 from archsearch.dynamic.depth_model import DepthHistogram, DepthPredictor, revpc
 from archsearch.dynamic.depth_settings import DepthPredictorSettings
-from archsearch.dynamic.exits import all_exit_loss, load_teacher, run_cascade, teacher_logits
+from archsearch.dynamic.exits import all_exit_loss, load_teacher, read_exits, run_cascade, teacher_logits
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
 
@@ -208,11 +208,11 @@ class DepthPredictorGating(GatingStrategy):
         the shared head): ``D`` tensors ``B x C``, shallowest first."""
         pad_mask = self.model.padding_mask(x, mask)  # (B, T)
         h = self.model.run_layers(self.model.embed(x), pad_mask, 0, self.n_fixed)  # (B, T, d)
-        exits = [self.model.head_logits(h, pad_mask, depth=self.n_fixed)]  # exit n_fixed: (B, C)
+        hs = [h]  # exit n_fixed
         for i in range(self.n_fixed, self.n_layers):
             h = self.model.run_layers(h, pad_mask, i, i + 1)
-            exits.append(self.model.head_logits(h, pad_mask, depth=i + 1))
-        return exits
+            hs.append(h)
+        return read_exits(self.model, hs, pad_mask, list(range(self.n_fixed, self.n_layers + 1)))  # D x (B, C)
 
     def exit_losses(self, x, mask, y, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
         """All exits of the unscaled full model (:meth:`exit_logits`): ``(CE of the deepest exit,

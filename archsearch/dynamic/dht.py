@@ -56,7 +56,8 @@ from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, planne
 from archsearch.dynamic.budget import DualPrice
 from archsearch.dynamic.dht_eval import DHTInference
 from archsearch.dynamic.dht_paths import CONTEXT_DIM, DHTPaths
-from archsearch.dynamic.exits import all_exit_loss, distill, load_teacher, per_sample_ce, teacher_logits
+from archsearch.dynamic.exits import (all_exit_loss, distill, exit_terms, load_teacher, per_sample_ce_of_exits,
+                                      teacher_logits)
 from archsearch.dynamic.settings import StrategySettings
 from archsearch.dynamic.stop_bandit import BanditStopping
 from archsearch.dynamic.stopping import TRAJECTORY_DIM, LinearStopping
@@ -289,50 +290,64 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         exits, hid = self._run_exits(h, pad, deep, [None] * (deep - self.n_fixed), hidden=True)  # {depth: logits}
         external = teacher_logits(self.teacher, x, mask)  # (B, C) or None
         teacher = exits[deep] if external is None else external
-        deep_loss, shallow_loss = all_exit_loss([exits[d] for d in self.depths], y, loss_fn, self.exit_loss,
-                                                teacher=external)
+        listed = [exits[d] for d in self.depths]
+        # every exit's per-sample loss and KD in one pass (K x B each; None for LM logits)
+        terms = exit_terms(listed, y, loss_fn, teacher=external)
+        deep_loss, shallow_loss = all_exit_loss(listed, y, loss_fn, self.exit_loss, teacher=external, terms=terms)
         # two stages (``dht_exits_from_step``): the deepest exit alone first
         total = deep_loss + shallow_loss if self.steps >= self.exits_from else deep_loss
         with torch.no_grad():
-            full_ce = torch.stack([per_sample_ce(exits[d], y) for d in self.depths], 1)  # (B, K)
-            correct = (exits[deep].argmax(-1) == y).float()
-            acc = float(correct.mean())
+            full_ce = per_sample_ce_of_exits(listed, y)  # (B, K)
+            acc = (exits[deep].argmax(-1) == y).double().mean()  # () on the device
         t0 = time.perf_counter()
         # contexts: after block n_fixed (route once), or at every exit of the deepest path (cascade)
-        X = self._context(h, pad) if self.stopping is None else self._exit_contexts(exits, hid, pad)
+        X = self._context(h, pad) if self.stopping is None else self._exit_contexts(exits, hid, pad, to_host=False)
+        # one host synchronisation for the step's per-sample values (contexts, CEs, accuracy)
+        parts = [full_ce.double().reshape(-1), acc.reshape(1)] + ([X.reshape(-1)] if torch.is_tensor(X) else [])
+        host = torch.cat(parts).cpu().numpy()
+        full_np, acc = host[:B * len(self.depths)].reshape(B, -1), float(host[B * len(self.depths)])
+        if torch.is_tensor(X):
+            X = host[B * len(self.depths) + 1:].reshape(X.shape)  # (B, K, dim)
         if self.warming_up:  # the price follows the paths the bandit would choose (not run)
             arms = self._select_depths(X, T, False, self.price.price)
-            self._pending = dict(X=X, arms=None, groups=[], full_ce=full_ce.cpu().numpy(), T=T, acc=acc,
+            self._pending = dict(X=X, arms=None, groups=[], full_ce=full_np, T=T, acc=acc,
                                  fraction=float(self._depth_costs(T)[arms].mean()))
             self.bandit_seconds += time.perf_counter() - t0
             return total
         groups = self._plan(h, pad, greedy=False, X=X)
         self.bandit_seconds += time.perf_counter() - t0
         ce = np.full((B, len(self.depths)), np.nan)  # per-sample CE at each exit reached
-        H, full_np = self.model.config.n_heads, full_ce.cpu().numpy()
+        H = self.model.config.n_heads
         routed = 0.0
+        shared_rows = []  # rows whose routed exit is one the deepest path already read
         for g in groups:
             idx = g["idx"]
-            hg = h if idx is None else h[idx]
-            pg = pad if (idx is None or pad is None) else pad[idx]
-            yg = y if idx is None else y[idx]
-            shared = self.routed_forward == "shared" and all(c == H for c in g["counts"])
-            if shared:
+            n = g["n"] = B if idx is None else len(idx)
+            rows = np.arange(B) if idx is None else g["rows"]
+            k = self.depths.index(g["depth"]) + 1
+            if self.routed_forward == "shared" and all(c == H for c in g["counts"]):
+                ce[rows, :k] = full_np[rows, :k]  # the same logits as the deepest path's: its per-sample CEs
+                if terms is not None:  # its loss: read from the stacked terms below
+                    shared_rows.append(rows)
+                    continue
                 ex = {d: lg if idx is None else lg.index_select(0, idx) for d, lg in exits.items() if d <= g["depth"]}
             else:
+                hg = h if idx is None else h[idx]
+                pg = pad if (idx is None or pad is None) else pad[idx]
                 ex = self._run_exits(hg, pg, g["depth"], g["heads"])
+                with torch.no_grad():
+                    cols = [self.depths.index(d) for d in ex]
+                    ce[np.ix_(rows, cols)] = per_sample_ce_of_exits(list(ex.values()), y if idx is None else y[idx]).cpu().numpy()
             last = ex[g["depth"]]
+            yg = y if idx is None else y[idx]
             tg = teacher if idx is None else teacher[idx]
-            n = g["n"] = B if idx is None else len(idx)
             routed = routed + (loss_fn(last, yg) + distill(last, tg)) / 2 * (n / B)
-            rows = np.arange(B) if idx is None else idx.cpu().numpy()
-            if shared:  # the same logits as the deepest path's: its per-sample CEs
-                k = self.depths.index(g["depth"]) + 1
-                ce[rows, :k] = full_np[rows, :k]
-                continue
-            with torch.no_grad():
-                for d, lg in ex.items():
-                    ce[rows, self.depths.index(d)] = per_sample_ce(lg, yg).cpu().numpy()
+        if shared_rows:  # (loss + KD) / 2 of each such row's routed exit, weighted 1 / B
+            rows = np.concatenate(shared_rows)
+            arms = self._pending["arms"]  # (B,) depth-arm per row, from _plan
+            per = (terms[0] + terms[1]) / 2  # (K, B)
+            at = torch.from_numpy(np.stack([arms[rows], rows])).to(per.device)  # (2, n)
+            routed = routed + per[at[0], at[1]].sum() / B
         self._pending.update(T=T, ce=ce, full_ce=full_np, acc=acc)
         return total + routed
 

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from archsearch.dynamic.stopping import trajectory_context
+from archsearch.dynamic.exits import read_exits
+from archsearch.dynamic.stopping import trajectory_context, trajectory_contexts
 from archsearch.models import costs
 
 #: Columns of the random projection of the pooled hidden state in a DHT context.
@@ -152,7 +153,8 @@ class DHTPaths:
 
     def _plan(self, h, pad, greedy: bool, price: float | None = None, X: np.ndarray | None = None) -> list[dict[str, Any]]:
         """Groups of one batch: each a dict with ``arm``, ``depth``, ``idx`` (LongTensor or
-        ``None`` = the whole batch), ``heads``, ``counts``, ``ucb_arms``, ``masks``. ``X``: the
+        ``None`` = the whole batch), ``rows`` (``idx`` as a numpy array, or ``None``), ``heads``,
+        ``counts``, ``ucb_arms``, ``masks``. ``X``: the
         contexts when already computed (the cascade's per-exit contexts, ``B x K x dim``)."""
         if self.force_depth is not None:
             heads = self.force_heads or [None] * (self.force_depth - min(self.n_fixed, self.force_depth))
@@ -168,9 +170,10 @@ class DHTPaths:
         groups = []
         uniq = np.unique(arms)
         for a in uniq:
-            idx = None if len(uniq) == 1 else torch.from_numpy(np.flatnonzero(arms == a)).to(h.device)
+            rows = None if len(uniq) == 1 else np.flatnonzero(arms == a)  # (n,) on the host too
+            idx = None if rows is None else torch.from_numpy(rows).to(h.device)
             heads, counts, ucb_arms, masks = self._heads_for(int(a), greedy, T, price)
-            groups.append(dict(arm=int(a), depth=self.depths[a], idx=idx, heads=heads, counts=counts,
+            groups.append(dict(arm=int(a), depth=self.depths[a], idx=idx, rows=rows, heads=heads, counts=counts,
                                ucb_arms=ucb_arms, masks=masks))
         if not greedy:
             self._pending = dict(X=X, arms=arms, groups=groups)
@@ -189,13 +192,14 @@ class DHTPaths:
         """Run blocks ``n_fixed..depth-1`` (``heads``: one entry per block) on ``h`` and read the
         shared output head at every allowed depth on the way: ``{depth: logits}``; with
         ``hidden``, also ``{depth: b x T x d hidden states}`` there."""
-        out, hid = {}, {}
+        hid = {}
         if self.n_fixed in self.depths and self.n_fixed <= depth:
-            out[self.n_fixed], hid[self.n_fixed] = self.model.head_logits(h, pad, depth=self.n_fixed), h
+            hid[self.n_fixed] = h
         for i in range(self.n_fixed, depth):
             h = self.model.run_layers(h, pad, i, i + 1, heads_per_layer=[heads[i - self.n_fixed]])
             if i + 1 in self.depths:
-                out[i + 1], hid[i + 1] = self.model.head_logits(h, pad, depth=i + 1), h  # (b, C) or (b, T, V)
+                hid[i + 1] = h  # (b, T, d)
+        out = dict(zip(hid, read_exits(self.model, list(hid.values()), pad, list(hid))))  # (b, C) / (b, T, V)
         return (out, hid) if hidden else out
 
     def _agreement(self, exits: dict) -> np.ndarray:
@@ -238,15 +242,25 @@ class DHTPaths:
             probs = logits.detach().double().softmax(-1)  # (b, C)
         return trajectory_context(probs if on_device else probs.cpu().numpy(), prev)
 
-    def _exit_contexts(self, exits: dict, hid: dict, pad) -> np.ndarray:
+    def _exit_contexts(self, exits: dict, hid: dict, pad, to_host: bool = True):
         """``B x K x dim`` contexts of every exit (the cascade's inputs, :meth:`_stop_context`)
-        from :meth:`_run_exits`."""
-        out, prev = [], None
+        from :meth:`_run_exits`: a float64 numpy array, or with ``to_host=False`` and
+        ``dht_stop_context: trajectory`` a tensor on the exits' device (the caller copies it to
+        the host with its other per-step values, in one synchronisation)."""
         on_device = self.stop_context == "trajectory"  # computed on the device, one host copy
+        if on_device and exits[self.depths[0]].dim() == 2:  # classification: every exit at once
+            with torch.no_grad():
+                probs = torch.stack([exits[d] for d in self.depths]).detach().double().softmax(-1)  # (K, B, C)
+                X = trajectory_contexts(probs)  # (B, K, dim)
+            return X.cpu().numpy() if to_host else X
+        out, prev = [], None
         for d in self.depths:
             X, prev = self._stop_context(hid[d], pad, exits[d], prev, on_device=on_device)
             out.append(X)
-        return torch.stack(out, 1).cpu().numpy() if on_device else np.stack(out, 1)
+        if not on_device:
+            return np.stack(out, 1)
+        X = torch.stack(out, 1)
+        return X.cpu().numpy() if to_host else X
 
     def _trunk(self, x, mask, depth_cap: int | None = None):
         m = self.model
@@ -270,7 +284,7 @@ class DHTPaths:
             n = len(g["counts"])
             if not n:
                 continue
-            idx = np.arange(ce.shape[0]) if g["idx"] is None else g["idx"].cpu().numpy()
+            idx = np.arange(ce.shape[0]) if g["idx"] is None else g["rows"]
             k = self.depths.index(g["depth"])
             delta = float(np.mean(ce[idx, k] - full_ce[idx, k])) / norm  # >= 0 typically
             r = np.arange(n)

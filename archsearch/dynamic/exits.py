@@ -19,6 +19,7 @@ Shapes: ``h`` ``B x T x d`` hidden states, ``pad`` ``B x T`` bool (True = real t
 
 from __future__ import annotations
 
+import inspect
 import pickle
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -27,14 +28,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from archsearch.dynamic.base import LossFn
+from archsearch.dynamic.cascade_graphs import EXECUTORS
 
 if TYPE_CHECKING:
     from archsearch.dynamic.base import TrialContext
     from archsearch.dynamic.cascade_graphs import SegmentGraphs
-
-#: How :func:`run_cascade` can run a batch: gathered survivors, the whole batch until every row
-#: has stopped, or the whole batch to the last exit without waiting for the device.
-EXECUTORS = ("gather", "whole", "whole_async")
 
 #: How :func:`all_exit_loss` combines the shallower exits (config key ``exit_loss``).
 EXIT_LOSSES = ("mean", "sum", "equal")
@@ -93,8 +91,50 @@ def teacher_logits(teacher: "nn.Module | None", x: torch.Tensor, mask: torch.Ten
         return teacher(x, mask)
 
 
+def _takes_reduction(loss_fn: LossFn) -> bool:
+    """Whether ``loss_fn`` takes ``reduction="none"`` (``F.cross_entropy``,
+    :meth:`~archsearch.tune.trainable.TrialLoop.task_loss`)."""
+    try:
+        return "reduction" in inspect.signature(loss_fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+
+
+def exit_terms(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
+               teacher: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Every exit's per-sample loss and distillation term in one pass over the stacked exits
+    (a handful of kernels instead of a few per exit: on a GPU's launch-bound shapes the exits'
+    losses cost launches, not arithmetic; issue 35).
+
+    Args:
+        exits: ``K`` classification logits ``B x C``, shallowest first.
+        y: ``B`` labels.
+        loss_fn: a mean loss that takes ``reduction="none"`` (``F.cross_entropy``, the trial
+            loop's ``task_loss``): its per-sample values, whose mean is ``loss_fn(logits, y)``.
+        teacher: ``B x C`` logits the distillation targets, or ``None`` = the deepest exit's
+            (detached either way).
+
+    Returns:
+        ``(loss, kd)``, each ``K x B`` (nats, with gradient): ``loss[k, i]`` =
+        ``loss_fn`` of exit ``k`` on sample ``i``; ``kd[k, i]`` = ``KL(softmax(teacher_i) ||
+        softmax(exit_k,i))`` (:func:`distill` per sample: ``kd[k].mean()`` is ``distill(exits[k],
+        teacher)``; 0 for the deepest exit without a teacher). ``None`` where the exits cannot be
+        stacked this way (LM logits ``B x T x V``, or a ``loss_fn`` without ``reduction``):
+        callers then take the per-exit path.
+    """
+    if not exits or exits[0].dim() != 2 or not _takes_reduction(loss_fn):
+        return None
+    L = torch.stack(exits)  # (K, B, C)
+    K, B, C = L.shape
+    loss = loss_fn(L.reshape(K * B, C), y.repeat(K), reduction="none").view(K, B)  # (K, B)
+    t = (L[-1] if teacher is None else teacher).detach().log_softmax(-1)  # (B, C)
+    kd = F.kl_div(L.log_softmax(-1), t.expand(K, B, C), log_target=True, reduction="none").sum(-1)  # (K, B)
+    return loss, kd
+
+
 def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
-                  reduction: str = "mean", teacher: torch.Tensor | None = None
+                  reduction: str = "mean", teacher: torch.Tensor | None = None,
+                  terms: tuple[torch.Tensor, torch.Tensor] | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Training loss of a multi-exit model (issue 14): ``(CE of the deepest exit, shallow term)``
     with the shallow term ``(CE_k + KD_k) / 2`` per shallower exit ``k``, ``KD_k`` =
@@ -115,6 +155,10 @@ def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
             ``B x T x V``).
         y: ``B`` labels or ``B x T`` targets.
         teacher: ``None`` or logits shaped like each exit's.
+        terms: :func:`exit_terms` of these exits (a caller that also reads the per-sample
+            terms computes them once); by default computed here, and the per-exit path is
+            taken where they cannot be (LM logits, a ``loss_fn`` without ``reduction``). The
+            two paths give the same losses up to float rounding.
 
     Returns:
         two scalars (nats); the second is 0 with a single exit.
@@ -126,6 +170,16 @@ def all_exit_loss(exits: list[torch.Tensor], y: torch.Tensor, loss_fn: LossFn,
         raise ValueError(f"exit_loss must be one of {EXIT_LOSSES}, got {reduction!r}")
     if not exits:
         raise ValueError("all_exit_loss needs at least one exit")
+    terms = exit_terms(exits, y, loss_fn, teacher) if terms is None else terms
+    if terms is not None:  # the exits stacked: per-exit means of the per-sample terms
+        ce, kd = terms[0].mean(1), terms[1].mean(1)  # (K,), (K,)
+        deep = ce[-1] if teacher is None else ce[-1] + kd[-1]
+        if len(exits) == 1:
+            return deep, deep.new_zeros(())
+        shallow = ((ce[:-1] + kd[:-1]) / 2).sum()
+        if reduction == "mean":
+            return deep, shallow / (len(exits) - 1)
+        return deep, 2 * shallow if reduction == "equal" else shallow
     if teacher is None:
         teacher = exits[-1]
         deep = loss_fn(teacher, y)
@@ -146,6 +200,24 @@ def per_sample_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         return ce.view(y.shape).mean(dim=1)  # (B,)
     return F.cross_entropy(logits, y, reduction="none")  # (B,)
+
+
+def read_exits(model: nn.Module, hs: list[torch.Tensor], pad: torch.Tensor | None,
+               depths: list[int]) -> list[torch.Tensor]:
+    """The logits of several exits: ``model.head_logits(hs[k], pad, depth=depths[k])`` for each
+    ``k``, as one batched call for classification (:meth:`~archsearch.models.transformer.
+    Transformer.exits_logits`: ``K`` tensors ``B x C``) and exit by exit for an LM (``B x T x V``)."""
+    if model.config.task == "classification" and hs:
+        return list(model.exits_logits(hs, pad, depths).unbind(0))
+    return [model.head_logits(h, pad, depth=d) for h, d in zip(hs, depths)]
+
+
+def per_sample_ce_of_exits(exits: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+    """:func:`per_sample_ce` of ``K`` exits at once: ``K`` logits ``B x C`` (or ``B x T x V``)
+    and ``B`` labels (or ``B x T`` targets) -> ``B x K`` (nats), column ``k`` exit ``k``'s."""
+    K = len(exits)
+    ce = per_sample_ce(torch.stack(exits).flatten(0, 1), y.repeat((K,) + (1,) * (y.dim() - 1)))  # (K * B,)
+    return ce.view(K, -1).T  # (B, K)
 
 
 #: ``stop_rule(k, h, pad, logits, state) -> (stop, state)``: at exit ``k`` (index into the
@@ -192,7 +264,7 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
     gradients, each segment runs as a CUDA graph replay where that was measured faster (the
     launch-bound regime); the results are the same.
 
-    Three executors (:data:`EXECUTORS`) give the same logits and exit indices: ``"gather"``
+    Three executors (:data:`~archsearch.dynamic.cascade_graphs.EXECUTORS`) give the same logits and exit indices: ``"gather"``
     (above: the rows still running are gathered after each exit, so nothing is computed for a
     row after it stops), ``"whole"`` (every segment runs on the whole batch; a row's logits are
     kept from the first exit whose rule stops it, and the batch stops at the exit where every row
@@ -224,7 +296,7 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
             pure function of its tensor arguments and of the constants named in ``key``, with
             a tuple-of-tensors state (it is captured once per shape).
         key: ``(prefix, extra)`` for :meth:`SegmentGraphs.run` (needed with ``graphs``).
-        executor: ``None`` (chosen as above) or one of :data:`EXECUTORS`.
+        executor: ``None`` (chosen as above) or one of :data:`~archsearch.dynamic.cascade_graphs.EXECUTORS`.
 
     Returns:
         ``(logits, exit_index)``: ``B x C`` logits of each row's exit, and ``B`` int64 indices

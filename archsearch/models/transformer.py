@@ -458,11 +458,12 @@ class Transformer(nn.Module):
         return x
 
     def pool(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
-        """Mean over real tokens: ``B x T x d`` -> ``B x d`` (a sequence of only pads -> 0)."""
+        """Mean over real tokens: ``B x T x d`` -> ``B x d`` (a sequence of only pads -> 0);
+        also ``K x B x T x d`` -> ``K x B x d`` (K exits' states, one ``B x T`` mask)."""
         if pad_mask is None:
-            return x.mean(dim=1)  # (B, d)
+            return x.mean(dim=-2)  # (B, d)
         m = pad_mask.to(x.dtype).unsqueeze(-1)  # (B, T, 1)
-        return (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)  # (B, d)
+        return (x * m).sum(dim=-2) / m.sum(dim=-2).clamp(min=1.0)  # (B, d)
 
     def add_exit_heads(self, depths: Iterable[int]) -> None:
         """Give each classification exit its own output head: an internal classifier per exit
@@ -511,6 +512,31 @@ class Transformer(nn.Module):
             with torch.autocast(pooled.device.type, enabled=False):
                 return head(pooled.float())  # (B, C)
         return head(x)  # (B, T, V)
+
+    def exits_logits(self, hs: Sequence[torch.Tensor], pad_mask: torch.Tensor | None,
+                     depths: Sequence[int]) -> torch.Tensor:
+        """Classification logits of ``K`` exits at once: :meth:`head_logits` of each hidden
+        state ``hs[k]`` (``B x T x d``, after ``depths[k]`` blocks) with its exit's head, as one
+        stacked LayerNorm, pooling and batched matrix product (a few kernels instead of a dozen
+        per exit: on a GPU's launch-bound training steps the exits cost launches; issue 35).
+        The same values as :meth:`head_logits` up to float rounding.
+
+        Returns:
+            ``K x B x C`` float32 logits.
+
+        Raises:
+            ValueError: an LM (its exits read the tied vocabulary head per token: use
+                :meth:`head_logits`) or ``len(hs) != len(depths)``.
+        """
+        if self.config.task != "classification" or len(hs) != len(depths):
+            raise ValueError("exits_logits: classification only, one depth per hidden state")
+        heads = [self.exit_heads[str(int(d))] if self.exit_heads is not None and str(int(d)) in self.exit_heads
+                 else self.head for d in depths]
+        pooled = self.pool(self.ln_f(torch.stack(list(hs))), pad_mask)  # (K, B, d)
+        with torch.autocast(pooled.device.type, enabled=False):  # float32, as head_logits
+            w = torch.stack([h.weight for h in heads]).float()  # (K, C, d)
+            b = torch.stack([h.bias for h in heads]).float()  # (K, C)
+            return torch.baddbmm(b.unsqueeze(1), pooled.float(), w.transpose(1, 2))  # (K, B, C)
 
     # -- the whole thing -----------------------------------------------------------------------
 

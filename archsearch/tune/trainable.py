@@ -218,14 +218,16 @@ class TrialLoop:
                 yield ids, mask, split.labels[i:i + batch_size]
 
     # ------------------------------------------------------------------ loop
-    def task_loss(self, logits, y):
+    def task_loss(self, logits, y, reduction: str = "mean"):
         """Mean training cross-entropy (nats): LM over tokens (``B x T x V`` logits, ``B x T``
-        targets), classification over samples (``B x C``, ``B``; with ``label_smoothing``)."""
+        targets), classification over samples (``B x C``, ``B``; with ``label_smoothing``).
+        ``reduction="none"``: one loss per sample (classification) or token (LM), whose mean
+        is the default's (the exits' losses in one call: :func:`archsearch.dynamic.exits.exit_terms`)."""
         import torch.nn.functional as F
 
         if self.data.task == "lm":
-            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
-        return F.cross_entropy(logits, y, label_smoothing=float(self.cfg["label_smoothing"]))
+            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction=reduction)
+        return F.cross_entropy(logits, y, label_smoothing=float(self.cfg["label_smoothing"]), reduction=reduction)
 
     def train_epoch(self) -> float:
         """One epoch of training; returns the mean training loss (nats).
