@@ -3,6 +3,8 @@
 # benchmarks/gpu.py run. Prepare here first (the project root, .venv built):
 #   echo /.devcarry/ >> .git/info/exclude; bash ../shared/tools/device_prep.sh .devcarry
 #   rm .devcarry/whl/{sqlalchemy,alembic,mako,optuna,colorlog}*   # the carry limit (64 MiB with the tree)
+#   .venv/bin/python benchmarks/device_pack.py pack .devcarry/minilm .devcarry/minilm.packed \
+#     && rm -r .devcarry/minilm && mv .devcarry/minilm.packed .devcarry/minilm  # 34.5 -> 29.8 MB, lossless
 #   git rev-parse HEAD > .devcarry/commit                           # the commit the rows record
 # then run it there with carry [".devcarry"]: bash benchmarks/gpu_device.sh
 # Env: TESTS=0 skips the tests; BOX = seconds of this script after which gpu.py starts no new row
@@ -14,7 +16,11 @@ export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 carry=.devcarry
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $carry/whl/*.whl || exit 3
 export PYTHONPATH=/tmp/site:$PWD
-python3 $carry/dequant.py $carry/minilm /tmp/minilm || exit 4
+if [ -f $carry/minilm/model.planes.json ]; then  # packed by benchmarks/device_pack.py
+  python3 benchmarks/device_pack.py unpack $carry/minilm /tmp/minilm || exit 4
+else
+  python3 $carry/dequant.py $carry/minilm /tmp/minilm || exit 4
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"
 [ "${RESUME:-0}" = 1 ] && [ -f $carry/gpu_rows.jsonl ] && cp $carry/gpu_rows.jsonl "$OUT/gpu_rows.jsonl"

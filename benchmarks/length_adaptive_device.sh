@@ -20,7 +20,8 @@ if [ "${1:-run}" = prep ]; then  # here: wheels, the packed checkpoint, the data
   [ -d .devcarry/whl ] && [ -d .devcarry/minilm ] || { echo "run ../shared/tools/device_prep.sh .devcarry first"; exit 2; }
   rm -rf $carry && mkdir -p $carry/whl
   cp .devcarry/whl/{pydantic,pydantic_core,annotated_types,typing_inspection,datasets,dill,multiprocess}-*.whl $carry/whl/
-  .venv/bin/python benchmarks/device_pack.py pack .devcarry/minilm $carry/minilm || exit 3
+  if [ -f .devcarry/minilm/model.planes.json ]; then cp -r .devcarry/minilm $carry/minilm  # packed already
+  else .venv/bin/python benchmarks/device_pack.py pack .devcarry/minilm $carry/minilm || exit 3; fi
   data=$(.venv/bin/python - "${SMOKE:-0}" <<'PY'
 import sys
 from pathlib import Path
