@@ -244,10 +244,6 @@ class DepthPredictorGating(GatingStrategy):
                                        for d in depths], dtype=torch.float64).to(device)
         return cache[key]
 
-    def _flops_fractions(self, T: int) -> torch.Tensor:
-        """``D`` FLOPs fractions of the allowed depths at length ``T`` (of the full model's)."""
-        return self._depth_flops(T) / costs.flops_per_sample(self.model.config, T)
-
     def training_loss(self, x, mask, y, loss_fn: LossFn) -> torch.Tensor:
         """``loss_fn(logits, y) + gamma * mean(E[depth]) / n_layers`` (scalar), plus the all-exit
         term (:meth:`exit_losses`, both parts) when ``depth_all_exits``; during the warm-up
@@ -265,10 +261,11 @@ class DepthPredictorGating(GatingStrategy):
         logits, probs = self.scaled_forward(x, mask)
         exp_depth = self.expected_depth(probs).mean()  # blocks
         penalty = exp_depth / self.n_layers
-        with torch.no_grad():
-            frac = float((probs.detach().double().cpu() @ self._flops_fractions(x.shape[1])).mean())
-        self._last_train = {"expected_depth": float(exp_depth.detach()),
-                            "depth_penalty": float(penalty.detach()), "flops_fraction": frac}
+        with torch.no_grad():  # the three statistics in one host copy (one device synchronisation)
+            fr = self._depth_flops(x.shape[1], probs.device) / costs.flops_per_sample(self.model.config, x.shape[1])
+            stats = torch.stack([exp_depth.detach().double(), penalty.detach().double(),
+                                 (probs.detach().double() @ fr).mean()]).cpu().tolist()
+        self._last_train = dict(zip(("expected_depth", "depth_penalty", "flops_fraction"), stats))
         loss = loss_fn(logits, y) + self.gamma * penalty
         if self.all_exits:
             exits = self.exit_logits(x, mask)
