@@ -575,8 +575,9 @@ def intervals(per_seed: list[dict]) -> dict:
     return out
 
 
-def summarize(per_seed: list[dict]) -> tuple[dict, dict]:
-    """``(summary, targets_met)`` from finished seed rows (means over seeds)."""
+def summarize(per_seed: list[dict], ci: dict | None = None) -> tuple[dict, dict]:
+    """``(summary, targets_met)`` from finished seed rows (means over seeds); ``ci``: their
+    :func:`intervals` when the caller has them already."""
     def mean(xs):
         return sum(xs) / len(xs)
 
@@ -584,7 +585,7 @@ def summarize(per_seed: list[dict]) -> tuple[dict, dict]:
         return 100 * (r["rows"][a]["test_accuracy"] - r["rows"][b]["test_accuracy"])
 
     summary = {}
-    ci = intervals(per_seed)  # rows since the GPU protocol have per-document results
+    ci = intervals(per_seed) if ci is None else ci  # rows since the GPU protocol have per-document results
     for key, (a, b) in COMPARED.items():
         summary[key] = mean([pts(r, a, b) for r in per_seed])
         if key in ci:
@@ -676,7 +677,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.train_only:
         return 0
     per_seed = [done[s] for s in args.seeds]
-    summary, met = summarize(per_seed)
+    ci = intervals(per_seed)
+    summary, met = summarize(per_seed, ci)
     import torch
 
     torch.set_num_threads(args.threads)  # the wall-clock stage ran at 1; the machine line records training's
@@ -704,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
                  claim="length-adaptive MiniLM-L6 keeps accuracy at 0.5x / 0.35x FLOPs on long inputs, "
                        "beats truncation, and saves wall-clock",
                  source="Kim & Cho, arXiv 2010.07003", protocol=__doc__, table=table,
-                 runs_file=str(runs), intervals=intervals(per_seed), per_seed=per_seed)
+                 runs_file=str(runs), intervals=ci, per_seed=per_seed)
     return 0
 
 

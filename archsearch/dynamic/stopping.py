@@ -288,6 +288,15 @@ class LinearStopping:
 TRAJECTORY_DIM = 6
 
 
+def _confidence(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(max probability, class, entropy / log C)`` over the last axis of ``probs``
+    (``... x C``), float64 (the class int64)."""
+    p = probs.double()
+    maxp, cls = p.max(-1)
+    ent = -(p * p.clamp_min(1e-12).log()).sum(-1) / math.log(p.shape[-1])
+    return maxp, cls, ent
+
+
 def trajectory_context(probs, prev: tuple | None = None) -> tuple:
     """A cascade's stop context at one exit from that exit's class probabilities and the state
     of the previous exit (``dht_stop_context: trajectory``; DHT's cascade and
@@ -312,9 +321,7 @@ def trajectory_context(probs, prev: tuple | None = None) -> tuple:
         X, state = trajectory_context(torch.from_numpy(np.asarray(probs, dtype=np.float64)),
                                       None if prev is None else tuple(torch.from_numpy(np.asarray(a)) for a in prev))
         return X.numpy(), tuple(a.numpy() for a in state)
-    p = probs.double()  # (b, C)
-    maxp, cls = p.max(-1)  # (b,), (b,)
-    ent = -(p * p.clamp_min(1e-12).log()).sum(-1) / math.log(p.shape[-1])  # (b,)
+    maxp, cls, ent = _confidence(probs)  # (b,) each
     one = torch.ones_like(maxp)  # (b,) float64
     if prev is None:
         agree, zero = torch.zeros_like(cls, dtype=torch.bool), torch.zeros_like(maxp)
@@ -336,9 +343,7 @@ def trajectory_contexts(probs: torch.Tensor) -> torch.Tensor:
     Returns:
         ``B x K x`` :data:`TRAJECTORY_DIM` float64 contexts.
     """
-    p = probs.double()  # (K, B, C)
-    maxp, cls = p.max(-1)  # (K, B), (K, B)
-    ent = -(p * p.clamp_min(1e-12).log()).sum(-1) / math.log(p.shape[-1])  # (K, B)
+    maxp, cls, ent = _confidence(probs)  # (K, B) each
     zero = torch.zeros_like(maxp[:1])  # (1, B)
     agree = torch.cat([torch.zeros_like(cls[:1], dtype=torch.bool), cls[1:] == cls[:-1]])  # (K, B)
     both = torch.cat([torch.zeros_like(agree[:1]), agree[1:] & agree[:-1]])  # (K, B)

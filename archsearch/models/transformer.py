@@ -490,6 +490,13 @@ class Transformer(nn.Module):
                 heads[str(k)] = lin.to(self.head.weight.device)
         self.exit_heads = nn.ModuleDict(heads)
 
+    def _exit_head(self, depth: int | None) -> nn.Module:
+        """The output head of the exit after ``depth`` blocks: its own (:meth:`add_exit_heads`)
+        when there is one, else :attr:`head` (also for ``depth=None``)."""
+        if depth is not None and self.exit_heads is not None and str(int(depth)) in self.exit_heads:
+            return self.exit_heads[str(int(depth))]
+        return self.head
+
     def head_logits(self, x: torch.Tensor, pad_mask: torch.Tensor | None,
                     depth: int | None = None) -> torch.Tensor:
         """Final LayerNorm (identity for post-LN) + output head on hidden states ``x``
@@ -500,9 +507,7 @@ class Transformer(nn.Module):
             classification: ``B x C`` float32 logits (under autocast too); LM: ``B x T x V``
             logits.
         """
-        head = self.head
-        if depth is not None and self.exit_heads is not None and str(int(depth)) in self.exit_heads:
-            head = self.exit_heads[str(int(depth))]
+        head = self._exit_head(depth)
         x = self.ln_f(x)  # (B, T, d)
         if self.config.task == "classification":
             pooled = self.pool(x, pad_mask)  # (B, d)
@@ -530,8 +535,7 @@ class Transformer(nn.Module):
         """
         if self.config.task != "classification" or len(hs) != len(depths):
             raise ValueError("exits_logits: classification only, one depth per hidden state")
-        heads = [self.exit_heads[str(int(d))] if self.exit_heads is not None and str(int(d)) in self.exit_heads
-                 else self.head for d in depths]
+        heads = [self._exit_head(d) for d in depths]
         pooled = self.pool(self.ln_f(torch.stack(list(hs))), pad_mask)  # (K, B, d)
         with torch.autocast(pooled.device.type, enabled=False):  # float32, as head_logits
             w = torch.stack([h.weight for h in heads]).float()  # (K, C, d)
