@@ -50,11 +50,19 @@ import lcbench as L  # noqa: E402
 from common import git_commit, parse_seeds, provenance, read_jsonl, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PROTOCOL = ROOT / "benchmarks" / "protocols" / "schedulers.json"
-RUNS = ROOT / "benchmarks" / "data" / "scheduler_runs.jsonl"
-OUT = ROOT / "benchmarks" / "results" / "schedulers.json"
 TRAINED = ROOT / "benchmarks" / "data" / "scheduler_policies"  # trained variants (weights + history)
-VALIDATION_OUT = ROOT / "benchmarks" / "data" / "scheduler_validation.json"
+HORIZON_RUNS = ROOT / "benchmarks" / "data" / "scheduler_horizon_runs.jsonl"
+HORIZON_OUT = ROOT / "benchmarks" / "data" / "scheduler_horizon.json"
+# protocol versions (v2 = v1 with a horizon chosen on training tasks): files of each
+VERSIONS = {
+    "v1": {"protocol": "protocols/schedulers.json", "runs": "data/scheduler_runs.jsonl",
+           "validation": "data/scheduler_validation.json", "out": "results/schedulers_v1.json"},
+    "v2": {"protocol": "protocols/schedulers_v2.json", "runs": "data/scheduler_runs_v2.jsonl",
+           "validation": "data/scheduler_validation_v2.json", "out": "results/schedulers.json"},
+}
+PROTOCOL = ROOT / "benchmarks" / VERSIONS["v1"]["protocol"]
+RUNS = ROOT / "benchmarks" / VERSIONS["v1"]["runs"]
+VALIDATION_OUT = ROOT / "benchmarks" / VERSIONS["v1"]["validation"]
 SCHEDULERS = ("none", "asha", "hyperband", "median", "ahto")
 BUDGET_FULL_TRIALS = 50
 MAX_TRIALS = 3000
@@ -66,28 +74,50 @@ GRID = 100
 
 # ---------------------------------------------------------------------- the simulated search
 @functools.lru_cache(maxsize=None)
-def task_budget(task: str) -> float:
-    """Training-time budget of a search on ``task`` (seconds): ``BUDGET_FULL_TRIALS`` x the
-    mean epoch-52 ``time`` of a 4,096-point Sobol sample (seed 1)."""
+def _mean_full_time(task: str) -> float:
     from scipy.stats import qmc
 
     s = L.surrogate()
     U = qmc.Sobol(d=len(L.PARAMS), scramble=True, seed=1).random_base2(12)
-    return BUDGET_FULL_TRIALS * float(s.predict(task, s.decode(U))["time"].mean())
+    return float(s.predict(task, s.decode(U))["time"].mean())
 
 
-def curves(task: str, seed: int, n: int = MAX_TRIALS, epochs=None) -> dict:
-    """The first ``n`` trials of seed ``seed`` on ``task``: ``acc`` and ``time`` ``(n, E)`` at
-    ``epochs`` (default: all 52), the configurations uniform in the unit cube
-    (``default_rng([seed, task])``)."""
-    s = L.surrogate()
-    epochs = np.arange(1, L.EPOCHS + 1) if epochs is None else np.asarray(epochs)
-    U = np.random.default_rng([int(seed), int(task)]).random((n, len(L.PARAMS)))
-    cfgs = s.decode(U)
-    ep = np.repeat(epochs, n)
-    y = s.predict(task, cfgs * len(epochs), ep)
-    return {"epochs": epochs, "acc": y["val_accuracy"].reshape(len(epochs), n).T,
-            "time": y["time"].reshape(len(epochs), n).T}
+def task_budget(task: str, full_trials: float | None = None) -> float:
+    """Training-time budget of a search on ``task`` (seconds): ``full_trials`` (default: the
+    protocol's horizon, ``BUDGET_FULL_TRIALS``) x the mean epoch-52 ``time`` of a 4,096-point
+    Sobol sample (seed 1)."""
+    return (BUDGET_FULL_TRIALS if full_trials is None else full_trials) * _mean_full_time(task)
+
+
+def max_trials(full_trials: float) -> int:
+    """The trial cap of a search to ``full_trials``: ``MAX_TRIALS`` per 50 full trials."""
+    return int(round(MAX_TRIALS * full_trials / 50))
+
+
+class Curves:
+    """The learning curves of seed ``seed``'s trials on ``task`` (configurations uniform in the
+    unit cube, ``default_rng([seed, task])``: the same sequence for every scheduler and horizon),
+    predicted in chunks of ``chunk`` trials as a search reaches them. ``row(i)`` -> ``(acc,
+    time)``, each ``(E,)`` at ``epochs`` (default: all 52)."""
+
+    def __init__(self, task: str, seed: int, n: int = MAX_TRIALS, epochs=None, chunk: int = 512):
+        self.task, self.chunk = task, chunk
+        self.epochs = np.arange(1, L.EPOCHS + 1) if epochs is None else np.asarray(epochs)
+        self.U = np.random.default_rng([int(seed), int(task)]).random((n, len(L.PARAMS)))
+        self.acc = np.empty((0, len(self.epochs)))
+        self.time = np.empty((0, len(self.epochs)))
+
+    def __len__(self) -> int:
+        return len(self.U)
+
+    def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        while i >= len(self.acc):
+            s, k, E = L.surrogate(), len(self.acc), len(self.epochs)
+            U = self.U[k:k + self.chunk]
+            y = s.predict(self.task, s.decode(U) * E, np.repeat(self.epochs, len(U)))
+            self.acc = np.vstack([self.acc, y["val_accuracy"].reshape(E, len(U)).T])
+            self.time = np.vstack([self.time, y["time"].reshape(E, len(U)).T])
+        return self.acc[i], self.time[i]
 
 
 class Front:
@@ -166,31 +196,48 @@ def _decider(name: str, weights=None, seed: int = 0):
     raise ValueError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}")
 
 
-def simulate(task: str, seed: int, scheduler: str, weights=None, data: dict | None = None) -> dict:
-    """One search. Returns ``{"t": [...], "hv": [...]}`` (cumulative training seconds at each
-    front change and the HV after it), ``trials``, ``stopped``, ``spent`` (seconds), ``budget``."""
-    budget = task_budget(task)
+def simulate(task: str, seed: int, scheduler: str, weights=None, data: Curves | None = None,
+             full_trials: float | None = None, marks=()) -> dict:
+    """One search to ``full_trials`` full-trial equivalents (default: the protocol's horizon).
+    Returns ``{"t": [...], "hv": [...]}`` (cumulative training seconds at each front change and
+    the HV after it), ``trials``, ``stopped``, ``spent`` (seconds), ``budget``, and for each
+    shorter horizon in ``marks`` (full trials) the HV where a search to it would have ended
+    (``hv_at_marks``: exact for schedulers whose decisions do not read the budget)."""
+    full_trials = BUDGET_FULL_TRIALS if full_trials is None else full_trials
+    budget = task_budget(task, full_trials)
     ref = L.task_reference(task)["ref"]
     epochs = REPORTS if scheduler != "median" else None
-    d = data or curves(task, seed, epochs=epochs)
-    col = {int(e): j for j, e in enumerate(d["epochs"])}
-    full = d["time"][:, col[L.EPOCHS]]
+    d = data or Curves(task, seed, max_trials(full_trials), epochs=epochs)
+    col = {int(e): j for j, e in enumerate(d.epochs)}
     start, report, end, reports = _decider(scheduler, weights, seed)
     front, spent, ts, hvs, stopped, i = Front(ref), 0.0, [], [], 0, 0
-    while spent < budget and i < len(full):
-        start(i, float(full[i]))
+    todo = {float(m): (task_budget(task, m), max_trials(m)) for m in marks}
+    at_marks = {}
+    n = min(len(d), max_trials(full_trials))
+    while spent < budget and i < n:
+        acc, tim = d.row(i)
+        full = float(tim[col[L.EPOCHS]])
+        start(i, full)
         for e in reports:
-            v = float(d["acc"][i, col[e]])
+            v = float(acc[col[e]])
             if not report(i, e, v, spent / budget) and e < L.EPOCHS:
                 break
         end(i, e, v)
         stopped += e < L.EPOCHS
-        spent += float(d["time"][i, col[e]])
-        if front.add(v, float(full[i])):
+        spent += float(tim[col[e]])
+        if front.add(v, full):
             ts.append(round(spent, 3))
             hvs.append(front.hv)
         i += 1
-    return {"t": ts, "hv": hvs, "trials": i, "stopped": stopped, "spent": spent, "budget": budget}
+        for m, (b, cap) in list(todo.items()):
+            if spent >= b or i >= cap:
+                at_marks[m] = front.hv
+                del todo[m]
+    at_marks.update({m: front.hv for m in todo})
+    out = {"t": ts, "hv": hvs, "trials": i, "stopped": stopped, "spent": spent, "budget": budget}
+    if marks:
+        out["hv_at_marks"] = {str(m): h for m, h in sorted(at_marks.items())}
+    return out
 
 
 def hv_at(run: dict, t: float) -> float:
@@ -220,7 +267,7 @@ def auc_log_regret(run: dict, best: float) -> float:
 def _episodes(job: tuple) -> list[float]:
     """Worker: AUC log-regret of each weight vector on one (task, seed) (curves computed once)."""
     task, seed, weight_list = job
-    d = curves(task, seed, epochs=REPORTS)
+    d = Curves(task, seed, epochs=REPORTS)
     best = L.task_reference(task)["best"]
     return [auc_log_regret(simulate(task, seed, "policy", w, data=d), best) for w in weight_list]
 
@@ -273,9 +320,10 @@ def train(*, iterations: int, pairs: int, tasks_per_iter: int, sigma: float, lr:
 
 # ---------------------------------------------------------------------- runs
 def _run_job(job: tuple) -> dict:
-    split, task, seed, scheduler, label, weights = job
+    split, task, seed, scheduler, label, weights, full_trials, marks = (tuple(job) + (None, ()))[:8]
     t0 = time.time()
-    r = simulate(task, seed, "policy" if weights is not None else scheduler, weights)
+    r = simulate(task, seed, "policy" if weights is not None else scheduler, weights,
+                 full_trials=full_trials, marks=marks)
     return {"split": split, "task": task, "seed": seed, "scheduler": scheduler, "label": label,
             **r, "seconds": round(time.time() - t0, 2)}
 
@@ -296,8 +344,29 @@ def run_jobs(jobs: list[tuple], *, workers: int, path: Path = RUNS, log=print) -
                 log(f"{k + 1}/{len(todo)} {row['task']} seed {row['seed']} {row['label']} {row['seconds']}s")
 
 
-def protocol() -> dict:
-    return json.loads(PROTOCOL.read_text())
+def protocol(version: str = "v1") -> dict:
+    return json.loads((ROOT / "benchmarks" / VERSIONS[version]["protocol"]).read_text())
+
+
+class Setup:
+    """One protocol version's files and horizon (``full_trials``: v1 50; v2 the horizon
+    ``horizon`` chose, read from ``HORIZON_OUT``).
+
+    Raises:
+        SystemExit: v2 before ``horizon`` has chosen its horizon.
+    """
+
+    def __init__(self, version: str):
+        f = {k: ROOT / "benchmarks" / v for k, v in VERSIONS[version].items()}
+        self.version, self.protocol_path = version, f["protocol"]
+        self.runs, self.validation, self.out = f["runs"], f["validation"], f["out"]
+        self.protocol = json.loads(self.protocol_path.read_text())
+        if version == "v1":
+            self.full_trials = BUDGET_FULL_TRIALS
+        elif HORIZON_OUT.is_file():
+            self.full_trials = json.loads(HORIZON_OUT.read_text())["chosen_full_trials"]
+        else:
+            raise SystemExit(f"{HORIZON_OUT}: not written yet: run `schedulers.py horizon` first")
 
 
 def variant_weights(name: str) -> list[float] | None:
@@ -394,11 +463,13 @@ def cmd_train(args) -> None:
 
 
 def cmd_validate(args) -> None:
-    p = protocol()["validation"]
+    st = Setup(args.protocol)
+    p = st.protocol["validation"]
     tasks, seeds = L.load_split()["validation"], parse_seeds(p["seeds"])
-    jobs = [("validation", t, s, "ahto", v, variant_weights(v)) for v in p["variants"] for t in tasks for s in seeds]
-    run_jobs(jobs, workers=args.workers)
-    rows = [r for r in read_jsonl(RUNS) if r["split"] == "validation"]
+    jobs = [("validation", t, s, "ahto", v, variant_weights(v), st.full_trials)
+            for v in p["variants"] for t in tasks for s in seeds]
+    run_jobs(jobs, workers=args.workers, path=st.runs)
+    rows = [r for r in read_jsonl(st.runs) if r["split"] == "validation"]
     table = per_task(rows, p["variants"], tasks, seeds)
     score = {}
     for v in p["variants"]:
@@ -408,7 +479,8 @@ def cmd_validate(args) -> None:
               f"auc {np.mean([table[t][v]['auc_log_regret'] for t in tasks]):+.4f}")
     chosen = min(score, key=lambda v: (score[v], v != "asha_rule"))
     print("chosen:", chosen)
-    VALIDATION_OUT.write_text(json.dumps({"scores": score, "chosen": chosen, "table": table}, indent=1))
+    st.validation.write_text(json.dumps({"scores": score, "chosen": chosen, "table": table,
+                                         "full_trials": st.full_trials}, indent=1))
 
 
 
@@ -446,15 +518,65 @@ def cmd_validate_target(args) -> None:
               f"{reached}/{len(rows)}")
 
 
+def test_weights(st: Setup) -> list[float] | None:
+    """The test's ``ahto``: v1 the shipped policy (``None``); v2 the variant its validation chose."""
+    if st.version == "v1":
+        return None
+    if not st.validation.is_file():
+        raise SystemExit(f"{st.validation}: not written yet: run `schedulers.py validate --protocol v2` first")
+    return variant_weights(json.loads(st.validation.read_text())["chosen"])
+
+
 def cmd_run(args) -> None:
+    st = Setup(args.protocol)
     tasks, seeds = L.load_split()["test"], parse_seeds(args.seeds)
-    jobs = [("test", t, s, sch, sch, None) for sch in SCHEDULERS for t in tasks for s in seeds]
-    run_jobs(jobs, workers=args.workers)
+    w = test_weights(st)
+    jobs = [("test", t, s, sch, sch, w if sch == "ahto" else None, st.full_trials)
+            for sch in SCHEDULERS for t in tasks for s in seeds]
+    run_jobs(jobs, workers=args.workers, path=st.runs)
+
+
+def cmd_horizon(args) -> None:
+    """Protocol v2's horizon: the library schedulers to the longest candidate horizon on the
+    training tasks, the HV where each shorter horizon would have ended, censored medians per
+    candidate; writes ``HORIZON_OUT`` with the chosen horizon (the protocol's rule)."""
+    t0 = time.time()
+    p = protocol("v2")["horizon"]
+    cands = [float(c) for c in p["candidates_full_trials"]]
+    tasks, seeds = L.load_split()["train"], parse_seeds(p["seeds"])
+    jobs = [("horizon", t, s, sch, sch, None, max(cands), tuple(cands))
+            for sch in p["schedulers"] for t in tasks for s in seeds]
+    run_jobs(jobs, workers=args.workers, path=HORIZON_RUNS)
+    rows = [r for r in read_jsonl(HORIZON_RUNS) if r["split"] == "horizon"]
+    table = {}
+    for h in cands:
+        censored, per = 0, {}
+        for t in tasks:
+            rs = [r for r in rows if r["task"] == t]
+            best = max(r["hv_at_marks"][str(h)] for r in rs)
+            per[t] = {}
+            for sch in p["schedulers"]:
+                reached = sum(r["hv_at_marks"][str(h)] >= TARGET * best for r in rs if r["label"] == sch)
+                n = sum(r["label"] == sch for r in rs)
+                per[t][sch] = f"{reached}/{n}"
+                censored += reached * 2 < n
+        pairs = len(tasks) * len(p["schedulers"])
+        table[str(h)] = {"censored_medians": censored, "pairs": pairs, "per_task": per}
+        print(f"horizon {h:g} full trials: {censored}/{pairs} censored (task, scheduler) medians")
+    ok = [h for h in cands if table[str(h)]["censored_medians"] <= 0.10 * table[str(h)]["pairs"]]
+    chosen = min(ok) if ok else max(cands)
+    print("chosen:", chosen)
+    HORIZON_OUT.write_text(json.dumps({
+        "chosen_full_trials": chosen, "rule": p["rule"], "table": table,
+        "provenance": provenance(commits=sorted({r["commit"] for r in rows}), seeds=seeds,
+                                 wall_s=sum(r["seconds"] for r in rows) + time.time() - t0,
+                                 protocol=VERSIONS["v2"]["protocol"], runs=len(rows))}, indent=1) + "\n")
 
 
 def cmd_summarize(args) -> None:
     t0 = time.time()
-    rows = [r for r in read_jsonl(RUNS) if r["split"] == "test"]
+    st = Setup(args.protocol)
+    rows = [r for r in read_jsonl(st.runs) if r["split"] == "test"]
     tasks, seeds = L.load_split()["test"], parse_seeds(args.seeds)
     table = per_task(rows, list(SCHEDULERS), tasks, seeds)
     s: dict = {}
@@ -470,7 +592,7 @@ def cmd_summarize(args) -> None:
     s["ahto_hv_wilcoxon_p_vs_asha"] = round(h["p"], 4)
     for b in SCHEDULERS:
         s[f"{b}_time_to_95_median_budget_fraction"] = round(float(np.median(
-            [table[t][b]["time_to_95_s"] / task_budget(t) for t in tasks])), 4)
+            [table[t][b]["time_to_95_s"] / task_budget(t, st.full_trials) for t in tasks])), 4)
         s[f"{b}_reached_95_runs"] = f"{sum(table[t][b]['reached'] for t in tasks)}/{sum(table[t][b]['seeds'] for t in tasks)}"
     # hindsight reference, not a scheduler: per task the fastest of the five (its per-task median
     # time) over ASHA's; where it is 1.0 on most tasks no scheduler beat ASHA there
@@ -482,10 +604,13 @@ def cmd_summarize(args) -> None:
     s["asha_time_to_95_ratio_vs_hyperband"] = round(compare(table, "asha", "hyperband", "time_to_95_s")["ratio"], 4)
     from archsearch.search.scheduler import load_stop_policy
 
-    pol = load_stop_policy()
+    w = test_weights(st)
+    pol = {"weights": w, "variant": json.loads(st.validation.read_text())["chosen"]} if w is not None else \
+        {"weights": load_stop_policy()["weights"], "variant": load_stop_policy()["manifest"].get("variant")}
     prov = provenance(commits=sorted({r["commit"] for r in rows}), seeds=seeds,
                       wall_s=sum(r["seconds"] for r in rows) + time.time() - t0,
-                      protocol=str(PROTOCOL.relative_to(ROOT)), runs=len(rows))
+                      protocol=str(st.protocol_path.relative_to(ROOT)), runs=len(rows),
+                      horizon_full_trials=st.full_trials)
     targets = {"ahto_time_to_95_ratio_vs_asha": "<= 0.85", "ahto_wilcoxon_p_vs_asha": "< 0.05",
                "ahto_hv_ratio_vs_asha_at_equal_time": ">= 1.0"}
     met = {"ahto_time_to_95_ratio_vs_asha": s["ahto_time_to_95_ratio_vs_asha"] <= 0.85,
@@ -493,13 +618,12 @@ def cmd_summarize(args) -> None:
            "ahto_wilcoxon_p_vs_asha": s["ahto_wilcoxon_p_vs_asha"] < 0.05 and s["ahto_time_to_95_ratio_vs_asha"] < 1,
            "ahto_hv_ratio_vs_asha_at_equal_time": s["ahto_hv_ratio_vs_asha_at_equal_time"] >= 1.0}
     s["targets_met"] = f"{sum(met.values())}/{len(met)}"
-    write_result(OUT, s, prov, targets=targets, targets_met_detail=met, per_task=table,
-                 policy={"weights": pol["weights"], "variant": pol["manifest"].get("variant")})
+    write_result(st.out, s, prov, targets=targets, targets_met_detail=met, per_task=table, policy=pol)
     print(json.dumps(s, indent=1))
-    print(markdown_table(table))
+    print(markdown_table(table, st.full_trials))
 
 
-def markdown_table(table: dict) -> str:
+def markdown_table(table: dict, full_trials: float = BUDGET_FULL_TRIALS) -> str:
     """Per test task: time to 95% of the best-known HV (median over seeds, in units of the
     task's budget; ``>2`` = censored) and runs that reached it, for every scheduler."""
     head = "| task | " + " | ".join(SCHEDULERS) + " |\n|---|" + "---|" * len(SCHEDULERS)
@@ -507,7 +631,7 @@ def markdown_table(table: dict) -> str:
     for t, row in table.items():
         cells = []
         for b in SCHEDULERS:
-            f = row[b]["time_to_95_s"] / task_budget(t)
+            f = row[b]["time_to_95_s"] / task_budget(t, full_trials)
             cells.append(f"{'>2' if f >= 2 else f'{f:.3f}'} ({row[b]['reached']}/{row[b]['seeds']})")
         lines.append(f"| {t} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -517,10 +641,13 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, fn in (("train", cmd_train), ("validate", cmd_validate), ("ship", cmd_ship), ("run", cmd_run),
-                     ("summarize", cmd_summarize),
+                     ("summarize", cmd_summarize), ("horizon", cmd_horizon),
                      ("validate-target", cmd_validate_target)):
         p = sub.add_parser(name)
         p.set_defaults(fn=fn)
+        if name in ("validate", "run", "summarize"):
+            p.add_argument("--protocol", choices=sorted(VERSIONS), default="v2",
+                           help="v1: 50 full trials; v2: the horizon `horizon` chose (default)")
         p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
         p.add_argument("--seeds", default="0-19")
     args = ap.parse_args(argv)
