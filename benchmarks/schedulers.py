@@ -8,8 +8,11 @@ after ``e`` epochs costs LCBench's ``time`` at epoch ``e`` (seconds of training)
 (``val_accuracy`` at ``e``, ``time`` at 52) to the front: two objectives, maximise accuracy and
 minimise the configuration's full-budget training time (known from the configuration, as FLOPs
 are in archsearch; a stopped trial is a valid point with fewer epochs, as in the product's
-reports). The search ends when the summed training time reaches the task's budget
-(``BUDGET_FULL_TRIALS`` x the mean full-training time of the task's 4,096-point Sobol sample).
+reports). The search ends when the summed training time reaches the task's budget (its
+horizon in full trials x the mean full-training time of the task's 4,096-point Sobol sample):
+protocol v1 (``protocols/schedulers.json``) 50 full trials; v2 (``protocols/schedulers_v2.json``,
+the default) the same benchmark with the horizon chosen on the training tasks by ``horizon``
+(v1's test read left 4 of 10 test tasks out of every scheduler's reach in 50 full trials).
 
 Schedulers, each from its library: ``none``; ``asha`` (Ray Tune's ``ASHAScheduler``, max_t 52,
 grace 1, reduction factor 3: rungs 1, 3, 9, 27); ``hyperband`` (Optuna's ``HyperbandPruner``,
@@ -24,9 +27,10 @@ final HV of any run of this benchmark on the task; ``inf`` if never); ``hv_at_ha
 the budget. Per task: the median over seeds; across the 10 test tasks: the median of per-task
 ratios and a paired Wilcoxon signed-rank test (task = unit).
 
-Commands::
+Commands (``--protocol v1`` for validate/run/summarize reproduces v1 -> ``schedulers_v1.json``)::
 
-    python benchmarks/schedulers.py train                 # PGPE on the 20 training tasks
+    python benchmarks/schedulers.py train                 # PGPE on the 20 training tasks (v1, shipped)
+    python benchmarks/schedulers.py horizon               # v2: the horizon, on the training tasks
     python benchmarks/schedulers.py validate              # variants on the 4 validation tasks
     python benchmarks/schedulers.py run --seeds 0-19      # test tasks, every scheduler
     python benchmarks/schedulers.py summarize             # -> benchmarks/results/schedulers.json
@@ -320,7 +324,9 @@ def train(*, iterations: int, pairs: int, tasks_per_iter: int, sigma: float, lr:
 
 # ---------------------------------------------------------------------- runs
 def _run_job(job: tuple) -> dict:
-    split, task, seed, scheduler, label, weights, full_trials, marks = (tuple(job) + (None, ()))[:8]
+    """``job`` = (split, task, seed, scheduler, label, weights[, full_trials[, marks]])."""
+    split, task, seed, scheduler, label, weights = job[:6]
+    full_trials, marks = (job[6] if len(job) > 6 else None), (job[7] if len(job) > 7 else ())
     t0 = time.time()
     r = simulate(task, seed, "policy" if weights is not None else scheduler, weights,
                  full_trials=full_trials, marks=marks)
