@@ -57,12 +57,16 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "benchmarks" / "data" / "scheduler_policies"  # trained variants (weights + history)
 HORIZON_RUNS = ROOT / "benchmarks" / "data" / "scheduler_horizon_runs.jsonl"
 HORIZON_OUT = ROOT / "benchmarks" / "data" / "scheduler_horizon.json"
-# protocol versions (v2 = v1 with a horizon chosen on training tasks): files of each
+# protocol versions, files of each: v2 = v1 with the horizon chosen on training tasks; v3 = v1's
+# searches scored against a per-(task, seed) best-known HV, with its validation's ahto variant
+# (its own rows: the test's ahto; the rest are v1's rows)
 VERSIONS = {
     "v1": {"protocol": "protocols/schedulers.json", "runs": "data/scheduler_runs.jsonl",
            "validation": "data/scheduler_validation.json", "out": "results/schedulers_v1.json"},
     "v2": {"protocol": "protocols/schedulers_v2.json", "runs": "data/scheduler_runs_v2.jsonl",
-           "validation": "data/scheduler_validation_v2.json", "out": "results/schedulers.json"},
+           "validation": "data/scheduler_validation_v2.json", "out": "results/schedulers_v2.json"},
+    "v3": {"protocol": "protocols/schedulers_v3.json", "runs": "data/scheduler_runs_v3.jsonl",
+           "validation": "data/scheduler_validation_v3.json", "out": "results/schedulers.json"},
 }
 PROTOCOL = ROOT / "benchmarks" / VERSIONS["v1"]["protocol"]
 RUNS = ROOT / "benchmarks" / VERSIONS["v1"]["runs"]
@@ -355,8 +359,8 @@ def protocol(version: str = "v1") -> dict:
 
 
 class Setup:
-    """One protocol version's files and horizon (``full_trials``: v1 50; v2 the horizon
-    ``horizon`` chose, read from ``HORIZON_OUT``).
+    """One protocol version's files, horizon (``full_trials``: v1 and v3 50; v2 the horizon
+    ``horizon`` chose, read from ``HORIZON_OUT``) and best-known HV (``per_seed_best``: v3).
 
     Raises:
         SystemExit: v2 before ``horizon`` has chosen its horizon.
@@ -367,7 +371,9 @@ class Setup:
         self.version, self.protocol_path = version, f["protocol"]
         self.runs, self.validation, self.out = f["runs"], f["validation"], f["out"]
         self.protocol = json.loads(self.protocol_path.read_text())
-        if version == "v1":
+        self.per_seed_best = version == "v3"
+        self.base = ROOT / "benchmarks" / VERSIONS["v1"]["runs"] if version == "v3" else None
+        if version in ("v1", "v3"):
             self.full_trials = BUDGET_FULL_TRIALS
         elif HORIZON_OUT.is_file():
             self.full_trials = json.loads(HORIZON_OUT.read_text())["chosen_full_trials"]
@@ -386,26 +392,42 @@ def variant_weights(name: str) -> list[float] | None:
 
 
 # ---------------------------------------------------------------------- scoring
+def _final(run: dict) -> float:
+    return float(run["hv"][-1]) if run["hv"] else 0.0
+
+
+def best_known(rows: list[dict], task: str, labels: list[str], seeds: list[int], *,
+               per_seed_best: bool = False, best_quantile: float = 1.0) -> dict[int, float]:
+    """``{seed: best-known HV}`` of ``task``: the ``best_quantile`` quantile of the final HVs of
+    every run of ``labels`` on the task (1.0: the best; v1, v2), or with ``per_seed_best`` the best
+    final HV among the runs on that seed (the same configurations; v3)."""
+    by = {(r["label"], r["seed"]): r for r in rows if r["task"] == task and r["label"] in labels}
+    if per_seed_best:
+        return {s: max(_final(r) for (lab, ss), r in by.items() if ss == s) for s in seeds}
+    best = float(np.quantile([_final(r) for r in by.values() if r["hv"]], best_quantile))
+    return {s: best for s in seeds}
+
+
 def per_task(rows: list[dict], labels: list[str], tasks: list[str], seeds: list[int],
-             best_quantile: float = 1.0) -> dict:
-    """``{task: {label: {"time_to_95", "hv_at_half", "auc", "reached"}}}``: medians over seeds;
-    the best-known HV of a task = the ``best_quantile`` quantile of the final HVs of these runs
-    (1.0: the best; protocol v1), a run that never reaches 95% of it counts as twice the budget."""
+             best_quantile: float = 1.0, per_seed_best: bool = False) -> dict:
+    """``{task: {label: {"time_to_95", "hv_at_half", "auc", "reached"}}}``: medians over seeds
+    (HV at half the budget over the seed's best-known HV), the best-known HV (per seed) as
+    :func:`best_known` says; a run that never reaches 95% of it counts as twice the budget."""
     by = {(r["task"], r["label"], r["seed"]): r for r in rows}
     out = {}
     for task in tasks:
         runs = {lab: [by[(task, lab, s)] for s in seeds if (task, lab, s) in by] for lab in labels}
-        best = float(np.quantile([r["hv"][-1] for rs in runs.values() for r in rs if r["hv"]], best_quantile))
-        ref_best = max(best, L.task_reference(task)["best"])
-        out[task] = {"best_known_hv": best}
+        best = best_known(rows, task, labels, seeds, per_seed_best=per_seed_best, best_quantile=best_quantile)
+        ref_best = max(max(best.values()), L.task_reference(task)["best"])
+        out[task] = {"best_known_hv": best if per_seed_best else best[seeds[0]]}
         for lab, rs in runs.items():
             if not rs:
                 continue
-            tt = [per_seed(r, best)["time_to_95_s"] for r in rs]
+            scores = [per_seed(r, best[r["seed"]]) for r in rs]
             out[task][lab] = {
-                "time_to_95_s": float(np.median(tt)),
-                "reached": int(sum(math.isfinite(time_to(r, TARGET * best)) for r in rs)),
-                "hv_at_half": float(np.median([hv_at(r, r["budget"] / 2) for r in rs])) / best,
+                "time_to_95_s": float(np.median([x["time_to_95_s"] for x in scores])),
+                "reached": int(sum(math.isfinite(time_to(r, TARGET * best[r["seed"]])) for r in rs)),
+                "hv_at_half": float(np.median([x["hv_at_half"] for x in scores])),
                 "auc_log_regret": float(np.median([auc_log_regret(r, ref_best) for r in rs])),
                 "trials": float(np.median([r["trials"] for r in rs])),
                 "seeds": len(rs)}
@@ -428,8 +450,10 @@ def bootstrap_ratio(rows: list[dict], table: dict, a: str, b: str, key: str, n: 
     xs, ys = [], []
     for t, row in table.items():
         seeds = sorted(s for (tt, lab, s) in by if tt == t and lab == a and (t, b, s) in by)
-        xs.append(np.array([per_seed(by[(t, a, s)], row["best_known_hv"])[key] for s in seeds]))
-        ys.append(np.array([per_seed(by[(t, b, s)], row["best_known_hv"])[key] for s in seeds]))
+        best = row["best_known_hv"]
+        best = {s: best[s] for s in seeds} if isinstance(best, dict) else {s: best for s in seeds}
+        xs.append(np.array([per_seed(by[(t, a, s)], best[s])[key] for s in seeds]))
+        ys.append(np.array([per_seed(by[(t, b, s)], best[s])[key] for s in seeds]))
     stats = []
     for _ in range(n):
         ratios = []
@@ -474,9 +498,9 @@ def cmd_validate(args) -> None:
     tasks, seeds = L.load_split()["validation"], parse_seeds(p["seeds"])
     jobs = [("validation", t, s, "ahto", v, variant_weights(v), st.full_trials)
             for v in p["variants"] for t in tasks for s in seeds]
-    run_jobs(jobs, workers=args.workers, path=st.runs)
-    rows = [r for r in read_jsonl(st.runs) if r["split"] == "validation"]
-    table = per_task(rows, p["variants"], tasks, seeds)
+    run_jobs(jobs, workers=args.workers, path=st.base or st.runs)
+    rows = read_rows(st, "validation")
+    table = per_task(rows, p["variants"], tasks, seeds, per_seed_best=st.per_seed_best)
     score = {}
     for v in p["variants"]:
         score[v] = float(np.mean([math.log(table[t][v]["time_to_95_s"] / table[t]["asha_rule"]["time_to_95_s"])
@@ -525,12 +549,25 @@ def cmd_validate_target(args) -> None:
 
 
 def test_weights(st: Setup) -> list[float] | None:
-    """The test's ``ahto``: v1 the shipped policy (``None``); v2 the variant its validation chose."""
+    """The test's ``ahto``: v1 the shipped policy (``None``); v2, v3 the variant their validation
+    chose."""
     if st.version == "v1":
         return None
     if not st.validation.is_file():
-        raise SystemExit(f"{st.validation}: not written yet: run `schedulers.py validate --protocol v2` first")
+        raise SystemExit(f"{st.validation}: not written yet: run `schedulers.py validate --protocol {st.version}` first")
     return variant_weights(json.loads(st.validation.read_text())["chosen"])
+
+
+def read_rows(st: Setup, split: str) -> list[dict]:
+    """The searches of ``split`` a protocol scores: its own rows; for v3 v1's rows too, except
+    v1's test ``ahto`` (v3 runs its validation's variant as ``ahto``)."""
+    rows = [r for r in read_jsonl(st.runs) if r["split"] == split]
+    if st.base is not None:
+        own = {r["label"] for r in rows}
+        if split == "test" and "ahto" not in own:
+            raise SystemExit(f"{st.runs}: no test rows of ahto yet: run `schedulers.py run --protocol {st.version}`")
+        rows += [r for r in read_jsonl(st.base) if r["split"] == split and r["label"] not in own]
+    return rows
 
 
 def cmd_run(args) -> None:
@@ -538,7 +575,8 @@ def cmd_run(args) -> None:
     tasks, seeds = L.load_split()["test"], parse_seeds(args.seeds)
     w = test_weights(st)
     jobs = [("test", t, s, sch, sch, w if sch == "ahto" else None, st.full_trials)
-            for sch in SCHEDULERS for t in tasks for s in seeds]
+            for sch in SCHEDULERS for t in tasks for s in seeds
+            if st.base is None or sch == "ahto"]  # v3: the other four are v1's rows
     run_jobs(jobs, workers=args.workers, path=st.runs)
 
 
@@ -582,9 +620,9 @@ def cmd_horizon(args) -> None:
 def cmd_summarize(args) -> None:
     t0 = time.time()
     st = Setup(args.protocol)
-    rows = [r for r in read_jsonl(st.runs) if r["split"] == "test"]
+    rows = read_rows(st, "test")
     tasks, seeds = L.load_split()["test"], parse_seeds(args.seeds)
-    table = per_task(rows, list(SCHEDULERS), tasks, seeds)
+    table = per_task(rows, list(SCHEDULERS), tasks, seeds, per_seed_best=st.per_seed_best)
     s: dict = {}
     for b in ("asha", "hyperband", "median", "none"):
         c = compare(table, "ahto", b, "time_to_95_s")
@@ -652,8 +690,9 @@ def main(argv=None) -> None:
         p = sub.add_parser(name)
         p.set_defaults(fn=fn)
         if name in ("validate", "run", "summarize"):
-            p.add_argument("--protocol", choices=sorted(VERSIONS), default="v2",
-                           help="v1: 50 full trials; v2: the horizon `horizon` chose (default)")
+            p.add_argument("--protocol", choices=sorted(VERSIONS), default="v3",
+                           help="v1: 50 full trials, best-known HV per task; v2: v1 at the horizon "
+                                "`horizon` chose; v3 (default): v1's searches, best-known HV per seed")
         p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
         p.add_argument("--seeds", default="0-19")
     args = ap.parse_args(argv)
