@@ -515,7 +515,7 @@ def cmd_validate(args) -> None:
 
 
 def cmd_ship(args) -> None:
-    """Write ``archsearch/search/ahto_scheduler.json``: the variant chosen on validation."""
+    """Write ``archsearch/search/ahto_scheduler.json``: the variant protocol v1's validation chose."""
     from archsearch.search.scheduler import FEATURES, WEIGHTS_FILE
 
     val = json.loads(VALIDATION_OUT.read_text())
