@@ -87,7 +87,7 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
                     "election_tweets.dht_gain_over_static_pts_at_0.5": ">= 1.5"}}))
     rows = summarize.render(tmp_path, tmp_path / "no-example").splitlines()
     sched = next(r for r in rows if r.startswith("| AHTO scheduler"))
-    assert "**0.8** x ASHA's (p 0.01); 95% CI 0.7 to 0.9" in sched and "Hyperband: 0.95x" in sched
+    assert "**0.8** x ASHA's (Wilcoxon p 0.01 over 10 tasks; the target also asks p < 0.05); 95% CI 0.7 to 0.9" in sched and "Hyperband: 0.95x" in sched
     assert sched.endswith("| <= 0.85: met |")
     dht, second = (r for r in rows if r.startswith("| Per-sample depth"))
     assert "**1** accuracy points over the static cut (3 seeds each); no interval" in dht
