@@ -10,20 +10,24 @@ minimise the configuration's full-budget training time (known from the configura
 are in archsearch; a stopped trial is a valid point with fewer epochs, as in the product's
 reports). The search ends when the summed training time reaches the task's budget (its
 horizon in full trials x the mean full-training time of the task's 4,096-point Sobol sample):
-protocol v1 (``protocols/schedulers.json``) 50 full trials; v2 (``protocols/schedulers_v2.json``,
-the default) the same benchmark with the horizon chosen on the training tasks by ``horizon``
-(v1's test read left 4 of 10 test tasks out of every scheduler's reach in 50 full trials).
+protocol v1 (``protocols/schedulers.json``) and v3 50 full trials; v2
+(``protocols/schedulers_v2.json``) the horizon chosen on the training tasks by ``horizon`` (v1's
+test read left 4 of 10 test tasks out of every scheduler's reach in 50 full trials; 200 did not
+cure it).
 
 Schedulers, each from its library: ``none``; ``asha`` (Ray Tune's ``ASHAScheduler``, max_t 52,
 grace 1, reduction factor 3: rungs 1, 3, 9, 27); ``hyperband`` (Optuna's ``HyperbandPruner``,
 min_resource 1, max_resource 52, reduction factor 3); ``median`` (Optuna's ``MedianPruner``, 5
 startup trials, a report every epoch); ``ahto`` (:class:`archsearch.search.scheduler.StopPolicy`
-with the shipped weights, decisions at ASHA's rungs). ASHA, Hyperband and AHTO report at epochs
+with the shipped weights, in v2 and v3 the variant their validation chose; decisions at ASHA's
+rungs). ASHA, Hyperband and AHTO report at epochs
 1, 3, 9, 27, 52 (their decisions only change there); the median rule at every epoch.
 
 Scores per (task, seed): the hypervolume curve over cumulative training time; ``time_to_95``
 = the training time at which the HV first reaches 95% of the task's best-known HV (the best
-final HV of any run of this benchmark on the task; ``inf`` if never); ``hv_at_half`` = HV at half
+final HV of any run of this benchmark on the task in v1 and v2; in v3, the default,
+``protocols/schedulers_v3.json``, the best final HV of the compared runs on the same task and
+seed, i.e. on the same configurations; ``inf`` if never); ``hv_at_half`` = HV at half
 the budget. Per task: the median over seeds; across the 10 test tasks: the median of per-task
 ratios and a paired Wilcoxon signed-rank test (task = unit).
 
