@@ -45,3 +45,28 @@ def test_a_policy_that_reads_the_budget_is_not_a_prefix(S):
     long = S.simulate(TASK, 1, "policy", w, full_trials=6, marks=(2,))
     short = S.simulate(TASK, 1, "policy", w, full_trials=2)
     assert long["hv_at_marks"]["2.0"] != short["hv"][-1]
+
+
+def _row(label, seed, final):
+    return {"split": "test", "task": TASK, "label": label, "seed": seed, "t": [1.0], "hv": [final], "budget": 2.0, "trials": 3}
+
+
+def test_best_known_is_per_seed_in_v3_and_per_task_before(S):
+    rows = [_row("asha", 0, 5.0), _row("ahto", 0, 7.0), _row("asha", 1, 9.0), _row("ahto", 1, 8.0)]
+    assert S.best_known(rows, TASK, ["asha", "ahto"], [0, 1], per_seed_best=True) == {0: 7.0, 1: 9.0}
+    assert S.best_known(rows, TASK, ["asha", "ahto"], [0, 1]) == {0: 9.0, 1: 9.0}
+    # v1's rule: seed 0's searches (7.0 at best) never reach 95% of 9.0: both censored, ratio 1;
+    # per seed, asha (5.0 < 0.95 x 7.0) is censored and ahto is not
+    t = S.per_task(rows, ["asha", "ahto"], [TASK], [0], per_seed_best=True)[TASK]
+    assert t["ahto"]["reached"] == 1 and t["asha"]["reached"] == 0
+    t = S.per_task(rows, ["asha", "ahto"], [TASK], [0, 1])[TASK]
+    assert t["ahto"]["reached"] == 0 and t["asha"]["reached"] == 1
+
+
+def test_v3_scores_its_own_ahto_and_v1s_other_schedulers(S):
+    st = S.Setup("v3")
+    rows = S.read_rows(st, "test")
+    own = {(r["task"], r["seed"]) for r in S.read_jsonl(st.runs) if r["split"] == "test"}
+    ahto = [r for r in rows if r["label"] == "ahto"]
+    assert len(ahto) == len(own) == 200 and {(r["task"], r["seed"]) for r in ahto} == own
+    assert {r["label"] for r in rows} == set(S.SCHEDULERS) and len(rows) == 1000
