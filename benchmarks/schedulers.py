@@ -374,9 +374,9 @@ class Setup:
         f = {k: ROOT / "benchmarks" / v for k, v in VERSIONS[version].items()}
         self.version, self.protocol_path = version, f["protocol"]
         self.runs, self.validation, self.out = f["runs"], f["validation"], f["out"]
-        self.protocol = json.loads(self.protocol_path.read_text())
+        self.protocol = protocol(version)
         self.per_seed_best = version == "v3"
-        self.base = ROOT / "benchmarks" / VERSIONS["v1"]["runs"] if version == "v3" else None
+        self.base = RUNS if version == "v3" else None  # v3 scores v1's searches
         if version in ("v1", "v3"):
             self.full_trials = BUDGET_FULL_TRIALS
         elif HORIZON_OUT.is_file():
@@ -552,14 +552,21 @@ def cmd_validate_target(args) -> None:
               f"{reached}/{len(rows)}")
 
 
-def test_weights(st: Setup) -> list[float] | None:
-    """The test's ``ahto``: v1 the shipped policy (``None``); v2, v3 the variant their validation
-    chose."""
+def tested_ahto(st: Setup) -> dict:
+    """The test's ``ahto``: ``{"variant", "weights"}``: v1 the shipped policy (``weights`` None:
+    the package data), v2 and v3 the variant their validation chose.
+
+    Raises:
+        SystemExit: v2/v3 before their validation ran.
+    """
     if st.version == "v1":
-        return None
+        from archsearch.search.scheduler import load_stop_policy
+
+        return {"variant": load_stop_policy()["manifest"].get("variant"), "weights": None}
     if not st.validation.is_file():
         raise SystemExit(f"{st.validation}: not written yet: run `schedulers.py validate --protocol {st.version}` first")
-    return variant_weights(json.loads(st.validation.read_text())["chosen"])
+    chosen = json.loads(st.validation.read_text())["chosen"]
+    return {"variant": chosen, "weights": variant_weights(chosen)}
 
 
 def read_rows(st: Setup, split: str) -> list[dict]:
@@ -577,7 +584,7 @@ def read_rows(st: Setup, split: str) -> list[dict]:
 def cmd_run(args) -> None:
     st = Setup(args.protocol)
     tasks, seeds = L.load_split()["test"], parse_seeds(args.seeds)
-    w = test_weights(st)
+    w = tested_ahto(st)["weights"]
     jobs = [("test", t, s, sch, sch, w if sch == "ahto" else None, st.full_trials)
             for sch in SCHEDULERS for t in tasks for s in seeds
             if st.base is None or sch == "ahto"]  # v3: the other four are v1's rows
@@ -652,9 +659,9 @@ def cmd_summarize(args) -> None:
     s["asha_time_to_95_ratio_vs_hyperband"] = round(compare(table, "asha", "hyperband", "time_to_95_s")["ratio"], 4)
     from archsearch.search.scheduler import load_stop_policy
 
-    w = test_weights(st)
-    pol = {"weights": w, "variant": json.loads(st.validation.read_text())["chosen"]} if w is not None else \
-        {"weights": load_stop_policy()["weights"], "variant": load_stop_policy()["manifest"].get("variant")}
+    pol = tested_ahto(st)
+    if pol["weights"] is None:
+        pol["weights"] = load_stop_policy()["weights"]
     prov = provenance(commits=sorted({r["commit"] for r in rows}), seeds=seeds,
                       wall_s=sum(r["seconds"] for r in rows) + time.time() - t0,
                       protocol=str(st.protocol_path.relative_to(ROOT)), runs=len(rows),

@@ -2,23 +2,17 @@
 protocol v2 reads a long search's prefix as the shorter search, which holds for schedulers whose
 decisions do not read the budget, and not for one that does."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from conftest import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
 TASK = "34539"  # a training task
 
 
 @pytest.fixture(scope="module")
 def S():
     pytest.importorskip("onnxruntime")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import schedulers
-
-    return schedulers
+    return load_benchmark("schedulers")
 
 
 def test_curves_do_not_depend_on_the_chunk(S):
