@@ -133,7 +133,7 @@ KEY_NAMES = ["type", "low", "high", "choices", "when", "log", "step", "max", "mi
              "zzz", "", "0", "n_layerz"]
 
 values = st.one_of(
-    st.sampled_from(SPECIAL_VALUES),
+    st.sampled_from(SPECIAL_VALUES).map(copy.deepcopy),  # a fresh {} / [] each time: a later mutation may add into it
     st.integers(min_value=-(2**80), max_value=2**80),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=12),

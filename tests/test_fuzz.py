@@ -61,6 +61,20 @@ def holds(outcome) -> None:
 # quick tier
 # ------------------------------------------------------------------------------------------
 
+SPECIAL_VALUES_AT_IMPORT = repr(fuzz.SPECIAL_VALUES)
+
+
+@settings(max_examples=300)
+@given(value=fuzz.values)
+def test_drawn_values_are_fresh_objects(value):
+    """A mutation puts a drawn value into a space and may add keys into it later: it must be a
+    fresh object, not ``SPECIAL_VALUES``' own ``{}`` or ``[]`` (shared, it grew across examples
+    into a space that contained itself: ``_paths`` recursed without end, and Hypothesis's replay
+    of the failing case differed: a flaky failure)."""
+    if isinstance(value, (dict, list)):
+        value.clear()
+    assert repr(fuzz.SPECIAL_VALUES) == SPECIAL_VALUES_AT_IMPORT
+
 
 @scaled(settings(), 1.5)
 @given(case=fuzz.space_cases(fuzz.base_spaces(shipped=False)))
