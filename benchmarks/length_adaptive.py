@@ -132,6 +132,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -158,6 +159,8 @@ LR, WEIGHT_DECAY, DROPOUT = 5e-5, 0.01, 0.1
 LENGTH_DROP_P, LAYER_DROP_P = round(1 - 0.8 ** (12 / 6), 3), 0.2
 ITERATIONS, MUTATIONS, CROSSOVERS, INITIAL = 3, 6, 6, 10
 BUDGETS = (0.5, 0.35)
+#: steps between the saves of a training pass in progress (a later call resumes from the last)
+SAVE_EVERY = 50
 #: Rows before stop 28 ran MiniLM's post-LN blocks as pre-LN blocks wherever a block dropped
 #: tokens (a bug, fixed in archsearch/dynamic/length_drop.py); their protocol has no such key.
 DROP_BLOCK = "post-LN blocks run post-LN"
@@ -192,7 +195,7 @@ def protocol(ld_steps: int = LD_STEPS, drop_rule: str = "significance", ld_from:
 
 PROTOCOL = protocol()
 SMOKE = {"val_n": 48, "test_n": 48, "train_n": 64, "max_len": 64, "std_steps": 2, "ld_steps": 2,
-         "batch": 8, "search": [4, 1, 2, 2], "wall_n32": 16, "wall_n1": 4, "repeats": 1}
+         "batch": 8, "save_every": 1, "search": [4, 1, 2, 2], "wall_n32": 16, "wall_n1": 4, "repeats": 1}
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -376,6 +379,27 @@ def wall_clock(model, variants: dict, b32: list, b1: list, repeats: int) -> dict
 # ------------------------------------------------------------------------------------------ seed
 
 
+def save_partial(loop, part: Path) -> None:
+    """:meth:`TrialLoop.save` a pass in progress into ``part`` without ever leaving no complete
+    copy: written to ``part-new`` first, then swapped in (:func:`load_partial` reads either)."""
+    new = part.with_name(part.name + "-new")
+    shutil.rmtree(new, ignore_errors=True)
+    new.mkdir(parents=True)
+    loop.save(str(new))
+    shutil.rmtree(part, ignore_errors=True)
+    new.rename(part)
+
+
+def load_partial(loop, part: Path) -> bool:
+    """Restore what :func:`save_partial` wrote (``part``, or ``part-new`` when the swap was
+    interrupted); ``False`` when there is nothing to resume."""
+    for d in (part, part.with_name(part.name + "-new")):
+        if (d / "progress.json").exists() and (d / "state.pt").exists():
+            loop.load(str(d))
+            return True
+    return False
+
+
 def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path | None = None) -> dict | None:
     """Every stage of the protocol for one seed; intermediate states in ``work/seed{seed}``.
     ``sizes`` also holds ``device`` (``None``: TrialLoop's default), ``ckpt`` (the MiniLM
@@ -432,23 +456,31 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     def stage(loop, name: str, key: str, label: str, init=None, stale: Path | None = None):
         """Train ``loop`` one pass from ``init``'s weights (or load ``sdir/name`` from an
         earlier run); its seconds are kept in ``sdir/seconds.json`` under ``key``. A retrain
-        deletes ``stale`` (a result of the earlier weights)."""
+        deletes ``stale`` (a result of the earlier weights). Every ``save_every`` steps the pass
+        is saved (:meth:`TrialLoop.save` into ``sdir/name.partial``), and a later call resumes it
+        from there: the same weights as an uninterrupted pass."""
         stored = json.loads((sdir / "seconds.json").read_text()) if (sdir / "seconds.json").exists() else {}
         if (sdir / name).exists():
             loop.model.load_state_dict(torch.load(sdir / name, weights_only=True))
             if key in stored:
                 seconds[key] = stored[key]
             return loop
-        if stale is not None:
-            stale.unlink(missing_ok=True)
-        if init is not None:
-            loop.model.load_state_dict(init.model.state_dict())
-        t0 = time.perf_counter()
-        loop.train_epoch()
-        seconds[key] = time.perf_counter() - t0
+        part = sdir / f"{name}.partial"
+        if load_partial(loop, part):
+            print(f"seed {seed}: {label} resumes at step {loop.epoch_step}", flush=True)
+        else:
+            if stale is not None:
+                stale.unlink(missing_ok=True)
+            if init is not None:
+                loop.model.load_state_dict(init.model.state_dict())
+        every = int(sizes.get("save_every", SAVE_EVERY))
+        loop.train_epoch(after_step=lambda: loop.epoch_step % every or save_partial(loop, part))
+        seconds[key] = loop.train_seconds  # with the resumed part's
         print(f"seed {seed}: {label} {seconds[key]:.0f} s", flush=True)
         torch.save(loop.model.state_dict(), sdir / name)
         (sdir / "seconds.json").write_text(json.dumps({**stored, key: seconds[key]}))
+        for d in (part, part.with_name(part.name + "-new")):
+            shutil.rmtree(d, ignore_errors=True)
         return loop
 
     # 1. full fine-tune
@@ -648,8 +680,6 @@ def main(argv: list[str] | None = None) -> int:
     sizes.update(device=args.device, ckpt=args.ckpt, data_dir=args.data, train_only=args.train_only)
     want = protocol(args.ld_steps, args.drop_rule, args.ld_from, args.device) if not args.smoke else {"smoke": SMOKE}
     if args.smoke and not args.resume:  # a smoke run starts afresh
-        import shutil
-
         runs.unlink(missing_ok=True)
         for seed in args.seeds:
             shutil.rmtree(work / f"seed{seed}", ignore_errors=True)

@@ -191,3 +191,42 @@ def test_latency_ms_runs_on_the_test_device_and_synchronises_cuda(device, monkey
         assert len(calls) == 2 * 3  # before and after each timed call: the kernels' time
     else:
         assert calls == []  # nothing to wait for on the CPU
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("cfg", [
+    {"gating": "length_drop", "n_layers": 3, "d_model": 32, "n_heads": 4, "lr": 2e-3, "dropout": 0.1},
+    {"gating": "static", "n_layers": 2, "d_model": 32, "n_heads": 4, "lr": 2e-3, "dropout": 0.1},
+], ids=["length_drop", "static"])
+def test_an_epoch_saved_part_way_resumes_to_the_same_weights(small_data, device, tmp_path, cfg):
+    """TrialLoop.save inside an epoch (from ``after_step``) and load in a new process's loop:
+    the epoch continues with its next batch, LengthDrop's sampler and dropout's RNG where they
+    were, and ends float-for-float where an uninterrupted epoch ends (the long training stages of
+    benchmarks/length_adaptive.py resume so across sessions)."""
+    torch.set_num_threads(1)
+    ref = make_loop(small_data, device, cfg=cfg)
+    ref.train_epoch()
+    ref.train_epoch()  # a second epoch: the resumed loop's next epoch draws the same order too
+
+    part = make_loop(small_data, device, cfg=cfg)
+
+    def stop_at_7():
+        if part.epoch_step == 7:
+            part.save(str(tmp_path))
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        part.train_epoch(after_step=stop_at_7)
+    torch.manual_seed(123)  # what ran between the save and the load must not matter
+    resumed = make_loop(small_data, device, seed=9, cfg=cfg)
+    resumed.load(str(tmp_path))
+    assert (resumed.epoch_step, resumed.step, resumed.epoch) == (7, 7, 0)
+    resumed.train_epoch()
+    assert (resumed.epoch_step, resumed.epoch) == (0, 1) and resumed.step == ref.step // 2
+    resumed.train_epoch()
+    assert resumed.step == ref.step
+    assert_same(resumed.model.state_dict(), ref.model.state_dict(), "model")
+    assert_same(resumed.opt.state_dict()["state"], ref.opt.state_dict()["state"], "optimizer")

@@ -113,6 +113,10 @@ class TrialLoop:
         self.batch_size = int(self.cfg.get("batch_size") or settings.get("batch_size", 64))
         self.step = 0
         self.epoch = 0
+        #: batches of the current epoch already trained (0 between epochs); with the data-order
+        #: generator's state at the epoch's start, what resumes an epoch where it was saved
+        self.epoch_step = 0
+        self._epoch_gen_state = None
         self.train_seconds = 0.0
         self.opt = self.sched = None
         self.gating = gating_class(str(self.cfg["gating"]))(self.model, self.cfg, settings, loop=self)
@@ -229,18 +233,37 @@ class TrialLoop:
             return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction=reduction)
         return F.cross_entropy(logits, y, label_smoothing=float(self.cfg["label_smoothing"]), reduction=reduction)
 
-    def train_epoch(self) -> float:
-        """One epoch of training; returns the mean training loss (nats).
+    def train_epoch(self, after_step: Callable[[], None] | None = None) -> float:
+        """One epoch of training; returns the mean training loss (nats) of the batches this
+        call trained.
+
+        An epoch saved part-way (:meth:`save` after ``epoch_step`` batches, e.g. from
+        ``after_step``) and restored with :meth:`load` continues with its next batch: the batch
+        order is drawn again from the data-order generator's state at the epoch's start, and the
+        other random streams (LengthDrop's sampler, dropout's global RNG) are restored, so the
+        resumed epoch ends with the same weights as an uninterrupted one (float-for-float on the
+        same device and thread count).
+
+        Args:
+            after_step: called after each optimizer step (``step`` and ``epoch_step`` updated),
+                e.g. to checkpoint a long epoch.
 
         Raises:
             FloatingPointError: the loss became NaN or infinite.
         """
+        import itertools
+
         import torch
 
         self.model.train()
-        t0 = time.perf_counter()
+        if self.epoch_step:  # resuming inside an epoch: the same batch order, its first batches done
+            self.gen.set_state(self._epoch_gen_state)
+        else:
+            self._epoch_gen_state = self.gen.get_state()
         total, n = 0.0, 0
-        for step, (x, mask, y) in enumerate(self.train_batches()):
+        t0 = time.perf_counter()
+        for step, (x, mask, y) in enumerate(itertools.islice(self.train_batches(), self.epoch_step, None),
+                                            self.epoch_step):
             x, y = x.to(self.device), y.to(self.device)
             mask = None if mask is None else mask.to(self.device)
             with self.autocast():
@@ -257,12 +280,18 @@ class TrialLoop:
             self.scaler.update()
             self.sched.step()
             self.step += 1
+            self.epoch_step = step + 1
             loss_value = loss.item()
             self.gating.after_step(loss_value)
             self.tying.after_step(self.step, loss_value)
             total += loss_value
             n += 1
-        self.train_seconds += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            self.train_seconds += t1 - t0
+            t0 = t1
+            if after_step is not None:
+                after_step()
+        self.epoch_step = 0
         self.epoch += 1
         return total / max(n, 1)
 
@@ -352,17 +381,22 @@ class TrialLoop:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, directory: str) -> None:
-        """Write model, optimizer, scheduler and progress to ``directory``."""
+        """Write model, optimizer, scheduler, random states and progress (an epoch's batches
+        done, when saved inside one) to ``directory``."""
         import torch
 
-        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                    "sched": self.sched.state_dict(), "gen": self.gen.get_state(),
-                    "gating": self.gating.state_dict(), "tying": self.tying.state_dict(),
-                    "scaler": self.scaler.state_dict()},
-                   os.path.join(directory, "state.pt"))
+        state = {"model": self.model.state_dict(), "opt": self.opt.state_dict(),
+                 "sched": self.sched.state_dict(), "gen": self.gen.get_state(),
+                 "gating": self.gating.state_dict(), "tying": self.tying.state_dict(),
+                 "scaler": self.scaler.state_dict(), "rng": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        if self.epoch_step:  # saved inside an epoch: where its batch order came from
+            state["epoch_gen"] = self._epoch_gen_state
+        torch.save(state, os.path.join(directory, "state.pt"))
         with open(os.path.join(directory, "progress.json"), "w") as f:
-            json.dump({"epoch": self.epoch, "step": self.step, "train_seconds": self.train_seconds,
-                       "history": self.history}, f)
+            json.dump({"epoch": self.epoch, "step": self.step, "epoch_step": self.epoch_step,
+                       "train_seconds": self.train_seconds, "history": self.history}, f)
 
     def load(self, directory: str) -> None:
         """Restore what :meth:`save` wrote (``torch.load(weights_only=True)``).
@@ -394,6 +428,12 @@ class TrialLoop:
         self.gen.set_state(state["gen"])
         if "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
+        if "rng" in state:
+            torch.set_rng_state(state["rng"])
+        if "cuda_rng" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        self.epoch_step = progress.get("epoch_step", 0)
+        self._epoch_gen_state = state.get("epoch_gen")
         self.epoch = progress["epoch"]
         self.train_seconds = progress["train_seconds"]
         self.history = progress["history"]
