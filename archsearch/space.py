@@ -172,9 +172,10 @@ class Budget(_Strict):
     steps_per_epoch: int | None = Field(None, ge=1)  #: LM: batches per epoch (default: one pass)
     batch_size: int = Field(64, ge=1)
     #: early stopping: ``asha`` (Ray's ASHAScheduler), ``ahto`` (the learned policy at ASHA's
-    #: rungs: :class:`archsearch.tune.scheduler.AHTOScheduler`) or ``none``
-    scheduler: Literal["none", "asha", "ahto"] = "asha"
-    grace_period: int = Field(1, ge=1)  #: ASHA/AHTO: epochs before a trial may be stopped
+    #: rungs: :class:`archsearch.tune.scheduler.AHTOScheduler`), ``median`` (Ray's
+    #: MedianStoppingRule) or ``none``
+    scheduler: Literal["none", "asha", "ahto", "median"] = "asha"
+    grace_period: int = Field(1, ge=1)  #: ASHA/AHTO/median: epochs before a trial may be stopped
     reduction_factor: int = Field(3, ge=2)
     cpus_per_trial: float = Field(1.0, gt=0, allow_inf_nan=False)
     gpus_per_trial: float = Field(0.0, ge=0, allow_inf_nan=False)

@@ -240,7 +240,8 @@ def test_a_non_finite_value_stops_the_trial():
 def test_space_picks_the_learning_curve_objective(tmp_path):
     """``budget.scheduler: ahto`` builds the AHTO scheduler on the objective that changes with
     training (accuracy, even when FLOPs come first) with FLOPs as its cost; ASHA ranks by the same
-    objective; an unknown scheduler is a one-line error naming the field."""
+    objective, and so does ``median`` (Ray's MedianStoppingRule, per epoch, after the grace period);
+    an unknown scheduler is a one-line error naming the field."""
     from conftest import tiny_space
 
     from archsearch.errors import UserError
@@ -255,6 +256,11 @@ def test_space_picks_the_learning_curve_objective(tmp_path):
                                                                           (1, 3, 9))
     asha = make_scheduler(tiny_space(tmp_path, objectives=objs, budget={**budget, "scheduler": "asha"}))
     assert (asha._metric, asha._mode) == ("accuracy", "max")
+    median = make_scheduler(tiny_space(tmp_path, objectives=objs, budget={**budget, "scheduler": "median",
+                                                                           "grace_period": 2}))
+    assert type(median).__name__ == "MedianStoppingRule"
+    assert (median._metric, median._mode, median._time_attr, median._grace_period) == (
+        "accuracy", "max", "training_iteration", 2)
     assert make_scheduler(tiny_space(tmp_path, budget={**budget, "scheduler": "none"})) is None
     with pytest.raises(UserError, match="scheduler"):
         tiny_space(tmp_path, budget={**budget, "scheduler": "hyperband"})
@@ -278,3 +284,28 @@ def test_a_real_search_with_the_ahto_scheduler(tmp_path, ray_session, cache_dir)
     assert len(recs) == 4
     assert all(r["status"] in ("TERMINATED", "STOPPED") for r in recs), [r["status"] for r in recs]
     assert all(len(r["history"]) == (3 if r["status"] == "TERMINATED" else 1) for r in recs)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_real_search_with_the_median_stopping_rule(tmp_path, ray_session, cache_dir):
+    """A real Ray search with ``scheduler: median``: Ray's MedianStoppingRule pauses a trial while
+    too few others have reached its epoch (and trials are waiting), then stops or continues it;
+    every trial ends TERMINATED (all epochs) or STOPPED, and a paused trial resumes from its
+    checkpoint without repeating or skipping an epoch."""
+    from conftest import tiny_space
+
+    from archsearch.runs import RunDir
+    from archsearch.tune.runner import run_search
+
+    budget = {"trials": 6, "max_concurrent": 2, "epochs": 3, "batch_size": 64, "scheduler": "median",
+              "cpus_per_trial": 1, "max_failures": 0}
+    res = run_search(tiny_space(tmp_path, budget=budget), searcher="random", name="median-sched",
+                     storage=tmp_path / "runs", reports=tmp_path / "reports", progress=False)
+    recs = RunDir(res.run_dir).read_trials()
+    assert len(recs) == 6
+    assert all(r["status"] in ("TERMINATED", "STOPPED") for r in recs), [r["status"] for r in recs]
+    for r in recs:
+        epochs = [h["epoch"] for h in r["history"]]
+        assert epochs == list(range(1, len(epochs) + 1)), epochs
+        assert len(epochs) == 3 or r["status"] == "STOPPED", (r["status"], epochs)

@@ -226,8 +226,11 @@ def scheduler_metrics(space) -> tuple[Any, Any]:
 
 def make_scheduler(space):
     """The Tune scheduler of ``budget.scheduler``: ``asha`` (Ray's ``ASHAScheduler``), ``ahto``
-    (:class:`archsearch.tune.scheduler.AHTOScheduler`: the learned policy at ASHA's rungs), or
-    ``None`` (``none``, or epochs <= grace period: nothing to stop)."""
+    (:class:`archsearch.tune.scheduler.AHTOScheduler`: the learned policy at ASHA's rungs),
+    ``median`` (Ray's ``MedianStoppingRule``: after ``grace_period`` epochs a trial whose best
+    result so far is worse than the median of the other trials' running averages at the same
+    epoch stops; Golovin et al. 2017, "Google Vizier", sec. 3.2.2), or ``None`` (``none``, or
+    epochs <= grace period: nothing to stop)."""
     b = space.budget
     if b.scheduler == "none" or b.epochs <= b.grace_period:
         return None
@@ -238,6 +241,11 @@ def make_scheduler(space):
         return AHTOScheduler(metric=obj.metric, mode=obj.mode, time_attr="training_iteration", max_t=b.epochs,
                              grace_period=b.grace_period, reduction_factor=b.reduction_factor,
                              cost_metric=cost.metric if cost else None, num_samples=b.trials)
+    if b.scheduler == "median":
+        from ray.tune.schedulers import MedianStoppingRule
+
+        return MedianStoppingRule(metric=obj.metric, mode=obj.mode, time_attr="training_iteration",
+                                  grace_period=b.grace_period)
     from ray.tune.schedulers import ASHAScheduler
 
     return ASHAScheduler(metric=obj.metric, mode=obj.mode, time_attr="training_iteration", max_t=b.epochs,
