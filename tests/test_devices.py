@@ -230,3 +230,24 @@ def test_an_epoch_saved_part_way_resumes_to_the_same_weights(small_data, device,
     assert resumed.step == ref.step
     assert_same(resumed.model.state_dict(), ref.model.state_dict(), "model")
     assert_same(resumed.opt.state_dict()["state"], ref.opt.state_dict()["state"], "optimizer")
+
+
+def test_the_length_adaptive_benchmark_resumes_a_pass_from_either_copy(small_data, device, tmp_path):
+    """benchmarks/length_adaptive.py's ``save_partial`` always leaves a complete copy: the pass
+    resumes from ``part`` or, when the swap was cut between its two steps, from ``part-new``;
+    with neither there is nothing to resume."""
+    from conftest import load_benchmark
+
+    la = load_benchmark("length_adaptive")
+    cfg = {"gating": "static", "n_layers": 2, "d_model": 32, "n_heads": 4, "lr": 2e-3}
+    loop = make_loop(small_data, device, cfg=cfg)
+    part = tmp_path / "full.pt.partial"
+    assert not la.load_partial(make_loop(small_data, device, cfg=cfg), part)
+    loop.train_epoch(after_step=lambda: loop.epoch_step % 5 or la.save_partial(loop, part))
+    assert (part / "state.pt").exists() and not part.with_name(part.name + "-new").exists()
+    saved = make_loop(small_data, device, seed=4, cfg=cfg)
+    assert la.load_partial(saved, part) and saved.epoch_step == 15  # 16 batches: the last save at 15
+    part.rename(part.with_name(part.name + "-new"))  # the swap cut after removing the old copy
+    again = make_loop(small_data, device, seed=5, cfg=cfg)
+    assert la.load_partial(again, part) and again.epoch_step == 15
+    assert_same(again.model.state_dict(), saved.model.state_dict(), "model")
