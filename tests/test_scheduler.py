@@ -266,23 +266,29 @@ def test_space_picks_the_learning_curve_objective(tmp_path):
         tiny_space(tmp_path, budget={**budget, "scheduler": "hyperband"})
 
 
-@pytest.mark.ray
-@pytest.mark.slow
-def test_a_real_search_with_the_ahto_scheduler(tmp_path, ray_session, cache_dir):
-    """A real Ray search with ``scheduler: ahto`` finishes every trial (COMPLETE or STOPPED at a
-    rung) and records the scheduler in its report inputs."""
+def _real_search(tmp_path, scheduler: str, trials: int, max_concurrent: int) -> list[dict]:
+    """The trial records of a real Ray search of ``tiny_space`` (3 epochs, random searcher)."""
     from conftest import tiny_space
 
     from archsearch.runs import RunDir
     from archsearch.tune.runner import run_search
 
-    budget = {"trials": 4, "max_concurrent": 1, "epochs": 3, "batch_size": 64, "scheduler": "ahto",
-              "cpus_per_trial": 1, "max_failures": 0}
-    res = run_search(tiny_space(tmp_path, budget=budget), searcher="random", name="ahto-sched",
+    budget = {"trials": trials, "max_concurrent": max_concurrent, "epochs": 3, "batch_size": 64,
+              "scheduler": scheduler, "cpus_per_trial": 1, "max_failures": 0}
+    res = run_search(tiny_space(tmp_path, budget=budget), searcher="random", name=f"{scheduler}-sched",
                      storage=tmp_path / "runs", reports=tmp_path / "reports", progress=False)
     recs = RunDir(res.run_dir).read_trials()
-    assert len(recs) == 4
+    assert len(recs) == trials
     assert all(r["status"] in ("TERMINATED", "STOPPED") for r in recs), [r["status"] for r in recs]
+    return recs
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_real_search_with_the_ahto_scheduler(tmp_path, ray_session, cache_dir):
+    """A real Ray search with ``scheduler: ahto`` finishes every trial (COMPLETE or STOPPED at a
+    rung)."""
+    recs = _real_search(tmp_path, "ahto", trials=4, max_concurrent=1)
     assert all(len(r["history"]) == (3 if r["status"] == "TERMINATED" else 1) for r in recs)
 
 
@@ -293,19 +299,7 @@ def test_a_real_search_with_the_median_stopping_rule(tmp_path, ray_session, cach
     too few others have reached its epoch (and trials are waiting), then stops or continues it;
     every trial ends TERMINATED (all epochs) or STOPPED, and a paused trial resumes from its
     checkpoint without repeating or skipping an epoch."""
-    from conftest import tiny_space
-
-    from archsearch.runs import RunDir
-    from archsearch.tune.runner import run_search
-
-    budget = {"trials": 6, "max_concurrent": 2, "epochs": 3, "batch_size": 64, "scheduler": "median",
-              "cpus_per_trial": 1, "max_failures": 0}
-    res = run_search(tiny_space(tmp_path, budget=budget), searcher="random", name="median-sched",
-                     storage=tmp_path / "runs", reports=tmp_path / "reports", progress=False)
-    recs = RunDir(res.run_dir).read_trials()
-    assert len(recs) == 6
-    assert all(r["status"] in ("TERMINATED", "STOPPED") for r in recs), [r["status"] for r in recs]
-    for r in recs:
+    for r in _real_search(tmp_path, "median", trials=6, max_concurrent=2):
         epochs = [h["epoch"] for h in r["history"]]
         assert epochs == list(range(1, len(epochs) + 1)), epochs
         assert len(epochs) == 3 or r["status"] == "STOPPED", (r["status"], epochs)
