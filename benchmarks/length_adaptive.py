@@ -120,6 +120,12 @@ its per-document test results (``test_correct``: '0'/'1' per document, in the so
 order), from which every drop and gain gets a paired bootstrap interval, per seed and pooled
 over the seeds (``intervals``; summary keys ``<key>_ci``).
 
+The same 5-epoch protocol on this CPU (its addendum 1: no GPU was drawn): each training pass
+saves itself every ``SAVE_EVERY`` steps into the work directory (``<stage file>.partial``) and a
+later call resumes it float-for-float, so ``--ld-from full --ld-steps 1452 --seeds 0 1 2
+--train-only --work /work/la5`` is started again in each session until every seed is trained,
+then the same command without ``--train-only`` searches, tests and times on a quiet machine.
+
 Run: ``nice -n 10 python benchmarks/length_adaptive.py`` (``--seeds 0 1 2`` for more seeds;
 ``--ld-steps 600`` for two epochs of LengthDrop; ``--smoke``: tiny sizes, < 2 min, writes
 only to the work directory).
