@@ -13,7 +13,14 @@ length configurations are :mod:`archsearch.dynamic.length_config`.
 ``n_sandwich`` (2) random sub-models (LengthDrop, ``l_{i+1} ~ U{ceil((1 - p) l_i), l_i}``,
 ``l_0 = n``, plus LayerDrop: each block skipped with probability ``layer_drop_p``); each
 sub-model is distilled in place, KL(full model's detached softmax || sub-model's); the sum of the
-``n_sandwich + 2`` losses is divided by ``n_sandwich + 2``.
+``n_sandwich + 2`` losses is divided by ``n_sandwich + 2``. Two differences from the paper's
+code (github.com/clovaai/length-adaptive-transformer, ``trainer.py`` at 8c35cb3): there,
+``sample_layer_configuration`` reads ``layer_dropout_prob`` before ``layer_dropout``, so with
+``--layer_dropout_prob 0.2`` LayerDrop also hits the full and the smallest model's passes; and its
+distillation term is ``KLDivLoss(log_softmax(full), softmax(sub))``, i.e. KL(sub || full) with
+the gradient through the sub-model's probabilities. We keep the sandwich's ends whole and
+KL(full || sub), as Yu & Huang define the sandwich rule and in-place distillation ("Universally
+Slimmable Networks", sec. 3.2-3.3); neither of the code's variants is measured here.
 
 Shapes: ``B`` batch, ``T`` padded length, ``C`` classes, ``V`` vocabulary.
 """
