@@ -385,10 +385,16 @@ def wall_clock(model, variants: dict, b32: list, b1: list, repeats: int) -> dict
 # ------------------------------------------------------------------------------------------ seed
 
 
+def partial_copies(part: Path) -> tuple[Path, Path]:
+    """The two places a saved pass may be: ``part``, and ``part-new`` (written first, then
+    swapped in by :func:`save_partial`)."""
+    return part, part.with_name(part.name + "-new")
+
+
 def save_partial(loop, part: Path) -> None:
     """:meth:`TrialLoop.save` a pass in progress into ``part`` without ever leaving no complete
     copy: written to ``part-new`` first, then swapped in (:func:`load_partial` reads either)."""
-    new = part.with_name(part.name + "-new")
+    new = partial_copies(part)[1]
     shutil.rmtree(new, ignore_errors=True)
     new.mkdir(parents=True)
     loop.save(str(new))
@@ -399,7 +405,7 @@ def save_partial(loop, part: Path) -> None:
 def load_partial(loop, part: Path) -> bool:
     """Restore what :func:`save_partial` wrote (``part``, or ``part-new`` when the swap was
     interrupted); ``False`` when there is nothing to resume."""
-    for d in (part, part.with_name(part.name + "-new")):
+    for d in partial_copies(part):
         if (d / "progress.json").exists() and (d / "state.pt").exists():
             loop.load(str(d))
             return True
@@ -485,7 +491,7 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         print(f"seed {seed}: {label} {seconds[key]:.0f} s", flush=True)
         torch.save(loop.model.state_dict(), sdir / name)
         (sdir / "seconds.json").write_text(json.dumps({**stored, key: seconds[key]}))
-        for d in (part, part.with_name(part.name + "-new")):
+        for d in partial_copies(part):
             shutil.rmtree(d, ignore_errors=True)
         return loop
 
