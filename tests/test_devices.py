@@ -208,7 +208,7 @@ def test_an_epoch_saved_part_way_resumes_to_the_same_weights(small_data, device,
     benchmarks/length_adaptive.py resume so across sessions)."""
     torch.set_num_threads(1)
     ref = make_loop(small_data, device, cfg=cfg)
-    ref.train_epoch()
+    ref_loss = ref.train_epoch()
     ref.train_epoch()  # a second epoch: the resumed loop's next epoch draws the same order too
 
     part = make_loop(small_data, device, cfg=cfg)
@@ -224,7 +224,7 @@ def test_an_epoch_saved_part_way_resumes_to_the_same_weights(small_data, device,
     resumed = make_loop(small_data, device, seed=9, cfg=cfg)
     resumed.load(str(tmp_path))
     assert (resumed.epoch_step, resumed.step, resumed.epoch) == (7, 7, 0)
-    resumed.train_epoch()
+    assert resumed.train_epoch() == ref_loss  # the epoch's mean loss counts the batches before the save
     assert (resumed.epoch_step, resumed.epoch) == (0, 1) and resumed.step == ref.step // 2
     resumed.train_epoch()
     assert resumed.step == ref.step
@@ -251,3 +251,26 @@ def test_the_length_adaptive_benchmark_resumes_a_pass_from_either_copy(small_dat
     again = make_loop(small_data, device, seed=5, cfg=cfg)
     assert la.load_partial(again, part) and again.epoch_step == 15
     assert_same(again.model.state_dict(), saved.model.state_dict(), "model")
+
+
+def test_an_infinite_gradient_with_a_finite_loss_fails_the_trial(small_data, device):
+    """Clipping turns an infinite gradient into NaN and the optimizer writes it into the
+    weights: the epoch raises FloatingPointError (the trial's error) instead of going on to
+    report an accuracy of NaN logits."""
+    loop = make_loop(small_data, device, cfg={"gating": "static", "n_layers": 2, "d_model": 32, "n_heads": 4})
+    weight = next(p for p in loop.model.parameters() if p.requires_grad)
+    weight.register_hook(lambda g: g * math.inf)
+    with pytest.raises(FloatingPointError, match="gradient norm is nan at epoch 1, step 0"):
+        loop.train_epoch()
+
+
+def test_diverged_weights_fail_the_evaluation(small_data, device):
+    """A model whose weights hold a NaN has a NaN validation loss (its argmax accuracy would
+    look like a number): evaluate raises rather than returning metrics."""
+    loop = make_loop(small_data, device, cfg={"gating": "static", "n_layers": 2, "d_model": 32, "n_heads": 4})
+    loop.train_epoch()
+    assert math.isfinite(loop.evaluate()["val_loss"])
+    with torch.no_grad():
+        next(loop.model.blocks[-1].ffn.parameters())[0, 0] = math.nan
+    with pytest.raises(FloatingPointError, match="validation loss is nan after epoch 1"):
+        loop.evaluate()

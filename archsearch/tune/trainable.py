@@ -117,6 +117,7 @@ class TrialLoop:
         #: generator's state at the epoch's start, what resumes an epoch where it was saved
         self.epoch_step = 0
         self._epoch_gen_state = None
+        self._epoch_loss = (0.0, 0)  #: (loss sum, batches) of the epoch under way
         self.train_seconds = 0.0
         self.opt = self.sched = None
         self.gating = gating_class(str(self.cfg["gating"]))(self.model, self.cfg, settings, loop=self)
@@ -248,8 +249,13 @@ class TrialLoop:
             after_step: called after each optimizer step (``step`` and ``epoch_step`` updated),
                 e.g. to checkpoint a long epoch.
 
+        Returns:
+            the epoch's mean training loss (nats per batch; with a resumed epoch, over all its
+            batches, those trained before the save included).
+
         Raises:
-            FloatingPointError: the loss became NaN or infinite.
+            FloatingPointError: the loss or (without fp16's gradient scaler, which skips such
+                steps itself) the gradient norm became NaN or infinite.
         """
         import itertools
 
@@ -258,9 +264,10 @@ class TrialLoop:
         self.model.train()
         if self.epoch_step:  # resuming inside an epoch: the same batch order, its first batches done
             self.gen.set_state(self._epoch_gen_state)
+            total, n = self._epoch_loss  # the loss summed over the batches trained before the save
         else:
             self._epoch_gen_state = self.gen.get_state()
-        total, n = 0.0, 0
+            total, n = 0.0, 0
         t0 = time.perf_counter()
         for step, (x, mask, y) in enumerate(itertools.islice(self.train_batches(), self.epoch_step, None),
                                             self.epoch_step):
@@ -275,17 +282,25 @@ class TrialLoop:
             self.opt.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
             self.scaler.unscale_(self.opt)
-            torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), 1.0)
+            norm = torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), 1.0)
             self.scaler.step(self.opt)
             self.scaler.update()
             self.sched.step()
             self.step += 1
             self.epoch_step = step + 1
-            loss_value = loss.item()
+            # one host read for both (a GPU synchronises once per step, as with the loss alone)
+            loss_value, norm_value = torch.stack([loss.detach().float(), norm.float()]).tolist()
+            if not self.scaler.is_enabled() and not math.isfinite(norm_value):
+                # a finite loss with an infinite gradient: clipping made it NaN and the step wrote
+                # it into the weights; the trial fails here, not with made-up metrics later
+                raise FloatingPointError(
+                    f"gradient norm is {norm_value} at epoch {self.epoch + 1}, step {step} "
+                    f"(lr={self.cfg['lr']:.3g})")
             self.gating.after_step(loss_value)
             self.tying.after_step(self.step, loss_value)
             total += loss_value
             n += 1
+            self._epoch_loss = (total, n)
             t1 = time.perf_counter()
             self.train_seconds += t1 - t0
             t0 = t1
@@ -313,7 +328,11 @@ class TrialLoop:
     def evaluate(self, split_name: str = "validation") -> dict[str, float]:
         """Metrics of the current model on ``split_name`` (docs/design.md names and units; the
         gating strategy's entries, e.g. depth histograms, describe the same pass; ``latency_ms``
-        is timed afterwards on a validation batch and is not counted in them)."""
+        is timed afterwards on a validation batch and is not counted in them).
+
+        Raises:
+            FloatingPointError: the loss on ``split_name`` is NaN or infinite (diverged weights:
+                their accuracy would be an argmax over NaN logits)."""
         import torch
 
         from archsearch.models import costs
@@ -338,6 +357,9 @@ class TrialLoop:
                 flops_sum += float(flops.sum())
                 n_samples += x.shape[0]
         val_loss = loss_sum / max(count, 1)
+        if not math.isfinite(val_loss):  # diverged weights: no metric of them means anything
+            raise FloatingPointError(f"{split_name} loss is {val_loss} after epoch {self.epoch} "
+                                     f"(the weights diverged; lr={self.cfg['lr']:.3g})")
         metrics: dict[str, float] = {"val_loss": val_loss}
         if self.data.task == "lm":
             metrics["perplexity"] = math.exp(min(val_loss, 50.0))
@@ -395,8 +417,11 @@ class TrialLoop:
             state["epoch_gen"] = self._epoch_gen_state
         torch.save(state, os.path.join(directory, "state.pt"))
         with open(os.path.join(directory, "progress.json"), "w") as f:
-            json.dump({"epoch": self.epoch, "step": self.step, "epoch_step": self.epoch_step,
-                       "train_seconds": self.train_seconds, "history": self.history}, f)
+            progress = {"epoch": self.epoch, "step": self.step, "epoch_step": self.epoch_step,
+                        "train_seconds": self.train_seconds, "history": self.history}
+            if self.epoch_step:
+                progress["epoch_loss"] = list(self._epoch_loss)
+            json.dump(progress, f)
 
     def load(self, directory: str) -> None:
         """Restore what :meth:`save` wrote (``torch.load(weights_only=True)``).
@@ -434,6 +459,8 @@ class TrialLoop:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.epoch_step = progress.get("epoch_step", 0)
         self._epoch_gen_state = state.get("epoch_gen")
+        loss_sum, batches = progress.get("epoch_loss", (0.0, 0))  # older saves: not kept
+        self._epoch_loss = (float(loss_sum), int(batches))
         self.epoch = progress["epoch"]
         self.train_seconds = progress["train_seconds"]
         self.history = progress["history"]
