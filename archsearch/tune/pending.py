@@ -98,3 +98,32 @@ class PendingWatch(Callback):
             f"node of the cluster has that ({describe_resources(nodes)}): the autoscaler added "
             f"none; the search was stopped (run: {self.key}); lower budget.{fld}, give the cluster "
             "a node type that fits, or raise budget.pending_timeout_s")
+
+
+class TimeBudget(Stopper):
+    """Tune's experiment stopper for ``budget.time_budget_s``, counted over every session of a
+    run: a resumed search gets what the earlier sessions left, not the whole budget again.
+    (Ray's ``TimeoutStopper``, which ``TuneConfig.time_budget_s`` builds, starts its clock afresh
+    when ``Tuner.restore`` unpickles it.) As Ray's, a session's clock starts at Tune's first
+    check, after its set-up. Tune pickles this stopper with the experiment, so the driver sets
+    what each session may spend in :attr:`remaining`, under the run's name, before the session's
+    ``fit``: the budget minus the wall seconds of the earlier sessions."""
+
+    #: run name -> seconds this session may spend
+    remaining: dict[str, float] = {}
+
+    def __init__(self, run_name: str):
+        self.run_name = run_name
+        self._deadline: float | None = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_deadline": None}
+
+    def __call__(self, trial_id, result) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        now = time.time()
+        if self._deadline is None:
+            self._deadline = now + TimeBudget.remaining[self.run_name]
+        return now >= self._deadline

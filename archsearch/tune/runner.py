@@ -195,16 +195,22 @@ def _tuner(launch: Launch, progress: bool, restore: bool):
     callbacks = [recorder, ProgressBar(recorder, b.trials, space.objectives[0])] if progress else [recorder]
     watch = pending_watch(launch)
     callbacks.append(watch)
+    stop = watch.stopper
+    if b.time_budget_s is not None:  # ours, not TuneConfig.time_budget_s: see TimeBudget
+        from ray.tune.stopper import CombinedStopper
+
+        from archsearch.tune.pending import TimeBudget
+
+        stop = CombinedStopper(stop, TimeBudget(launch.run.name))
     return tune.Tuner(
         _trainable(launch),
         tune_config=tune.TuneConfig(
             search_alg=tune_searcher(launch.spec.searcher, space, launch.data, launch.run,
                                      seed=launch.spec.seed),
-            scheduler=scheduler, num_samples=b.trials, reuse_actors=True,
-            time_budget_s=b.time_budget_s),
+            scheduler=scheduler, num_samples=b.trials, reuse_actors=True),
         run_config=tune.RunConfig(
             name=launch.run.tune_name, storage_path=str(launch.run.path), verbose=0,
-            callbacks=callbacks, stop=watch.stopper,
+            callbacks=callbacks, stop=stop,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             failure_config=tune.FailureConfig(max_failures=b.max_failures)),
     )
@@ -269,14 +275,18 @@ def _fit(launch: Launch, *, progress: bool, ray_dashboard: bool, restore: bool,
          reports: str | Path) -> RunResult:
     import optuna
 
-    from archsearch.tune.pending import PendingWatch
+    from archsearch.tune.pending import PendingWatch, TimeBudget
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # also on resume: no INFO lines
     init_ray(launch.spec.address, num_cpus=launch.spec.num_cpus, dashboard=ray_dashboard)
     if progress:
         print_dashboards(launch.run.path, launch.spec.address, ray_dashboard)
     PendingWatch.verdicts.pop(str(launch.run.path), None)
-    _tuner(launch, progress, restore).fit()
+    tuner = _tuner(launch, progress, restore)
+    budget_s = launch.space.budget.time_budget_s
+    if budget_s is not None:  # what the earlier sessions of the run left
+        TimeBudget.remaining[launch.run.name] = budget_s - launch.prior_wall
+    tuner.fit()
     stuck = PendingWatch.verdicts.pop(str(launch.run.path), None)
     result = _finish(launch, reports)
     if stuck is not None:  # the run and its report are written; the search did not finish
