@@ -118,6 +118,71 @@ def test_pruner_makes_the_schedulers_decisions():
     assert min(trained) < MAX_T and max(trained) == MAX_T
 
 
+def _pruned_at(study, curve, check_at) -> int | None:
+    """Report every epoch of ``curve`` to a new trial, call ``should_prune`` only at the epochs
+    in ``check_at``; the epoch it was pruned at (``None``: it completed)."""
+    import optuna
+
+    t = study.ask()
+    for e, v in enumerate(curve, start=1):
+        t.report(float(v), e)
+        if e in check_at and t.should_prune():
+            study.tell(t, state=optuna.trial.TrialState.PRUNED)
+            return e
+    study.tell(t, float(curve[-1]))
+    return None
+
+
+def test_pruner_judges_the_rungs_a_trial_passed_between_checks():
+    """A study that calls ``should_prune`` less often than ``report`` still has every rung
+    judged (as Optuna's SuccessiveHalvingPruner): a trial far below six good ones is pruned at
+    its first check whether that falls on a rung (1, 3) or between rungs (2, 4); so is a trial
+    whose NaN report came before the check. (The pruner that judged only the last report's rung
+    let both run to the end: checked.)"""
+    import optuna
+
+    from archsearch.search import AHTOPruner
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    good = np.linspace(0.8, 0.9, 9)
+    for check_at, expected in (((1, 2, 3, 4), 1), ((2, 4), 2)):
+        study = optuna.create_study(direction="maximize",
+                                    pruner=AHTOPruner(max_resource=9, weights=ASHA_WEIGHTS))
+        for k in range(6):
+            _pruned_at(study, good + 0.01 * k, check_at=())
+        assert _pruned_at(study, np.full(9, 0.1), check_at) == expected
+        nan_first = np.r_[math.nan, good[1:]]
+        assert _pruned_at(study, nan_first + 0.05, check_at) == expected
+
+
+def test_bad_rungs_are_value_errors():
+    from archsearch.search import AHTOPruner
+    from archsearch.tune.scheduler import AHTOScheduler
+
+    for kw, match in (({"reduction_factor": 1}, "reduction_factor"), ({"reduction_factor": 0.5}, "reduction_factor"),
+                      ({"grace_period": 0}, "grace_period")):
+        with pytest.raises(ValueError, match=match):
+            StopPolicy(ASHA_WEIGHTS, max_t=9, **kw)
+        with pytest.raises(ValueError, match=match):
+            AHTOScheduler(metric="accuracy", mode="max", max_t=9, weights=ASHA_WEIGHTS, **kw)
+    with pytest.raises(ValueError, match="reduction_factor"):
+        AHTOPruner(max_resource=9, reduction_factor=1, weights=ASHA_WEIGHTS)
+
+
+def test_a_missing_or_nan_cost_leaves_the_cost_unknown():
+    """A result whose cost metric is None or NaN neither crashes the scheduler (the Tune run)
+    nor makes the trial the cheapest on the front: its cost stays unknown."""
+    from archsearch.tune.scheduler import AHTOScheduler
+
+    sched = AHTOScheduler(metric="accuracy", mode="max", max_t=9, cost_metric="flops_per_sample",
+                          weights=ASHA_WEIGHTS)
+    for i, c in enumerate((None, math.nan, 5.0)):
+        tr = _Trial(i)
+        sched.on_trial_add(None, tr)
+        sched.on_trial_result(None, tr, {"training_iteration": 1, "accuracy": 0.5, "flops_per_sample": c})
+    assert sched.policy.cost == {"t0": None, "t1": None, "t2": 5.0}
+
+
 def test_pruner_refuses_multi_objective_studies():
     import optuna
 

@@ -4,14 +4,19 @@
 (no state of its own, so it works with any storage and several processes), a single-objective
 study (``Trial.report`` raises for several objectives), intermediate values at integer steps
 (epochs). It rebuilds the :class:`archsearch.search.scheduler.StopPolicy` state from the other
-trials' intermediate values, in trial order, and decides for ``trial`` when its last report is
-its first at or past a rung::
+trials' intermediate values, in trial order, then replays ``trial``'s own reports: it is pruned
+if any rung it has passed says stop or any value it reported is NaN or infinite (so a study that
+calls ``should_prune`` less often than ``report`` still judges every rung, as Optuna's
+``SuccessiveHalvingPruner`` does). Steps are completed epochs, ``1 .. max_resource``; a trial
+reporting at ``max_resource`` is complete (its value there is a finished trial's final value,
+which the policy's ``final_z`` feature learns from)::
 
     study = optuna.create_study(direction="maximize", pruner=AHTOPruner(max_resource=20))
     ...
-    trial.report(accuracy, epoch)
-    if trial.should_prune():
-        raise optuna.TrialPruned()
+    for epoch in range(1, 21):
+        trial.report(accuracy, epoch)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
 
 A trial that ran sequentially after the others gets the decision
 :class:`~archsearch.tune.scheduler.AHTOScheduler` would make (tested). Only trials numbered
@@ -42,8 +47,9 @@ class AHTOPruner(optuna.pruners.BasePruner):
         weights: 7 policy weights (default: the shipped ``ahto_scheduler.json``).
 
     Raises:
-        ValueError: ``max_resource < min_resource``, bad ``weights``; at ``prune``, a
-            multi-objective study (as Optuna's own pruners).
+        ValueError: ``max_resource < min_resource``, ``min_resource <= 0``,
+            ``reduction_factor <= 1``, bad ``weights``; at ``prune``, a multi-objective study
+            (as Optuna's own pruners).
     """
 
     def __init__(self, *, min_resource: int = 1, max_resource: int = 100, reduction_factor: float = 3,
@@ -69,13 +75,12 @@ class AHTOPruner(optuna.pruners.BasePruner):
             for step in sorted(t.intermediate_values):
                 pol.on_result(t.number, step, t.intermediate_values[step])
         pol.add(trial.number, self._cost(trial))
-        for step in steps[:-1]:
-            pol.on_result(trial.number, step, trial.intermediate_values[step])
         used = min((trial.number + 1) / self._n_trials, 1.0) if self._n_trials else 0.0
-        last = steps[-1]
-        if last >= pol.max_t:
+        if steps[-1] >= pol.max_t:
             return False
-        return not pol.on_result(trial.number, last, trial.intermediate_values[last], used)
+        # every rung the trial passed is judged, not only the one of its last report
+        return not all([pol.on_result(trial.number, step, trial.intermediate_values[step], used)
+                        for step in steps])
 
     def _cost(self, t) -> float | None:
         if self._cost_attr is None:

@@ -57,7 +57,11 @@ def rungs(max_t: int, grace_period: int = 1, reduction_factor: float = 3) -> tup
     """ASHA's milestones, as Ray's ``_Bracket`` (one bracket) builds them: ``grace_period *
     reduction_factor**k`` for ``k < int(log(max_t / grace_period) / log(reduction_factor) + 1)``
     (not rounded: a fractional factor gives fractional milestones, as in Ray).
-    ``rungs(52, 1, 3) == (1, 3, 9, 27)``."""
+    ``rungs(52, 1, 3) == (1, 3, 9, 27)``.
+
+    Raises:
+        ZeroDivisionError, ValueError: ``reduction_factor == 1``, ``grace_period <= 0``
+            (:class:`StopPolicy` checks both first and raises ``ValueError``)."""
     n = int(math.log(max_t / grace_period) / math.log(reduction_factor) + 1)
     return tuple(grace_period * reduction_factor ** k for k in range(n))
 
@@ -73,7 +77,8 @@ class StopPolicy:
         mode: ``"max"`` or ``"min"``: the direction of the reported value.
 
     Raises:
-        ValueError: ``weights`` not of length 7, ``mode`` not max/min, ``max_t < grace_period``.
+        ValueError: ``weights`` not of length 7, ``mode`` not max/min, ``grace_period <= 0``,
+            ``reduction_factor <= 1`` (as Ray's ASHA asserts), ``max_t < grace_period``.
     """
 
     def __init__(self, weights=None, *, max_t: int, grace_period: int = 1, reduction_factor: float = 3,
@@ -83,6 +88,10 @@ class StopPolicy:
             raise ValueError(f"weights: expected {len(FEATURES)} values ({', '.join(FEATURES)}), got {w.shape}")
         if mode not in ("max", "min"):
             raise ValueError(f"mode: expected 'max' or 'min', got {mode!r}")
+        if not grace_period > 0:
+            raise ValueError(f"grace_period must be > 0, got {grace_period}")
+        if not reduction_factor > 1:
+            raise ValueError(f"reduction_factor must be > 1, got {reduction_factor}")
         if max_t < grace_period:
             raise ValueError(f"max_t ({max_t}) < grace_period ({grace_period})")
         self.weights, self.max_t, self.rf = w, int(max_t), float(reduction_factor)

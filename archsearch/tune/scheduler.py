@@ -83,8 +83,10 @@ class AHTOScheduler(FIFOScheduler):
     def on_trial_result(self, tune_controller, trial, result: dict[str, Any]) -> str:
         if result.get(self._time_attr) is None or result.get(self._metric) is None:
             return TrialScheduler.CONTINUE
-        if self._cost_metric and self.policy.cost.get(trial.trial_id) is None and self._cost_metric in result:
-            self.policy.cost[trial.trial_id] = float(result[self._cost_metric])
+        if self._cost_metric and self.policy.cost.get(trial.trial_id) is None:
+            c = result.get(self._cost_metric)  # a missing, non-numeric or NaN cost stays unknown
+            if isinstance(c, (int, float)) and not isinstance(c, bool):
+                self.policy.add(trial.trial_id, float(c))
         self._reported.add(trial.trial_id)
         t = result[self._time_attr]
         used = min(len(self._reported) / self._num_samples, 1.0) if self._num_samples else 0.0
