@@ -396,17 +396,22 @@ def test_gating_is_registered_and_trains_with_the_sandwich_then_searches(rt_data
     gating.set_length_config((8, 4))
     gating.load_state_dict(state)
     assert gating.length_config is None
-    # finalize: the evolutionary search's Pareto set, sorted by FLOPs, accuracy increasing
+    # finalize: the evolutionary search's Pareto set (on its validation subset), measured on
+    # the whole validation split as evaluate() measures a trial, sorted by FLOPs, accuracy
+    # increasing
     out = gating.finalize()
+    assert gating.length_config is None  # finalize does not change the selection
     curve = out["anytime_curve"]
     assert curve and store.is_file()
     import json
 
     evaluated = json.loads(store.read_text())["evaluated"]
     assert len(evaluated) > 10
-    for e in evaluated:  # every evaluated configuration is weakly dominated by a curve point
-        assert any(c["flops_per_sample"] <= e["flops_per_sample"] and c["accuracy"] >= e["metric"]
-                   for c in curve)
+    front = gating.search.front()  # every evaluated configuration is weakly dominated by the front
+    for e in evaluated:
+        assert any(c["flops_per_sample"] <= e["flops_per_sample"] and c["metric"] >= e["metric"] for c in front)
+    on_subset = {tuple(c["length_config"]) for c in front}
+    assert {tuple(c["length_config"]) for c in curve} <= on_subset
     f = [c["flops_per_sample"] for c in curve]
     a = [c["accuracy"] for c in curve]
     assert f == sorted(f) and all(a2 > a1 for a1, a2 in zip(a, a[1:]))
@@ -414,19 +419,26 @@ def test_gating_is_registered_and_trains_with_the_sandwich_then_searches(rt_data
         assert set(c) == {"flops_per_sample", "accuracy", "latency_ms", "length_config"}
         check_length_config(c["length_config"], 2, 32)
         assert c["latency_ms"] > 0
-    assert gating.length_config is None  # finalize does not change the selection
+        gating.set_length_config(c["length_config"])  # the trial's own evaluation gives the same
+        m = loop.evaluate()
+        assert (c["accuracy"], c["flops_per_sample"]) == pytest.approx((m["accuracy"], m["flops_per_sample"]))
+    gating.set_length_config(None)
     # never below the smallest trained sub-model (p = 0.4 over 2 layers of 32: (20, 12))
     floor = smallest_length_config(2, 32, 0.4)
     assert all(all(v >= f for v, f in zip(e["length_config"], floor)) for e in evaluated)
     # the best configuration within each budget, relative to the full length on the same subset
+    # (chosen on the subset, measured on the whole split)
     full_flops = next(e["flops_per_sample"] for e in evaluated if e["length_config"] == [32, 32])
     for q, best in out["budget_configs"].items():
         ok = [e for e in evaluated if e["flops_per_sample"] <= float(q) * full_flops]
         if best is None:
             assert not ok
             continue
-        assert best["flops_per_sample"] <= float(q) * full_flops
-        assert best["metric"] == max(e["metric"] for e in ok)
+        assert best["search_flops_per_sample"] <= float(q) * full_flops
+        assert best["search_metric"] == max(e["metric"] for e in ok)
+        gating.set_length_config(best["length_config"])
+        assert best["metric"] == pytest.approx(loop.evaluate()["accuracy"])
+    gating.set_length_config(None)
 
 
 def test_language_model_trains_and_evaluates_with_drop_and_restore(cache_dir, device):

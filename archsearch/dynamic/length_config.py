@@ -110,16 +110,17 @@ def constant_ratio_config(n_layers: int, n: int, keep: float,
     return smallest_length_config(n_layers, n, 1.0 - keep, min_tokens)
 
 
-def scale_counts(length: int, real: torch.Tensor, n: int, min_tokens: int = MIN_TOKENS) -> torch.Tensor:
+def scale_counts(length, real: torch.Tensor, n: int, min_tokens: int = MIN_TOKENS) -> torch.Tensor:
     """Per-sample kept counts ``clamp(ceil(length * m / n), min(min_tokens, m), m)``.
 
     Args:
-        length: ``l_i`` in tokens of a full ``n``-token sequence.
-        real: ``(B,)`` int64 real-token counts ``m``.
+        length: ``l_i`` in tokens of a full ``n``-token sequence (an int), or ``(L, 1)`` int64
+            lengths of ``L`` blocks at once.
+        real: ``(B,)`` (or ``(1, B)``) int64 real-token counts ``m``.
         n: reference length.
 
     Returns:
-        ``(B,)`` int64 counts.
+        ``(B,)`` int64 counts (``(L, B)`` for ``(L, 1)`` lengths).
     """
     k = (length * real + n - 1) // n  # (B,) ceil
     return torch.maximum(k, real.clamp(max=min_tokens)).minimum(real)  # (B,)

@@ -25,7 +25,12 @@ and computes the O projection, the residual and the FFN only for the kept tokens
 shorter tensor: really removed, not masked). ``A V`` is computed for all current queries (one
 matmul, counted as such) and gathered before the O projection. Blocks that drop nothing run the
 model's own :class:`~archsearch.models.transformer.Block`. ``rule="prefix"``
-(``length_drop_rule: prefix``) keeps the first tokens instead of the most attended ones.
+(``length_drop_rule: prefix``) keeps the first tokens instead of the most attended ones. Any
+token may be dropped, the first (``[CLS]`` of a BERT checkpoint) too: the paper's code always
+keeps it (``always_keep_cls_token``), which matters for a model that pools ``[CLS]``; ours pools
+the mean of the kept tokens (below). The significance score's sum over heads and queries is not
+counted in :func:`length_config_flops` (``~2 H K^2`` per dropping block: 0.16% of the FLOPs
+``torch.utils.flop_counter`` counts for a tiny test model).
 
 **Which tokens stay (causal LM).** Content-based top-k selection would let future tokens decide
 which past tokens survive (a query at position ``t' > t`` adds to token ``t``'s score, and the set

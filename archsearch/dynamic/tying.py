@@ -1,4 +1,6 @@
-"""Layer tying during training: a Q-learning agent (``tying: rl``) and fixed baselines.
+"""Layer tying during training: Q-learning agents (``tying: rl``, ours; ``tying: paper``, Hay &
+Wolf's as their code runs it), a held-out switch (``tying: switch``) and fixed maps (``all``,
+``every_k``).
 
 Source: Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024;
 specified in docs/design.md, "Dynamic layer tying". Modules: the tying maps and real parameter
@@ -12,7 +14,11 @@ nowhere else): :class:`AllTying` has none; :class:`EveryKTying`: ``tying_k``
 ``tying_every``, ``tying_explore_frac``, ``tying_max_distinct``, ``tying_total_steps`` and the
 agent's ``tying_gamma``, ``tying_lr``, ``tying_hidden``, ``tying_epsilon_end``,
 ``tying_replay_size``, ``tying_replay_batch``, ``tying_target_sync``
-(:class:`~archsearch.dynamic.tying_settings.RLTyingSettings`).
+(:class:`~archsearch.dynamic.tying_settings.RLTyingSettings`); :class:`SwitchTying`:
+``tying_k``, ``tying_check_every``, ``tying_patience``, ``tying_split``
+(:class:`~archsearch.dynamic.tying_settings.SwitchTyingSettings`); :class:`PaperTying`: the
+:class:`~archsearch.dynamic.tying_settings.PaperTyingSettings` fields (``tying_every``,
+``tying_gamma``, ``tying_lr``, ``tying_hidden``, ``tying_epsilon_decay``, ...).
 
 **The agent** (``tying: rl``, :class:`RLTying`): the state starts with every block tied to block
 0. Training runs in intervals of ``tying_every`` batches. At the end of each interval the agent

@@ -1,7 +1,12 @@
 """The Q-learning parts of ``tying: rl``: Q-network, replay buffer, agent and reward.
 
-Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024, Sec. 3;
-:class:`archsearch.dynamic.tying.RLTying` runs them (rounds, exploration schedule, freezing).
+Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024, Sec. 3: the
+Q-learning formulation (a state of tying choices, an action per block, a Q-network over them).
+Ours, not the paper's (issue 16; the paper's agent is ``tying: paper``,
+:class:`archsearch.dynamic.tying.PaperTying`): the replay buffer, the target network and
+:class:`ImprovementReward` (the paper rewards each decision with minus the perplexity of one
+training batch). :class:`archsearch.dynamic.tying.RLTying` runs them (rounds, exploration
+schedule, freezing).
 :class:`TyingAgent`'s defaults are the fields of
 :class:`~archsearch.dynamic.tying_settings.RLTyingSettings` (``tying_hidden``, ``tying_gamma``,
 ``tying_lr``, ``tying_epsilon_end``, ``tying_replay_size``, ``tying_replay_batch``,

@@ -1,4 +1,5 @@
-"""The settings of the tying controllers (torch-free): ``tying: all``, ``every_k`` and ``rl``.
+"""The settings of the tying controllers (torch-free): ``tying: all``, ``every_k``, ``rl``,
+``paper`` and ``switch``.
 
 The controllers (:mod:`archsearch.dynamic.tying`) declare these as their ``Settings``; a field's
 name is its trial-config key, and its ``description`` gives the unit, the default's reason and
