@@ -136,12 +136,14 @@ class LengthDropSettings(StrategySettings):
         "Validation samples each candidate configuration is evaluated on, the same subset for "
         "all (classification: sentences drawn at random, seeded; LM: the first blocks of "
         "max_len tokens). 1024: ours, to bound a search's cost (the paper evaluates on the "
-        "whole dev set; the reported benchmark on its whole 2,000-document validation split)."))
+        "whole dev set; the reported benchmark on its whole 2,000-document validation split). "
+        "The search's Pareto set is then measured on the whole validation split, the figures "
+        "the anytime curve and budget_configs report."))
     length_budgets: Annotated[tuple[Fraction, ...], Field(min_length=1)] | None = Field(None, description=(
         "FLOPs fractions of the full model, each in (0, 1], e.g. [0.5, 0.35]: finalize() adds "
         "budget_configs, per fraction the most accurate searched configuration whose FLOPs on "
-        "the validation subset fit that fraction of the full model's (null when none does). "
-        "None: the anytime curve only. The paper reports whole accuracy-FLOPs curves; [0.5, "
+        "the validation subset fit that fraction of the full model's (null when none does), "
+        "with its metric and FLOPs on the whole validation split. None: the anytime curve only. The paper reports whole accuracy-FLOPs curves; [0.5, "
         "0.35] are the reported benchmark's claim, not a recipe, so no default."))
 
     @field_validator("length_drop_rule")
