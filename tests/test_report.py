@@ -378,6 +378,22 @@ def test_anytime_curve_points_enter_the_front(tmp_path):
     assert ids == ["trial_00000", "trial_00001", "trial_00001#0", "trial_00001#1", "trial_00001#2"]
 
 
+def test_a_subtrials_repro_config_is_its_trials_and_a_nan_metric_is_not_a_setting():
+    """A point setting that shares a name with a trial config key (a gamma sweep of a model
+    trained with ``gamma``) is the sub-trial's config, but re-training needs the trial's own
+    value; a known metric holding NaN is left out, not shown as an inference-time setting."""
+    from archsearch.report.data import build_report_data
+
+    trials = dynamic_trials()
+    trials[1]["config"]["gamma"] = 0.5
+    trials[1]["metrics"]["anytime_curve"] = [
+        {"flops_per_sample": 1e6, "accuracy": 0.78, "latency_ms": math.nan, "gamma": 0.3}]
+    sub = next(r for r in build_report_data(trials, OBJECTIVES).subtrials)
+    assert sub.config["gamma"] == 0.3 and sub.repro_config["gamma"] == 0.5
+    assert sub.repro_config == trials[1]["config"]
+    assert sub.settings == {"gamma": 0.3} and "latency_ms" not in sub.metrics
+
+
 def test_anytime_points_inherit_model_metrics_and_bad_points_are_dropped(tmp_path):
     trials = dynamic_trials()
     trials[1]["metrics"]["anytime_curve"].append({"flops_per_sample": 2e6, "latency_ms": 0.1})

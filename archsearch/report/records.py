@@ -87,6 +87,7 @@ class TrialRow:
     point: int | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     inherited: list[str] = field(default_factory=list)
+    parent_config: dict[str, Any] | None = None  #: a sub-trial's: its trial's own config
 
     @property
     def stopped(self) -> bool:
@@ -104,7 +105,7 @@ class TrialRow:
         point settings are inference-time choices of that same trained model)."""
         if not self.is_subtrial:
             return self.config
-        return {k: v for k, v in self.config.items() if k not in self.settings}
+        return dict(self.parent_config or {})
 
     def tying_map(self) -> Any:
         """The final tying map (``metrics["tying_map"]``), or ``None``."""
@@ -278,8 +279,8 @@ def make_subtrials(parent: TrialRow, first_index: int, objectives: list[Objectiv
             dropped += 1
             continue
         metrics = {key: v for key, v in point.items() if _metric_like(key, v, known)}
-        settings = {str(key): v for key, v in point.items()
-                    if key not in metrics and key != "config"}
+        # a known metric without a finite number is neither a metric nor a setting: left out
+        settings = {str(key): v for key, v in point.items() if key not in known and key != "config"}
         if isinstance(point.get("config"), Mapping):
             settings.update({str(key): v for key, v in point["config"].items()})
         inherited = [m for m in MODEL_METRICS if m not in metrics and m in parent.metrics]
@@ -289,7 +290,7 @@ def make_subtrials(parent: TrialRow, first_index: int, objectives: list[Objectiv
             index=first_index + len(rows), trial_id=f"{parent.trial_id}#{k}",
             status=parent.status, config={**parent.config, **settings}, metrics=metrics,
             history=[], error=None, parent=parent.trial_id, point=k, settings=settings,
-            inherited=inherited,
+            inherited=inherited, parent_config=dict(parent.config),
         )
         classify(row, objectives, constraints)
         if row.failed:  # a point without its objective values: nothing to draw
