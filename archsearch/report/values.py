@@ -35,12 +35,13 @@ def metric_label(name: str) -> str:
 
 
 def to_float(value: Any) -> float:
-    """``value`` as a float; NaN for None, booleans and anything non-numeric."""
+    """``value`` as a float (numeric strings too: YAML reads ``1e6`` as one); NaN for None,
+    booleans, integers too large for a float and anything non-numeric."""
     if value is None or isinstance(value, bool):
         return math.nan
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return math.nan
 
 
