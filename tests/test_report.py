@@ -639,3 +639,12 @@ def test_unknown_objective_metric_raises(tmp_path):
     with pytest.raises(ValueError, match=r"objectives\[1\]\.metric: .*unknown metric 'flops'"):
         write_report(realistic_trials(3), [OBJECTIVES[0], {"metric": "flops", "mode": "min"}],
                      tmp_path)
+
+
+def test_an_integer_too_large_for_a_float_is_a_failed_value_not_a_crash(tmp_path):
+    """A record holding a 401-digit integer (JSON allows it) makes that trial failed; the
+    report is still written (it raised OverflowError)."""
+    trials = realistic_trials(3)
+    trials[0]["metrics"]["flops_per_sample"] = 10 ** 400
+    summary = write_report(trials, OBJECTIVES, tmp_path)
+    assert summary["n_failed"] == 1 and (tmp_path / "index.html").is_file()
