@@ -97,8 +97,13 @@ def _exit_if_nothing_succeeded(res) -> None:
         return
     from archsearch.runs import RunDir
 
-    errors = [r["error"] for r in RunDir(res.run_dir).read_trials() if r.get("error")]
+    recs = RunDir(res.run_dir).read_trials()
+    errors = [r["error"] for r in recs if r.get("error")]
+    unfinished = sum(r["status"] == "RUNNING" for r in recs)
     what = f"all {n} trials failed" if n else "no trial ran"
+    if unfinished:  # stopped early (Ctrl-C): a resume continues those trials
+        what = (f"no trial succeeded: {unfinished} of {n} stopped unfinished (continue them: "
+                f"archsearch resume {res.run_dir})")
     if errors:
         first = " ".join(str(errors[0]).split())
         what += f" (first error: {first[:150]}{'...' if len(first) > 150 else ''})"

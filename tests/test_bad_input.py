@@ -214,3 +214,25 @@ def test_search_where_every_trial_fails_exits_1_with_one_line(tmp_path, cache_di
     assert (runs / "all-fail" / "run.json").is_file()
     assert (reports / "all-fail" / "index.html").is_file()
     assert json.loads((reports / "all-fail" / "pareto.json").read_text())["n_failed"] == 2
+
+
+def test_a_search_stopped_before_any_trial_finished_says_resume_not_failed(tmp_path, capsys):
+    """Ctrl-C before any trial finished: the one line says the trials are unfinished and how
+    to continue them (exit 1: nothing succeeded), not that they all failed."""
+    import typer
+
+    from archsearch.cli import _exit_if_nothing_succeeded
+    from archsearch.runs import RunDir
+    from archsearch.tune.runner import RunResult
+
+    run = RunDir.create(tmp_path / "runs", "stopped")
+    run.write_trial({"trial_id": "a", "status": "RUNNING", "started": 1.0, "metrics": {}, "history": []})
+    run.write_trial({"trial_id": "b", "status": "ERROR", "started": 2.0, "metrics": {}, "history": [],
+                     "error": "FloatingPointError: training loss is nan"})
+    res = RunResult(run.path, tmp_path / "reports", {"n_trials": 2, "n_failed": 2}, 1.0)
+    with pytest.raises(typer.Exit) as e:
+        _exit_if_nothing_succeeded(res)
+    assert e.value.exit_code == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("error: no trial succeeded: 1 of 2 stopped unfinished (continue them: "
+                           f"archsearch resume {run.path})"), line
