@@ -300,6 +300,26 @@ def data_prepare(
     typer.echo(f"{name}: task {d.task}, vocab {d.vocab_size}, max_len {d.max_len}")
 
 
+def _usage_errors() -> tuple[type, ...]:
+    """The exception classes of command-line usage errors: click's, and the copy of click that
+    recent typer releases (0.29 here) ship inside themselves (its errors are not
+    ``click.ClickException``)."""
+    classes: list[type] = []
+    try:
+        import click
+
+        classes.append(click.ClickException)
+    except ImportError:
+        pass
+    try:
+        from typer._click.exceptions import ClickException
+    except ImportError:
+        pass
+    else:
+        classes.append(ClickException)
+    return tuple(classes)
+
+
 def main() -> None:
     """Console entry point: run the app, turning UserError into one line and exit code 2."""
     try:
@@ -312,11 +332,9 @@ def main() -> None:
     except typer.Abort:
         print("aborted", file=sys.stderr)
         sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
+    except Exception as e:
+        if isinstance(e, _usage_errors()):  # a bad option, value, command or missing argument
+            print(f"error: {' '.join(e.format_message().split())} (archsearch --help)", file=sys.stderr)
             sys.exit(2)
         raise
     if isinstance(code, int) and code:

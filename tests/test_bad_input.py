@@ -236,3 +236,19 @@ def test_a_search_stopped_before_any_trial_finished_says_resume_not_failed(tmp_p
     line = capsys.readouterr().err.strip()
     assert line.startswith("error: no trial succeeded: 1 of 2 stopped unfinished (continue them: "
                            f"archsearch resume {run.path})"), line
+
+
+@pytest.mark.parametrize("args, says", [
+    (("check", "space.yaml", "--trials", "0"), "Invalid value for '--trials'"),
+    (("check", "space.yaml", "--bogus"), "No such option: --bogus"),
+    (("check",), "Missing argument"),
+    (("nosuchcmd",), "No such command 'nosuchcmd'"),
+])
+def test_command_line_usage_errors_are_one_line_exit_2(tmp_path, args, says):
+    """A bad option, value, command or missing argument: one ``error:`` line and exit 2, never
+    a traceback (typer's own copy of click raised past the handler that expected click's)."""
+    proc = run_cli(*args, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], proc.stderr
