@@ -280,6 +280,45 @@ def test_malformed_jsonl_and_empty_csv(tmp_path):
     assert "empty" in _one_line(ei)
 
 
+def test_na_like_texts_and_labels_are_values_and_empty_rows_are_counted_aloud(tmp_path, capsys):
+    """In a CSV, "NA", "null", "None" are texts and labels like any other (pandas' defaults read
+    them as missing and the rows vanished); a row with an empty field is left out with one
+    warning line saying how many."""
+    path = tmp_path / "na.csv"
+    rows = [f"{t} {i},{lab}" for i, (t, lab) in enumerate(
+        [("NA", "yes"), ("null", "no"), ("None", "None"), ("fine", "yes"), ("good", "no")] * 8)]
+    rows[3] = "fine 3,"  # an empty label
+    path.write_text("text,label\n" + "\n".join(rows) + "\n")
+    dd = load(str(path))
+    n = sum(len(ds) for ds in dd.values())
+    assert n == 39 and sorted(dd["train"].features["label"].names) == ["None", "no", "yes"]
+    texts = [t for ds in dd.values() for t in ds["text"]]
+    assert sum(t.startswith("NA ") for t in texts) == 8
+    err = capsys.readouterr().err
+    assert "warning: " in err and "1 of 40 rows of split 'train' have an empty 'text' or 'label'" in err
+
+
+def test_labels_mixing_numbers_and_text_are_refused(tmp_path):
+    path = tmp_path / "mixed.csv"
+    path.write_text("text,label\n" + "".join(f"row {i},{[1, 2, 10][i % 3]}\n" for i in range(30))
+                    + "one more,pos\n")
+    with pytest.raises(UserError) as ei:
+        load(str(path))
+    assert ei.value.field == "label_column" and "mixes numbers and text" in _one_line(ei)
+    assert "'pos'" in _one_line(ei)
+
+
+def test_a_stray_quote_in_a_tsv_is_refused_not_merged(tmp_path):
+    """A TSV text starting with a quote that never closes ran on to the next quote, over tabs
+    and lines: rows merged silently (100 became 90)."""
+    path = tmp_path / "quote.tsv"
+    rows = [("\"" if i in (10, 20) else "") + f"review {i} was fine\t{i % 2}" for i in range(100)]
+    path.write_text("text\tlabel\n" + "\n".join(rows) + "\n")
+    with pytest.raises(UserError) as ei:
+        load(str(path))
+    assert ei.value.field == "text_column" and "row 11 after the header: a tab inside a field" in _one_line(ei)
+
+
 def test_regression_labels_rejected(tmp_path):
     path = tmp_path / "scores.csv"
     path.write_text("text,label\n" + "".join(f"row {i},{i / 7:.3f}\n" for i in range(30)))
@@ -381,7 +420,11 @@ def test_prepare_cache_key_changes_with_args_and_file(tmp_path):
     c = prepare(str(path), text_column="review", label_column="sentiment", tokenizer="char", max_len=20)
     assert b.from_cache and not c.from_cache and a.cache_path != c.cache_path
     assert c.train.input_ids.shape[1] == 20
-    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # the file changed
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # touched: the same content
+    t = prepare(str(path), text_column="review", label_column="sentiment", tokenizer="char", max_len=16)
+    assert t.from_cache and t.cache_path == a.cache_path
+    with open(path, "a") as f:  # the file changed
+        f.write(path.read_text().splitlines()[1] + "\n")
     d = prepare(str(path), text_column="review", label_column="sentiment", tokenizer="char", max_len=16)
     assert not d.from_cache
     assert len(list((tmp_path / "cache" / "prepared").glob("*.pt"))) == 3
@@ -568,3 +611,32 @@ def test_trained_tokenizers_leave_out_words_longer_than_wordpiece_reads(kind):
     vocab = tok.tok.get_vocab()
     assert not any("zz" in t for t in vocab)  # no merge learnt inside the long word
     assert any("qq" in t for t in vocab) and any("cat" in t for t in vocab)  # a 100-character word still counts
+
+
+def test_an_edited_local_file_is_never_served_from_a_stale_cache(tmp_path):
+    """The prepared cache is keyed by the file's content: an edit that restores the size and
+    modification time (``cp -p``, ``rsync -a``) is a new dataset; and the file is parsed afresh,
+    not from ``datasets``' own cache, which keys it by modification time alone (with a new size
+    and the old time, the old labels came back)."""
+    import os
+
+    from archsearch.data import prepare
+
+    path = tmp_path / "edited.csv"
+
+    def write(labels):
+        path.write_text("text,label\n" + "".join(f"good movie number {i:03d},{labels[i % 2]}\n"
+                                                 for i in range(100)))
+
+    kw = dict(tokenizer="char", vocab_size=64, max_len=16, cache_dir=tmp_path / "cache")
+    write(["aa", "bb"])
+    st = os.stat(path)
+    assert prepare(path, **kw).label_names == ["aa", "bb"]
+    write(["cc", "dd"])  # same size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert prepare(path, **kw).label_names == ["cc", "dd"]
+    write(["eee", "fff"])  # a new size, the old time
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert prepare(path, **kw).label_names == ["eee", "fff"]
+    again = prepare(path, **kw)
+    assert again.from_cache and again.label_names == ["eee", "fff"]

@@ -31,10 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import json
 import math
 import os
 import re
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -71,13 +74,19 @@ _BUNDLED: dict[str, dict[str, Any]] = {
 
 #: Extensions of local files and the ``datasets`` builder that reads them.
 LOCAL_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
-    ".csv": ("csv", {}),
-    ".tsv": ("csv", {"sep": "\t"}),
+    # only an empty field is missing: pandas' defaults would also read the texts or labels
+    # "NA", "null", "None", "nan"... as missing, and those rows would be dropped
+    ".csv": ("csv", {"keep_default_na": False, "na_values": [""]}),
+    ".tsv": ("csv", {"sep": "\t", "keep_default_na": False, "na_values": [""]}),
     ".json": ("json", {}),
     ".jsonl": ("json", {}),
     ".parquet": ("parquet", {}),
     ".txt": ("text", {}),
 }
+
+#: Version of how local files are parsed, part of their cache key: 2 = only an empty CSV/TSV
+#: field is missing ("NA", "null", "None" are values), TSV fields holding a tab refused.
+LOCAL_READER = 2
 
 #: Column names tried, in order, when ``text_column`` / ``label_column`` are not given.
 TEXT_CANDIDATES = ("text", "sentence", "content", "review", "document", "tweet", "comment")
@@ -244,8 +253,11 @@ def _load_file(path: Path) -> "datasets.DatasetDict":
         raise UserError("the file holds no rows", file=str(path), field="dataset")
     builder, kwargs = LOCAL_FORMATS[suffix]
     try:
-        with _quiet_datasets():
-            dd = datasets.load_dataset(builder, data_files={"train": str(path)}, **kwargs)
+        # built afresh in memory, not from datasets' own cache: that cache keys a local file by
+        # its modification time alone, so an edited file could come back with its old rows
+        with _quiet_datasets(), tempfile.TemporaryDirectory(prefix="archsearch-load-") as tmp:
+            dd = datasets.load_dataset(builder, data_files={"train": str(path)}, cache_dir=tmp,
+                                       keep_in_memory=True, **kwargs)
     except Exception as e:  # malformed CSV/JSON/parquet, permissions...
         if "corresponds to no data" in str(e):  # e.g. a JSON file holding []
             raise UserError("the file holds no rows", file=str(path), field="dataset") from e
@@ -360,8 +372,9 @@ def _load_dir(path: Path) -> "datasets.DatasetDict":
                 dd = datasets.load_from_disk(str(path))
                 if isinstance(dd, datasets.Dataset):
                     dd = datasets.DatasetDict({"train": dd})
-            else:
-                dd = datasets.load_dataset(str(path))
+            else:  # afresh, in memory, as _load_file
+                with tempfile.TemporaryDirectory(prefix="archsearch-load-") as tmp:
+                    dd = datasets.load_dataset(str(path), cache_dir=tmp, keep_in_memory=True)
     except Exception as e:
         raise UserError(f"could not read the directory as a dataset: {_root_cause(e)}",
                         file=str(path), field="dataset") from e
@@ -621,6 +634,7 @@ def _encode_labels(dd: "datasets.DatasetDict", col: str, source: str) -> "datase
         for ds in dd.values():
             values.update(pc.unique(_arrow_column(ds, col)).to_pylist())
         values.discard(None)
+        _check_one_kind_of_label(values, col, source)
         if any(isinstance(v, float) for v in values):
             if not all(math.isfinite(v) and float(v).is_integer() for v in values):
                 raise UserError(f"label column {col!r} holds non-integer numbers (regression is not "
@@ -652,6 +666,33 @@ def _encode_labels(dd: "datasets.DatasetDict", col: str, source: str) -> "datase
     return dd
 
 
+def _check_one_kind_of_label(values: set, col: str, source: str) -> None:
+    """Refuse a text label column in which some labels are numbers and others are not (``1``,
+    ``2``, ``10`` and a stray ``pos``): one of the two kinds is a typo, and each value would
+    silently become a class of its own.
+
+    Raises:
+        UserError: naming the column and up to 3 values of the rarer kind.
+    """
+    texts = [v for v in values if isinstance(v, str)]
+
+    def numeric(v: str) -> bool:
+        try:
+            float(v)
+        except ValueError:
+            return False
+        return True
+
+    numbers = [v for v in texts if numeric(v)]
+    words = [v for v in texts if not numeric(v)]
+    if numbers and words:
+        rare, kind = (words, "text") if len(words) <= len(numbers) else (numbers, "numbers")
+        shown = ", ".join(repr(v) for v in sorted(rare)[:3]) + (", ..." if len(rare) > 3 else "")
+        raise UserError(f"label column {col!r} mixes numbers and text: {len(numbers)} numeric and "
+                        f"{len(words)} other distinct labels (the {kind}: {shown}); a typo? make "
+                        "every label one kind", file=source, field="label_column")
+
+
 def _arrow_column(ds: "datasets.Dataset", col: str):
     """The column as a pyarrow ChunkedArray, honouring an indices mapping left by ``select``."""
     return ds.with_format("arrow")[col]
@@ -680,14 +721,44 @@ def _check_text_lengths(dd: "datasets.DatasetDict", col: str, source: str, *, he
                         + ("; an unclosed quote?" if header else ""), file=source, field="text_column")
 
 
-def _drop_nulls(dd: "datasets.DatasetDict", cols: list[str]) -> "datasets.DatasetDict":
+def _check_no_tabs(dd: "datasets.DatasetDict", cols: list[str], source: str) -> None:
+    """Refuse a TSV field that holds a tab: a stray ``"`` at a field's start opens a quoted
+    field that runs on, over tabs and lines, to the next quote, silently merging rows.
+
+    Raises:
+        UserError: naming the column and the first such row (counted from 1 after the header).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for split, ds in dd.items():
+        for col in cols:
+            values = _arrow_column(ds, col)
+            if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+                continue
+            hits = pc.match_substring(values, "\t")
+            if not pc.any(hits).as_py():
+                continue
+            row = hits.to_pylist().index(True)
+            raise UserError(f"column {col!r}, row {row + 1} after the header: a tab inside a field, "
+                            "so a quote (\") opened at a field's start ran on over the rows to the "
+                            "next quote; remove the stray quote or quote the whole field",
+                            file=source, field="text_column" if col == cols[0] else "label_column")
+
+
+def _drop_nulls(dd: "datasets.DatasetDict", cols: list[str], source: str) -> "datasets.DatasetDict":
+    """Drop the rows with a missing (null; in a CSV/TSV file: empty) value in ``cols``, saying
+    how many on stderr (one ``warning:`` line per split that loses any)."""
     import datasets
 
     out = {}
     for split, ds in dd.items():
         if any(_arrow_column(ds, c).null_count for c in cols):
+            before = len(ds)
             ds = ds.filter(lambda *vals: all(v is not None for v in vals), input_columns=cols,
                            keep_in_memory=True)
+            print(f"warning: {source}: {before - len(ds):,} of {before:,} rows of split {split!r} "
+                  f"have an empty {' or '.join(repr(c) for c in cols)}: left out", file=sys.stderr)
         out[split] = ds
     return datasets.DatasetDict(out)
 
@@ -713,7 +784,8 @@ def load(name: str = DEFAULT_DATASET, *, text_column: str | None = None,
         Columns: ``text`` (string) and, for classification, ``label`` (``ClassLabel``, ints
         ``0..C-1``; names in ``dd["train"].features["label"].names``). Sources with a single
         split get a seeded 80/10/10 split (a contiguous 80/10/10 cut in row order for ``lm``).
-        Rows with a missing (null) text or label are dropped.
+        Rows with a missing (null; in a CSV/TSV file, an empty field) text or label are
+        dropped, with one ``warning:`` line on stderr saying how many.
 
     Raises:
         UserError: unknown name, missing or unreadable file, missing text/label column (the
@@ -778,7 +850,9 @@ def _load(name, *, text_column, label_column, task) -> "datasets.DatasetDict":
     if task == "classification":
         _check_text_lengths(dd, tcol, source,
                             header=kind == "file" and ref.suffix.lower() in (".csv", ".tsv"))
-    dd = _drop_nulls(dd, keep)
+    if kind == "file" and ref.suffix.lower() == ".tsv":
+        _check_no_tabs(dd, keep, source)
+    dd = _drop_nulls(dd, keep, source)
     dd = _normalise_splits(dd, source, shuffle=(task == "classification"))
     if lcol is not None:
         dd = _encode_labels(dd, lcol, source)
@@ -795,8 +869,10 @@ def dataset_fingerprint(name: str | os.PathLike) -> dict[str, Any]:
     """Identity of a dataset for cache keys, computed without loading it.
 
     Bundled: name + sha256 of each bundled file (from the manifest). Local file or directory:
-    absolute path + size + mtime (ns) of every file. Hub: the id (+ config); a new revision on
-    the Hub is therefore not detected (delete the cache entry to refresh).
+    absolute path, size and sha256 of every file (an edit that keeps the size and the
+    modification time is still a new dataset), and :data:`LOCAL_READER` (how such files are
+    parsed). Hub: the id (+ config); a new revision on the Hub is therefore not detected
+    (delete the cache entry to refresh).
 
     Raises:
         UserError: as :func:`resolve`.
@@ -809,7 +885,10 @@ def dataset_fingerprint(name: str | os.PathLike) -> dict[str, Any]:
         files = [ref] if kind == "file" else sorted(p for p in Path(ref).rglob("*") if p.is_file())
         stats = []
         for p in files:
-            st = p.stat()
-            stats.append([str(p), st.st_size, st.st_mtime_ns])
-        return {"kind": kind, "path": str(ref), "files": stats}
+            h = hashlib.sha256()
+            with open(p, "rb") as f:  # (hashlib.file_digest: Python >= 3.11)
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            stats.append([str(p), p.stat().st_size, h.hexdigest()])
+        return {"kind": kind, "path": str(ref), "files": stats, "reader": LOCAL_READER}
     return {"kind": kind, "name": ref}
