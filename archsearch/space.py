@@ -31,6 +31,7 @@ which the model-based searchers use.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -77,6 +78,8 @@ class IntParam(_Strict):
             raise ValueError("step must be >= 1")
         if self.log and self.low <= 0:
             raise ValueError("log scale needs low > 0")
+        if self.log and self.step != 1:  # Optuna's IntDistribution refuses it at search time
+            raise ValueError(f"step ({self.step}) and log scale cannot be combined")
         return self
 
 
@@ -568,6 +571,25 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping holding the same key twice (plain YAML keeps
+    the last one: a second ``params:`` block silently replaced the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader refuses it itself
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (the later one would silently win)",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_space(path: str | Path) -> SearchSpace:
     """Read and validate a search-space YAML file (``yaml.safe_load``).
 
@@ -590,7 +612,7 @@ def load_space(path: str | Path) -> SearchSpace:
         raise UserError(f"not UTF-8: byte 0x{raw[e.start]:02x} at line {line}, column {col}; save "
                         "the file as UTF-8", file=str(path)) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # yaml.safe_load, duplicate keys refused
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None

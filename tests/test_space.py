@@ -151,6 +151,10 @@ def test_ray_param_space_samples_conditions(tmp_path):
         (BASE + "  dht_reward: {type: categorical, choices: [prob, acc]}\n", "params.dht_reward.choices"),
         (BASE + "  exit_loss: {type: float, low: 0, high: 1}\n", "params.exit_loss"),
         ("- just\n- a list\n", None),
+        (BASE.replace("low: 1, high: 3", "low: 1, high: 8, log: true, step: 2"), "params.n_layers"),
+        # a key twice: YAML keeps the last silently (the first params block vanished)
+        (BASE + "params:\n  lr: {type: float, low: 0.001, high: 0.01}\n", "line 8, column 1: malformed YAML: duplicate key 'params'"),
+        (BASE.replace("  gating:", "  n_layers: {type: int, low: 2, high: 4}\n  gating:"), "line 6, column 3: malformed YAML: duplicate key 'n_layers'"),
     ],
 )
 def test_bad_spaces_raise_one_line_naming_file_and_field(tmp_path, text, field):
