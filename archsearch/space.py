@@ -55,6 +55,36 @@ MODEL_KEYS = {
 
 Scalar = Union[int, float, str, bool]
 
+_Unit = Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)]
+
+
+class _ModelValues(BaseModel):
+    """The range of each :data:`MODEL_KEYS` value (one key checked at a time): what the
+    trainable would otherwise refuse only when a trial builds its model, or take silently
+    (``n_layers: 1.5`` cut to 1, ``batch_size: 0`` replaced by the budget's)."""
+
+    model_config = ConfigDict(extra="ignore", strict=False)
+
+    n_layers: Annotated[int, Field(ge=1)] | None = None
+    d_model: Annotated[int, Field(ge=1)] | None = None
+    n_heads: Annotated[int, Field(ge=1)] | None = None
+    d_ffn: Annotated[int, Field(ge=1)] | None = None
+    d_ffn_mult: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
+    dropout: _Unit | None = None
+    lr: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
+    weight_decay: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = None
+    batch_size: Annotated[int, Field(ge=1)] | None = None
+    warmup_steps: Annotated[int, Field(ge=0)] | None = None
+    label_smoothing: _Unit | None = None
+    init_from: str | None = None
+
+    @field_validator("n_layers", "d_model", "n_heads", "d_ffn", "batch_size", "warmup_steps", mode="before")
+    @classmethod
+    def _whole(cls, v):
+        if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+            raise ValueError(f"must be a whole number, got {v!r}")
+        return v
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -387,6 +417,7 @@ class SearchSpace(_UnitCube, _Strict):
     def _check_params(self):
         names = set(self.params)
         self._check_strategy_keys()
+        self._check_model_values()
         both = names & set(self.fixed)
         if both:
             raise _FieldError(f"fixed.{sorted(both)[0]}", "is both searched (params) and fixed")
@@ -424,6 +455,38 @@ class SearchSpace(_UnitCube, _Strict):
         if isinstance(p, CategoricalParam):
             return [(f"params.{key}.choices", v) for v in p.choices]
         return [(f"params.{key}.low", p.low), (f"params.{key}.high", p.high)]
+
+    def _check_model_values(self) -> None:
+        """Every value the space can give a model or optimiser key is in its range
+        (:class:`_ModelValues`), and without ``init_from`` every ``d_model`` it can pick divides
+        by every ``n_heads`` (ranges of at most 4,096 integers are enumerated; conditions are
+        not taken into account)."""
+        for key in MODEL_KEYS - {"gating", "tying"}:
+            for field, v in self._values(key):
+                try:
+                    _ModelValues.model_validate({key: v})
+                except ValidationError as e:
+                    raise _FieldError(field, f"{v!r}: {e.errors()[0]['msg']}") from None
+        if self._values("init_from"):
+            return
+        d_models, heads = self._all_ints("d_model"), self._all_ints("n_heads")
+        for d in d_models or [64]:  # archsearch.models.config.DEFAULTS
+            for h in heads or [4]:
+                if d % h:
+                    where = "params.d_model" if "d_model" in self.params else "fixed.d_model"
+                    raise _FieldError(where, f"d_model {d} is not divisible by n_heads {h} (the "
+                                             "space can pick both): every d_model must be")
+
+    def _all_ints(self, key: str) -> list[int] | None:
+        """Every integer value the space can give ``key`` (``None``: none, or a range of more
+        than 4,096)."""
+        p = self.params.get(key)
+        if key not in self.fixed and isinstance(p, IntParam):
+            if (p.high - p.low) // p.step >= 4096:
+                return None
+            return list(range(p.low, p.high + 1, p.step))
+        vals = [v for _, v in self._values(key)]
+        return [int(v) for v in vals] or None
 
     def _check_strategy_keys(self) -> None:
         """``gating``/``tying`` values name registered strategies, and every other non-model key

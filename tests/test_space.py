@@ -152,6 +152,14 @@ def test_ray_param_space_samples_conditions(tmp_path):
         (BASE + "  exit_loss: {type: float, low: 0, high: 1}\n", "params.exit_loss"),
         ("- just\n- a list\n", None),
         (BASE.replace("low: 1, high: 3", "low: 1, high: 8, log: true, step: 2"), "params.n_layers"),
+        # model and optimiser values: refused when loaded, not when a trial builds its model
+        (BASE + "fixed: {lr: fast}\n", "fixed.lr: 'fast': Input should be a valid number"),
+        (BASE.replace("low: 1, high: 3", "low: 0, high: 3"), "params.n_layers.low: 0"),
+        (BASE + "fixed: {dropout: 1.5}\n", "fixed.dropout: 1.5: Input should be less than 1"),
+        (BASE + "fixed: {n_layers: 1.5}\n", "fixed.n_layers: 1.5: Value error, must be a whole number"),
+        (BASE + "fixed: {batch_size: 0}\n", "fixed.batch_size: 0"),
+        (BASE + "  d_model: {type: categorical, choices: [30, 64]}\n  n_heads: {type: categorical, choices: [4]}\n",
+         "params.d_model: d_model 30 is not divisible by n_heads 4"),
         # a key twice: YAML keeps the last silently (the first params block vanished)
         (BASE + "params:\n  lr: {type: float, low: 0.001, high: 0.01}\n", "line 8, column 1: malformed YAML: duplicate key 'params'"),
         (BASE.replace("  gating:", "  n_layers: {type: int, low: 2, high: 4}\n  gating:"), "line 6, column 3: malformed YAML: duplicate key 'n_layers'"),

@@ -746,21 +746,34 @@ def _check_no_tabs(dd: "datasets.DatasetDict", cols: list[str], source: str) -> 
                             file=source, field="text_column" if col == cols[0] else "label_column")
 
 
-def _drop_nulls(dd: "datasets.DatasetDict", cols: list[str], source: str) -> "datasets.DatasetDict":
-    """Drop the rows with a missing (null; in a CSV/TSV file: empty) value in ``cols``, saying
-    how many on stderr (one ``warning:`` line per split that loses any)."""
+def _drop_nulls(dd: "datasets.DatasetDict", cols: list[str],
+                source: str) -> tuple["datasets.DatasetDict", list[str]]:
+    """Drop the rows with a missing (null; in a CSV/TSV file: empty) value in ``cols``.
+
+    Returns:
+        the datasets and one ``warning:`` line per split that lost rows (the caller prints
+        them once the whole load succeeded, so an error stays the only line).
+
+    Raises:
+        UserError: every row of a split has such a value.
+    """
     import datasets
 
-    out = {}
+    out, notes = {}, []
     for split, ds in dd.items():
         if any(_arrow_column(ds, c).null_count for c in cols):
             before = len(ds)
             ds = ds.filter(lambda *vals: all(v is not None for v in vals), input_columns=cols,
                            keep_in_memory=True)
-            print(f"warning: {source}: {before - len(ds):,} of {before:,} rows of split {split!r} "
-                  f"have an empty {' or '.join(repr(c) for c in cols)}: left out", file=sys.stderr)
+            what = " or ".join(repr(c) for c in cols)
+            if not len(ds):
+                text_empty = bool(_arrow_column(dd[split], cols[0]).null_count)
+                raise UserError(f"all {before:,} rows of split {split!r} have an empty {what}",
+                                file=source, field="text_column" if text_empty else "label_column")
+            notes.append(f"warning: {source}: {before - len(ds):,} of {before:,} rows of split "
+                         f"{split!r} have an empty {what}: left out")
         out[split] = ds
-    return datasets.DatasetDict(out)
+    return datasets.DatasetDict(out), notes
 
 
 def load(name: str = DEFAULT_DATASET, *, text_column: str | None = None,
@@ -852,7 +865,7 @@ def _load(name, *, text_column, label_column, task) -> "datasets.DatasetDict":
                             header=kind == "file" and ref.suffix.lower() in (".csv", ".tsv"))
     if kind == "file" and ref.suffix.lower() == ".tsv":
         _check_no_tabs(dd, keep, source)
-    dd = _drop_nulls(dd, keep, source)
+    dd, notes = _drop_nulls(dd, keep, source)
     dd = _normalise_splits(dd, source, shuffle=(task == "classification"))
     if lcol is not None:
         dd = _encode_labels(dd, lcol, source)
@@ -862,6 +875,8 @@ def _load(name, *, text_column, label_column, task) -> "datasets.DatasetDict":
         dd = dd.rename_column(tcol, "text")
     if dd["train"].features["text"] != datasets.Value("string"):
         dd = dd.cast_column("text", datasets.Value("string"))
+    for note in notes:
+        print(note, file=sys.stderr)
     return dd
 
 
