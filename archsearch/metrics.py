@@ -38,6 +38,8 @@ class Metric:
             function gives it; a ``max`` constraint on it is checked before launch).
         per_model: a property of the trained weights, the same at every operating point of one
             model (a sub-trial of an anytime curve inherits it from its trial).
+        low, high: the values the metric can take at all (``None``: unbounded); a constraint
+            outside them is refused when the space loads.
     """
 
     name: str
@@ -47,15 +49,17 @@ class Metric:
     log_scale: bool = False
     known_cost: bool = False
     per_model: bool = False
+    low: float | None = 0.0
+    high: float | None = None
 
 
 #: Every metric, by name (in the order the docs list them).
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("accuracy", "max", "fraction 0..1", "validation accuracy (classification)"),
+    Metric("accuracy", "max", "fraction 0..1", "validation accuracy (classification)", high=1.0),
     Metric("val_loss", "min", "nats/token",
            "validation cross-entropy (per token for language modelling, per sample for "
            "classification)"),
-    Metric("perplexity", "min", "-", "exp(val_loss) (language modelling)"),
+    Metric("perplexity", "min", "-", "exp(val_loss) (language modelling)", low=1.0),
     Metric("flops_per_sample", "min", "FLOPs",
            "forward-pass FLOPs per sample actually executed, averaged over the validation set, "
            "after gating (a multiply-add = 2 FLOPs)", log_scale=True, known_cost=True),

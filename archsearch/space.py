@@ -176,8 +176,8 @@ class Objective(ObjectiveSpec):
 
 
 class Bound(_Strict):
-    min: float | None = None
-    max: float | None = None
+    min: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    max: Annotated[float, Field(allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _check(self):
@@ -217,7 +217,7 @@ class Budget(_Strict):
     #: a trial waiting this long for resources no node of the cluster has fails the search
     #: (:class:`archsearch.tune.pending.PendingWatch`)
     pending_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False)
-    time_budget_s: float | None = Field(None, gt=0)
+    time_budget_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     latency_batch_size: int = Field(32, ge=1)
     max_failures: int = Field(1, ge=0)  #: retries of a failed trial from its last checkpoint
     #: training/inference precision (:func:`archsearch.tune.trainable.resolve_precision`): fp32
@@ -408,9 +408,16 @@ class SearchSpace(_UnitCube, _Strict):
     @field_validator("constraints")
     @classmethod
     def _known_constraints(cls, v):
-        for k in v:
+        from archsearch.metrics import METRICS as ROWS
+
+        for k, b in v.items():
             if k not in METRICS:
                 raise ValueError(f"unknown metric {k!r}; known: {', '.join(METRICS)}")
+            low, high = ROWS[k].low, ROWS[k].high  # what the metric can take at all
+            if b.min is not None and high is not None and b.min > high:
+                raise ValueError(f"{k}: no trial can meet min {b.min:g}: {k} is at most {high:g}")
+            if b.max is not None and low is not None and b.max < low:
+                raise ValueError(f"{k}: no trial can meet max {b.max:g}: {k} is at least {low:g}")
         return v
 
     @model_validator(mode="after")
@@ -430,6 +437,8 @@ class SearchSpace(_UnitCube, _Strict):
                 dp = self.params[dep]
                 if not isinstance(dp, CategoricalParam):
                     raise _FieldError(f"params.{key}.when.{dep}", "conditions must name a categorical param")
+                if isinstance(val, list) and not val:
+                    raise _FieldError(f"params.{key}.when.{dep}", "an empty list: the param would never be active")
                 for v in val if isinstance(val, list) else [val]:
                     if v not in dp.choices:
                         raise _FieldError(f"params.{key}.when.{dep}", f"{v!r} is not one of {dp.choices}")

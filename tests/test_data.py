@@ -273,6 +273,7 @@ def test_malformed_jsonl_and_empty_csv(tmp_path):
     with pytest.raises(UserError) as ei:
         load(str(bad))
     assert ei.value.file == str(bad) and ei.value.field == "dataset"
+    assert "line 2, column 10 is not valid JSON: Expecting value" in _one_line(ei)  # the line named
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     with pytest.raises(UserError) as ei:

@@ -178,5 +178,11 @@ def test_relative_checkpoint_paths_are_made_absolute_before_launch(tmp_path, mon
     assert out.dataset.tokenizer == str(tmp_path / "ckpt")
     fixed = absolute_local_paths(space.model_copy(update={"fixed": {"init_from": "./ckpt"}}))
     assert fixed.fixed["init_from"] == str(tmp_path / "ckpt")
+    assert out.dataset.name == "rotten_tomatoes_sentences"  # bundled: a name, not a path
+    # a local data file too (a resumed run reads the run's space.yaml from anywhere)
+    (tmp_path / "reviews.csv").write_text("text,label\na,0\nb,1\n")
+    local = absolute_local_paths(space.model_copy(update={"dataset": space.dataset.model_copy(
+        update={"name": "reviews.csv"})}))
+    assert local.dataset.name == str(tmp_path / "reviews.csv")
     assert absolute_local_paths(parse_space({"name": "t", "objectives": [{"metric": "accuracy", "mode": "max"}],
                                              "params": {"lr": {"type": "float", "low": 1e-5, "high": 1e-4}}}))

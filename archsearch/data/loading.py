@@ -336,13 +336,22 @@ def _json_refusal(path: Path, line_no: int, text: bytes, want: str) -> UserError
 
 def _check_json_lines(data: bytes, lines_before: int, *, path: Path) -> None:
     """Every non-blank line of ``data`` (whole lines of a ``.jsonl`` file, the first of which is
-    line ``lines_before + 1``) starts with ``{`` (a BOM before the first line is allowed)."""
+    line ``lines_before + 1``) is a JSON object (a BOM before the first line is allowed): a
+    broken line is named by its number (``datasets`` only says "trailing data at position N").
+    """
     for i, line in enumerate(data.split(b"\n")):
         text = line.strip()
         if lines_before == 0 and i == 0:
             text = text.removeprefix(b"\xef\xbb\xbf").strip()
-        if text and text[:1] != b"{":
+        if not text:
+            continue
+        if text[:1] != b"{":
             raise _json_refusal(path, lines_before + i + 1, text, "a JSON object")
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(f"line {lines_before + i + 1}, column {e.colno} is not valid JSON: {e.msg}",
+                            file=str(path), field="dataset") from None
 
 
 def _check_json_document(path: Path) -> None:

@@ -146,10 +146,11 @@ def _trained_tokenizer(value: Any) -> bool:
 
 
 def absolute_local_paths(space: SearchSpace) -> SearchSpace:
-    """``space`` with every ``init_from`` (``fixed`` and the choices of ``params``) and a
-    ``dataset.tokenizer`` that name an existing local path made absolute: relative paths mean
-    "from the directory the command runs in", and trials run elsewhere (Ray starts each in its
-    own directory), as does a resumed run. Hub ids (no such path) are left alone."""
+    """``space`` with every ``init_from`` (``fixed`` and the choices of ``params``), a
+    ``dataset.tokenizer`` and a ``dataset.name`` that name an existing local path made absolute:
+    relative paths mean "from the directory the command runs in", and trials run elsewhere (Ray
+    starts each in its own directory), as does a resumed run (it reads the run's
+    ``space.yaml``). Hub ids and bundled dataset names (no such path) are left alone."""
     def absolute(v):
         if isinstance(v, str) and v and not Path(v).expanduser().is_absolute() and Path(v).expanduser().exists():
             return str(Path(v).expanduser().resolve())
@@ -162,9 +163,17 @@ def absolute_local_paths(space: SearchSpace) -> SearchSpace:
     if getattr(param, "choices", None) is not None:
         new = param.model_copy(update={"choices": [absolute(c) for c in param.choices]})
         update["params"] = {**space.params, "init_from": new}
+    data_update: dict[str, Any] = {}
     tok = space.dataset.tokenizer
     if not _trained_tokenizer(tok) and absolute(tok) != tok:
-        update["dataset"] = space.dataset.model_copy(update={"tokenizer": absolute(tok)})
+        data_update["tokenizer"] = absolute(tok)
+    from archsearch.data.loading import bundled_names
+
+    name = space.dataset.name
+    if isinstance(name, str) and name not in bundled_names() and absolute(name) != name:
+        data_update["name"] = absolute(name)
+    if data_update:
+        update["dataset"] = space.dataset.model_copy(update=data_update)
     return space.model_copy(update=update) if update else space
 
 
