@@ -382,7 +382,9 @@ class Transformer(nn.Module):
         return attention_mask.bool()  # (B, T)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Token + position embeddings (+ dropout): ``B x T`` ids -> ``B x T x d``.
+        """Token + position embeddings (+ dropout): ``B x T`` ids -> ``B x T x d``. Positions
+        count from column 0, so sequences must be right-padded (as :mod:`archsearch.data` pads
+        them); a left-padded row would get shifted positions.
 
         Raises:
             ValueError: ``input_ids`` not 2-D, or ``T > max_len``.
@@ -392,7 +394,7 @@ class Transformer(nn.Module):
         T = input_ids.shape[1]
         if T > self.config.max_len:
             raise ValueError(f"sequence length {T} exceeds max_len {self.config.max_len}")
-        pos = torch.arange(T, device=input_ids.device)  # (T,)
+        pos = torch.arange(T, device=input_ids.device)  # (T,): right padding assumed (as the data pads)
         x = self.tok_emb(input_ids) + self.pos_emb(pos)  # (B, T, d)
         if self.config.type_vocab_size:
             x = x + self.type_emb.weight[0]  # (B, T, d): single segment, token type 0
