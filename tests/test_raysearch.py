@@ -99,3 +99,39 @@ def test_single_objective_from_tune_config():
     s.suggest("bad")
     s.on_trial_complete("bad", {"other": 1.0})  # no objective value: an error, not a crash
     assert not s.core.observations[-1].ok
+
+
+def test_a_partial_point_to_evaluate_is_completed_by_the_searcher():
+    """``points_to_evaluate`` entries may give some params (as Ray's OptunaSearch takes them):
+    the given values are kept and the searcher proposes the rest (a KeyError before)."""
+    ps = {"lr": tune.loguniform(1e-4, 1e-1), "model": {"layers": tune.randint(1, 7)},
+          "act": tune.choice(["a", "b"])}
+    s = QNEHVISearch(metric="acc", mode="max", seed=0, n_init=3, points_to_evaluate=[{"lr": 0.01}])
+    assert s.set_search_properties(None, None, ps)
+    first = s.suggest("t0")
+    assert first["lr"] == 0.01 and first["act"] in ("a", "b") and 1 <= first["model"]["layers"] <= 6
+    assert s.core.pending["t0"]["extra"]["source"] == "points_to_evaluate"
+    assert s.suggest("t1")["lr"] != 0.01  # the point was used once
+
+
+def test_an_infinite_constraint_value_does_not_stop_the_search():
+    """Optuna's ``set_constraint`` accepts inf (and a Tune result's constraint metric can be
+    NaN): the GP fit is made on finite rows only, the trial still counts as infeasible. Before,
+    every ask after it raised botorch's InputDataError (NaN in the fit)."""
+    import optuna
+
+    from archsearch.search.samplers import QNEHVISampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def objective(t):
+        x = t.suggest_float("x", 0.0, 1.0)
+        t.set_constraint("c", float("inf") if t.number == 1 else x - 0.5)
+        return (x - 0.3) ** 2
+
+    study = optuna.create_study(sampler=QNEHVISampler(seed=0, n_startup_trials=3))
+    study.optimize(objective, n_trials=6)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 6
+    assert study.trials[1].constraints == {"c": float("inf")}
+    sources = [t.system_attrs.get("archsearch:ask", {}).get("source") for t in study.trials]
+    assert "optimizer" in sources[3:], sources

@@ -23,6 +23,7 @@ Each ask records in its ``extra`` what proposed the config (``source``: ``sobol`
 
 from __future__ import annotations
 
+import math
 import zlib
 from typing import Any
 
@@ -123,7 +124,11 @@ class QNEHVISearcher(Searcher):
     def _suggest(self, trial_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
         with torch.random.fork_rng():
             torch.manual_seed(zlib.crc32(f"{self.seed}:{self.n_asked}".encode()))
-            usable = [o for o in self.finished() if all(k in o.metrics for k in self.modelled)]
+            # every modelled value finite: an infinite constraint value (Optuna's set_constraint
+            # takes inf; a Tune result's val_loss can be NaN) would put NaN into the GP fit and
+            # every later ask would raise; such a trial still counts as infeasible on the front
+            usable = [o for o in self.finished()
+                      if all(k in o.metrics and math.isfinite(o.metrics[k]) for k in self.modelled)]
             if self.n_asked < self.n_init or len(usable) < 2:
                 return self._sobol(), {"source": "sobol"}
             return self._model_suggest(usable)

@@ -101,6 +101,21 @@ class Searcher(ABC):
         self._add_pending(tid, config, extra)
         return tid, dict(config)
 
+    def ask_completing(self, trial_id: str, given: Mapping[str, Any],
+                       extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Propose a config with the ``given`` values fixed: this searcher's own proposal with
+        them laid over it (a partial Ray ``points_to_evaluate`` entry, as Optuna's
+        ``enqueue_trial`` takes some params and samples the rest). It counts as asked.
+
+        Raises:
+            ValueError: ``trial_id`` is already pending or observed.
+        """
+        tid = self._new_id(trial_id)
+        config, drawn = self._suggest(tid)
+        config = self._clip({**config, **given})
+        self._add_pending(tid, config, {**(drawn or {}), **(extra or {})})
+        return dict(config)
+
     def _new_id(self, trial_id) -> str:
         """``trial_id`` as a string. Raises: ValueError: it is already pending or observed."""
         tid = str(trial_id)

@@ -173,8 +173,11 @@ class CoreSearch(Searcher):
                                "give param_space/metric/mode to it or to the Tuner")
         if self._points:
             point = flatten_dict(self._points.pop(0), prevent_delimiter=True)
-            config = {k: point[k] for k in self._dists}
-            self.core.adopt(trial_id, config, {"source": "points_to_evaluate"})
+            config = {k: point[k] for k in self._dists if k in point}
+            if len(config) == len(self._dists):
+                self.core.adopt(trial_id, config, {"source": "points_to_evaluate"})
+            else:  # a partial point (as Ray's OptunaSearch takes): the searcher proposes the rest
+                config = self.core.ask_completing(trial_id, config, {"source": "points_to_evaluate"})
         else:
             _, config = self.core.ask(trial_id)
         return unflatten_dict({k: config[k] for k in self._dists})
