@@ -36,7 +36,7 @@ import pickle
 from typing import Any, Sequence
 
 from ray.tune.search import Searcher
-from ray.tune.search.sample import (Categorical, Domain, Float, Integer, LogUniform, Quantized,
+from ray.tune.search.sample import (Categorical, Float, Integer, LogUniform, Quantized,
                                     Uniform)
 from ray.tune.search.variant_generator import parse_spec_vars
 from ray.tune.utils.util import flatten_dict, unflatten_dict
