@@ -181,6 +181,27 @@ def test_envcheck_refuses_another_archsearch_version(staged):
     assert "not the submitted 0.0.1" in line
 
 
+def _group_alive(pgid: int) -> bool:
+    """A process of group ``pgid`` still runs (zombies do not count: Ray's daemons are
+    reparented to PID 1, which in a container may never reap them, so ``killpg(pgid, 0)``
+    kept succeeding and each teardown waited its whole grace periods, ~30 s)."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: the signal test, zombies included
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while we looked
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            return True
+    return False
+
+
 @contextlib.contextmanager
 def _ray_head(tmp: Path, env: dict, *, num_cpus: int, stop_jobs: bool = False):
     """``ray start --head`` under ``env`` in a process group of its own (``tmp/ray`` as its
@@ -221,18 +242,16 @@ def _ray_head(tmp: Path, env: dict, *, num_cpus: int, stop_jobs: bool = False):
                         client.stop_job(job.submission_id)
             except Exception:
                 pass
-        for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):  # a throwaway head: no need to wait long
             try:
                 os.killpg(starter.pid, sig)
             except ProcessLookupError:
                 break
             deadline = time.time() + grace
-            while time.time() < deadline:
-                try:
-                    os.killpg(starter.pid, 0)
-                except ProcessLookupError:
-                    break
+            while time.time() < deadline and _group_alive(starter.pid):
                 time.sleep(0.5)
+            if not _group_alive(starter.pid):
+                break
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
