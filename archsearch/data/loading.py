@@ -238,8 +238,6 @@ def _load_file(path: Path) -> "datasets.DatasetDict":
     Raises:
         UserError: unsupported extension, unreadable or malformed file, no rows.
     """
-    import datasets
-
     suffix = path.suffix.lower()
     if suffix not in LOCAL_FORMATS:
         raise UserError(f"unsupported file type {suffix or '(none)'!r}; supported: "
@@ -253,17 +251,24 @@ def _load_file(path: Path) -> "datasets.DatasetDict":
         raise UserError("the file holds no rows", file=str(path), field="dataset")
     builder, kwargs = LOCAL_FORMATS[suffix]
     try:
-        # built afresh in memory, not from datasets' own cache: that cache keys a local file by
-        # its modification time alone, so an edited file could come back with its old rows
-        with _quiet_datasets(), tempfile.TemporaryDirectory(prefix="archsearch-load-") as tmp:
-            dd = datasets.load_dataset(builder, data_files={"train": str(path)}, cache_dir=tmp,
-                                       keep_in_memory=True, **kwargs)
+        with _quiet_datasets():
+            dd = _load_afresh(builder, data_files={"train": str(path)}, **kwargs)
     except Exception as e:  # malformed CSV/JSON/parquet, permissions...
         if "corresponds to no data" in str(e):  # e.g. a JSON file holding []
             raise UserError("the file holds no rows", file=str(path), field="dataset") from e
         raise UserError(f"could not read as {suffix[1:]}: {_root_cause(e)}",
                         file=str(path), field="dataset") from e
     return dd
+
+
+def _load_afresh(*args, **kwargs) -> "datasets.DatasetDict":
+    """``datasets.load_dataset(*args, **kwargs)`` built afresh in memory, not from
+    ``datasets``' own cache: that cache keys a local file by its modification time alone, so an
+    edited file could come back with its old rows."""
+    import datasets
+
+    with tempfile.TemporaryDirectory(prefix="archsearch-load-") as tmp:
+        return datasets.load_dataset(*args, cache_dir=tmp, keep_in_memory=True, **kwargs)
 
 
 def _parquet_rows(path: Path) -> int | None:
@@ -381,9 +386,8 @@ def _load_dir(path: Path) -> "datasets.DatasetDict":
                 dd = datasets.load_from_disk(str(path))
                 if isinstance(dd, datasets.Dataset):
                     dd = datasets.DatasetDict({"train": dd})
-            else:  # afresh, in memory, as _load_file
-                with tempfile.TemporaryDirectory(prefix="archsearch-load-") as tmp:
-                    dd = datasets.load_dataset(str(path), cache_dir=tmp, keep_in_memory=True)
+            else:
+                dd = _load_afresh(str(path))
     except Exception as e:
         raise UserError(f"could not read the directory as a dataset: {_root_cause(e)}",
                         file=str(path), field="dataset") from e

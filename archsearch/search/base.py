@@ -95,11 +95,8 @@ class Searcher(ABC):
         Raises:
             ValueError: ``trial_id`` is already pending or observed.
         """
-        tid = self._new_id(trial_id if trial_id is not None else f"t{self.n_asked}")
-        config, extra = self._suggest(tid)
-        config = self._clip(config)
-        self._add_pending(tid, config, extra)
-        return tid, dict(config)
+        tid = str(trial_id if trial_id is not None else f"t{self.n_asked}")
+        return tid, self.ask_completing(tid, {})
 
     def ask_completing(self, trial_id: str, given: Mapping[str, Any],
                        extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
