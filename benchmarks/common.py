@@ -24,9 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def git_commit() -> str:
-    """The checkout's HEAD commit (40 hex digits), plus ``+dirty`` when tracked files differ."""
+    """The checkout's HEAD commit (40 hex digits), plus ``+dirty`` when tracked files differ.
+
+    Changes under ``benchmarks/results/`` do not count: they are what the benchmarks write
+    (a run appending its rows, a result renamed before a rerun), not code the numbers came from.
+    """
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":(exclude)benchmarks/results"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
     return f"{head}+dirty" if head and dirty else head
 

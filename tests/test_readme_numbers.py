@@ -97,3 +97,26 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     assert "confidence exit on the same models: ?" in second and second.endswith("| >= 1.5: met |")
     tying = next(r for r in rows if r.startswith("| Layer tying"))
     assert "not measured (`tying.json` has no `tied_minus_untied_best_val_ppl`)" in tying
+
+
+def test_provenance_commit_is_dirty_for_code_not_for_results(tmp_path, monkeypatch):
+    """``git_commit`` flags uncommitted code, not the benchmark's own output (rows appended to a
+    result file, a result renamed before its rerun): those would mark every row of a run dirty."""
+    import subprocess
+
+    common = load_benchmark("common")
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "a.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    head = common.git_commit()
+    assert len(head) == 40
+    (tmp_path / "benchmarks" / "results" / "a.json").write_text('{"rows": []}')
+    git("mv", "benchmarks/results/a.json", "benchmarks/results/b.json")
+    assert common.git_commit() == head
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert common.git_commit() == head + "+dirty"
