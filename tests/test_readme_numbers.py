@@ -77,7 +77,7 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     (tmp_path / "schedulers.json").write_text(json.dumps({
         "summary": {"ahto_time_to_95_ratio_vs_asha": 0.8, "ahto_time_to_95_ratio_vs_asha_ci": [0.7, 0.9],
                     "ahto_wilcoxon_p_vs_asha": 0.01, "ahto_time_to_95_ratio_vs_hyperband": 0.95},
-        "targets": {"ahto_time_to_95_ratio_vs_asha": "<= 0.85"}}))
+        "targets": {"ahto_time_to_95_ratio_vs_asha": "<= 0.85", "ahto_wilcoxon_p_vs_asha": "< 0.05"}}))
     (tmp_path / "dht.json").write_text(json.dumps({  # one summary section per dataset
         "summary": {"rt": {"dht_gain_over_static_pts_at_0.5": 1.0, "confidence_exit_gain_over_static_pts_at_0.5": 0.5,
                            "dht_acc_drop_pts_at_0.5": 2.0},
@@ -88,7 +88,8 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     rows = summarize.render(tmp_path, tmp_path / "no-example").splitlines()
     sched = next(r for r in rows if r.startswith("| AHTO scheduler"))
     assert "**0.8** x ASHA's (Wilcoxon p 0.01 over 10 tasks; the target also asks p < 0.05); 95% CI 0.7 to 0.9" in sched and "Hyperband: 0.95x" in sched
-    assert sched.endswith("| <= 0.85: met |")
+    # the ratio's target holds only with the p-value's (JOINT_TARGETS)
+    assert sched.endswith("| <= 0.85: met; and `ahto_wilcoxon_p_vs_asha` < 0.05: met (0.01): **met** |")
     dht, second = (r for r in rows if r.startswith("| Per-sample depth"))
     assert "**1** accuracy points over the static cut (3 seeds each); no interval" in dht
     assert "confidence exit on the same models: 0.5; full model: 2 above DHT" in dht
@@ -97,6 +98,13 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     assert "confidence exit on the same models: ?" in second and second.endswith("| >= 1.5: met |")
     tying = next(r for r in rows if r.startswith("| Layer tying"))
     assert "not measured (`tying.json` has no `tied_minus_untied_best_val_ppl`)" in tying
+    # a ratio that meets its bound without significance is missed
+    data = json.loads((tmp_path / "schedulers.json").read_text())
+    data["summary"]["ahto_wilcoxon_p_vs_asha"] = 0.375
+    (tmp_path / "schedulers.json").write_text(json.dumps(data))
+    sched = next(r for r in summarize.render(tmp_path, tmp_path / "no-example").splitlines()
+                 if r.startswith("| AHTO scheduler"))
+    assert sched.endswith("| <= 0.85: met; and `ahto_wilcoxon_p_vs_asha` < 0.05: missed (0.375): **missed** |")
 
 
 def test_provenance_commit_is_dirty_for_code_not_for_results(tmp_path, monkeypatch):
