@@ -388,16 +388,35 @@ def wall(path: Path, threads: int, seed: int = 0, rounds: int = 11, train_sample
 def with_intervals(estimate, tabs: list[dict], n: list[int], draws: int, keys=None) -> dict:
     """Every key of ``estimate(tabs, idx_per_seed)`` (``keys`` where given, in that order; else
     all but the ``acc_*`` ones) at the observed rows, with ``{key}_ci``: its paired bootstrap 95%
-    interval, test rows resampled within each seed (``n``: the seeds' row counts), the same rows
-    for every model of a seed, ``draws`` draws from seed 0's generator."""
+    interval, ``draws`` draws from seed 0's generator (Efron & Tibshirani 1993, ch. 16).
+
+    The seeds share one test set (``n``: the seeds' row counts, equal; the callers check the
+    labels row by row): each draw resamples the test rows once and applies them to every model
+    of every seed. Drawing rows per seed instead treats the seeds' test sets as independent
+    samples and narrows the interval (the test set's sampling error is common to all seeds).
+
+    Raises:
+        ValueError: the seeds' row counts differ."""
+    if len(set(n)) != 1:
+        raise ValueError(f"the seeds' test rows differ in number ({n}): one shared test set expected")
     point = estimate(tabs, [np.arange(m)[None] for m in n])
     rng = np.random.default_rng(0)
-    boot = estimate(tabs, [rng.integers(0, m, (draws, m)) for m in n])
+    idx = rng.integers(0, n[0], (draws, n[0]))
+    boot = estimate(tabs, [idx] * len(n))
     out = {}
     for key in ([k for k in keys if k in point] if keys is not None else [k for k in point if not k.startswith("acc_")]):
         out[key] = float(point[key][0])
         out[f"{key}_ci"] = [float(np.percentile(boot[key], 2.5)), float(np.percentile(boot[key], 97.5))]
     return out
+
+
+def same_test_rows(out: Path, models: list[str]) -> None:
+    """Raises: ValueError: the models' test labels (``out/MODEL.npz``, ``test_y``) differ row by
+    row: the seeds do not share one test set in one order, which :func:`with_intervals` needs."""
+    ys = [np.load(out / f"{m}.npz")["test_y"] for m in models]
+    for m, y in zip(models[1:], ys[1:]):
+        if not np.array_equal(y, ys[0]):
+            raise ValueError(f"{out}/{m}.npz: test rows differ from {models[0]}.npz's")
 
 
 def dp_seed_table(out: Path, seed: int) -> dict:
@@ -451,7 +470,7 @@ def dp_estimates(tabs: list[dict], idx_per_seed: list[np.ndarray]) -> dict[str, 
 def analyze_dp(dumps: dict[str, Path], result: Path = DP_RESULT, draws: int = 2000) -> int:
     """Write ``result`` (deliverable 6, ``protocols/depth_predictor_seeded.json``): per dataset
     with a complete seed, every key of :func:`dp_estimates` with a paired bootstrap 95%
-    interval (test rows resampled within each seed, the same rows for every model of the seed),
+    interval (:func:`with_intervals`: the test rows resampled once for every model and seed),
     the measured FLOPs fractions and per-seed accuracies. Returns 1 when no seed is complete."""
     t0 = time.perf_counter()
     summary, per_seed, models = {}, {}, {}
@@ -460,6 +479,7 @@ def analyze_dp(dumps: dict[str, Path], result: Path = DP_RESULT, draws: int = 20
         if not seeds:
             continue
         tabs = [dp_seed_table(out, s) for s in seeds]
+        same_test_rows(out, [f"dp_seed{s}" for s in seeds])
         n = [len(t["static6"]) for t in tabs]
         sec = with_intervals(dp_estimates, tabs, n, draws)
         for b in DP_BUDGETS:
@@ -586,6 +606,7 @@ def analyze_dataset(out: Path, cost_of, draws: int = 2000, recipe: str | None = 
     if not seeds:
         return None
     tabs = [seed_tables(out, s, cost_of, dht, cuts, depths) for s in seeds]
+    same_test_rows(out, [f"{dht}_seed{s}" for s in seeds])
     n = [len(t["test"]["correct"]) for t in tabs]
     summary = with_intervals(estimates, tabs, n, draws, KEYS)
     if "dht_gain_over_static_pts_at_0.5" in summary:

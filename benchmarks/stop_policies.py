@@ -47,7 +47,8 @@ Protocol:
   mean over folds and seeds, and the highest is ``selected_on_validation`` (a tie goes to
   ``shared_threshold``). Before issue 36 the policies were ranked by test accuracy.
 * Intervals: each gain over ``shared_threshold`` gets a paired bootstrap 95% interval
-  (:func:`bootstrap_gain`: test rows resampled within each seed, the same rows for both).
+  (:func:`bootstrap_gain`: the test rows resampled once per draw, the same rows for both
+  policies and every seed: the seeds share one test set).
 
 ``summary`` (``benchmarks/results/stop_policies.json``): per policy, the cross-fitted validation
 accuracy at 0.5x (``val_acc_at_0.5x``), the test accuracy at 0.5x FLOPs (mean over seeds,
@@ -151,12 +152,13 @@ def dump(seeds: list[int], out: Path, threads: int) -> None:
 
 # ---------------------------------------------------------------------------------- analyze
 def split_tables(d, split: str, cost_of) -> dict[str, np.ndarray]:
-    """Per row of ``split``: exits' max probability, entropy, class, qualities and FLOPs costs."""
+    """Per row of ``split``: its label ``y``, exits' max probability, entropy, class, qualities
+    and FLOPs costs."""
     p, y, T = d[f"{split}_p"].astype(np.float64), d[f"{split}_y"], d[f"{split}_T"]  # (N, K, C), (N,), (N,)
     cls = p.argmax(-1)  # (N, K)
     rows = np.arange(len(y))
     return {"p": p, "maxp": p.max(-1), "ent": -(p * np.log(np.clip(p, 1e-12, None))).sum(-1) / math.log(p.shape[-1]),
-            "cls": cls, "correct": (cls == y[:, None]).astype(float),
+            "y": y, "cls": cls, "correct": (cls == y[:, None]).astype(float),
             "match": (cls == cls[:, -1:]).astype(float),
             "prob": p[rows, :, cls[:, -1]],  # (N, K): each exit's probability of the deepest exit's class
             "cost": np.stack([cost_of(int(t)) for t in T])}  # (N, K) FLOPs fractions
@@ -260,16 +262,23 @@ def _curves_at_main(t: dict, exits_per_budget: list[np.ndarray], idx: np.ndarray
 
 def bootstrap_gain(chosen: list, base: list, draws: int = 2000, seed: int = 0, x: float = MAIN) -> list[float]:
     """Paired bootstrap 95% interval (points) of the mean over seeds of chosen - base at ``x``
-    FLOPs (default ``MAIN``):
-    test rows resampled with replacement within each seed, the same rows for both policies.
+    FLOPs (default ``MAIN``): the test rows resampled with replacement once per draw and applied
+    to both policies of every seed (the seeds share one test set: rows drawn per seed would
+    treat their test sets as independent and narrow the interval).
 
     Args:
-        chosen, base: per seed ``(test table, exits per budget)`` of the two policies."""
+        chosen, base: per seed ``(test table, exits per budget)`` of the two policies.
+
+    Raises:
+        ValueError: the seeds' test tables differ in rows."""
     rng = np.random.default_rng(seed)
     gains = np.zeros(draws)
+    y0 = chosen[0][0]["y"]
+    if any(not np.array_equal(t["y"], y0) for t, _ in chosen):
+        raise ValueError("the seeds' test tables differ in rows: one shared test set expected")
+    n = len(y0)
+    idx = rng.integers(0, n, (draws, n))
     for (t, ex_c), (_, ex_b) in zip(chosen, base, strict=True):
-        n = len(t["correct"])
-        idx = rng.integers(0, n, (draws, n))
         gains += _curves_at_main(t, ex_c, idx, x) - _curves_at_main(t, ex_b, idx, x)
     out = 100 * gains / len(chosen)
     return [float(np.percentile(out, 2.5)), float(np.percentile(out, 97.5))]
