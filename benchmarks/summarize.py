@@ -66,7 +66,9 @@ JOINT_TARGETS = {("schedulers", "ahto_time_to_95_ratio_vs_asha"): ("ahto_wilcoxo
 #: ``<metric>_ci`` (``[low, high]``) when present; the target is the result's.
 HEADLINE = [
     ("Per-sample depth (DHT) at 0.5x FLOPs, Rotten Tomatoes sentences", "dht#rt",
-     "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each)",
+     "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each; DHT's "
+     "stop rule, tuned_trajectory_match, was picked on this test split in stop 27: on validation "
+     "shared_threshold wins, stop_policies.json)",
      "static cut at the same FLOPs: 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
      "per-sample layer/head gating keeps accuracy at a fraction of the FLOPs (arXiv 2312.03038)"),

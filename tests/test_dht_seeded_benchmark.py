@@ -38,11 +38,12 @@ def test_tweets_reader_keeps_the_candidates_own_english_tweets(ds):
 def store(path, n: int, seed: int, static_acc: dict[int, float], dht: str = "dht") -> None:
     """A seed's stored outputs: a 6-exit model ``{dht}_seed{seed}`` over 3 classes whose deeper
     exits are surer of the truth, and static cuts right on the first ``static_acc[k]`` share of
-    the test rows."""
+    the test rows. The seeds share one test set (the same labels in the same order), as the
+    real dumps do; their outputs differ."""
     rng = np.random.default_rng(seed)
     arrays = {}
     for split in ("validation", "test"):
-        y = rng.integers(0, 3, n)
+        y = (np.random.default_rng(1234) if split == "test" else rng).integers(0, 3, n)
         logits = rng.normal(size=(n, 6, 3))
         logits[np.arange(n), :, y] += np.linspace(0.2, 2.5, 6)
         arrays.update({f"{split}_p": torch.from_numpy(logits).softmax(-1).numpy(), f"{split}_y": y,
@@ -82,6 +83,35 @@ def test_keys_are_seed_means_with_intervals_around_them(ds, tmp_path):
     # the static cuts are right on fixed rows: resampling rows moves them, so the interval is wide
     lo, hi = summary["dht_gain_over_static_pts_at_0.5_ci"]
     assert hi - lo > 2
+
+
+def test_seeds_share_the_resampled_test_rows(ds, tmp_path):
+    """The seeds share one test set: each bootstrap draw resamples its rows once for every seed.
+    Two seeds with identical outputs then have exactly the one seed's interval (rows drawn per
+    seed would average the test set's sampling error away: an interval about 1/sqrt(2) as wide).
+    Seeds whose test labels differ cannot be paired at all."""
+    import shutil
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    store(one, 300, 0, {3: 0.5, 2: 0.25, 6: 1.0})
+    shutil.copytree(one, two)
+    for f in list(two.glob("*_seed0.*")):
+        shutil.copyfile(f, two / f.name.replace("_seed0.", "_seed1."))
+    single, _, _ = ds.analyze_dataset(one, cost_of, draws=300)
+    double, _, _ = ds.analyze_dataset(two, cost_of, draws=300)
+    assert double["seeds"] == [0, 1]
+    for key in ("dht_gain_over_static_pts_at_0.5", "dht_acc_drop_pts_at_0.5"):
+        assert double[key] == pytest.approx(single[key])
+        assert double[f"{key}_ci"] == pytest.approx(single[f"{key}_ci"]), key
+    d = dict(np.load(two / "dht_seed1.npz"))
+    d["test_y"] = (d["test_y"] + 1) % 3
+    np.savez(two / "dht_seed1.npz", **d)
+    for k in (2, 3, 6):  # the seed's cuts agree with its model: only the seeds disagree
+        c = dict(np.load(two / f"static{k}_seed1.npz"))
+        c["test_y"] = d["test_y"]
+        np.savez(two / f"static{k}_seed1.npz", **c)
+    with pytest.raises(ValueError, match="dht_seed1.npz: test rows differ from dht_seed0.npz's"):
+        ds.analyze_dataset(two, cost_of, draws=10)
 
 
 def test_outputs_of_other_test_rows_are_not_paired(ds, tmp_path):

@@ -91,7 +91,7 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     # the ratio's target holds only with the p-value's (JOINT_TARGETS)
     assert sched.endswith("| <= 0.85: met; and `ahto_wilcoxon_p_vs_asha` < 0.05: met (0.01): **met** |")
     dht, second = (r for r in rows if r.startswith("| Per-sample depth"))
-    assert "**1** accuracy points over the static cut (3 seeds each); no interval" in dht
+    assert "**1** accuracy points over the static cut (3 seeds each; DHT's stop rule" in dht and "; no interval" in dht
     assert "confidence exit on the same models: 0.5; full model: 2 above DHT" in dht
     assert dht.endswith("| >= 3: missed |")
     assert "**2** accuracy points over the static cut (3 seeds each); 95% CI 0.5 to 3.5" in second

@@ -65,3 +65,18 @@ def test_reported_results_regenerate_from_the_committed_dumps(sp, tmp_path):
     new, ref = (json.loads(p.read_text()) for p in (tmp_path / "sp.json", sp.RESULT))
     for key in ("summary", "per_seed", "curves"):
         assert new[key] == ref[key], key
+
+
+def test_the_gains_interval_resamples_the_shared_test_rows_once_for_every_seed(sp):
+    """Two seeds with identical exits have exactly one seed's interval (the seeds share one test
+    set: rows drawn per seed would narrow it by about 1/sqrt(2)); seeds whose test labels
+    differ are refused."""
+    t = sp.split_tables(exits_dump(500, 2), "split", costs)
+    a = [sp.policy_exits("confidence_prob", t, t, x) for x in sp.BUDGETS]  # exits per budget
+    b = [sp.policy_exits("shared_threshold", t, t, x) for x in sp.BUDGETS]
+    one = sp.bootstrap_gain([(t, a)], [(t, b)], draws=400)
+    two = sp.bootstrap_gain([(t, a)] * 2, [(t, b)] * 2, draws=400)
+    assert two == pytest.approx(one) and one[1] - one[0] > 0
+    other = {**t, "y": (t["y"] + 1) % 3}
+    with pytest.raises(ValueError, match="differ in rows"):
+        sp.bootstrap_gain([(t, a), (other, a)], [(t, b), (other, b)], draws=10)
