@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Optional
 
 import typer
@@ -116,6 +117,8 @@ def _print_summary(summary: dict, report_dir: Path, run_dir: Path | None, wall: 
     from rich.console import Console
     from rich.table import Table
 
+    from archsearch.report.values import to_float
+
     con = Console()
     objs = [o["metric"] for o in summary["objectives"]]
     t = Table(title=f"Pareto front ({len(summary['pareto'])} of {summary['n_trials']} trials, "
@@ -125,7 +128,7 @@ def _print_summary(summary: dict, report_dir: Path, run_dir: Path | None, wall: 
         t.add_column(m, justify="right")
     t.add_column("config")
     for p in summary["pareto"]:
-        t.add_row(p["trial_id"], *[f"{p['metrics'].get(m, float('nan')):.4g}" for m in objs],
+        t.add_row(p["trial_id"], *[f"{to_float(p['metrics'].get(m)):.4g}" for m in objs],
                   ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                             for k, v in p["config"].items()))
     con.print(t)
@@ -167,6 +170,8 @@ def report(
 
     out_dir, summary = report_run(run_dir, reports, out)
     _print_summary(summary, out_dir, None, None)
+    # a run without one result: the report is written, and the exit code says so (as search's)
+    _exit_if_nothing_succeeded(SimpleNamespace(summary=summary, run_dir=run_dir, report_dir=out_dir))
 
 
 @app.command()
@@ -233,15 +238,23 @@ def submit(
     wait: bool = typer.Option(False, help="Follow the job's logs until it ends; exit non-zero "
                               "if it did not succeed (the search's own exit code when known). "
                               "Ctrl-C stops the waiting, not the job."),
+    env: list[str] = typer.Option([], help="KEY=VALUE in the job's environment (repeatable), "
+                                  "e.g. ARCHSEARCH_AUTOSCALING=1 or HF_HUB_OFFLINE=1."),
 ):
     """Submit a search to a Ray cluster as a Ray job: the project directory (without .venv,
     .git, reports, runs, benchmarks/data) and the space file are shipped, and the cluster runs
     `python -m archsearch.cli search SPACE --address auto --storage STORAGE ...`."""
     from archsearch.tune.submit import submit_search, wait_for
 
+    job_env = {}
+    for item in env:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not key.replace("_", "").isalnum() or key[0].isdigit():
+            raise UserError(f"{item!r}: expected KEY=VALUE with KEY a variable name", field="--env")
+        job_env[key] = value
     sub = submit_search(space_file, address=address, storage=storage, reports=reports,
                         searcher=searcher, trials=trials, name=name, fixed=fixed,
-                        cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
+                        cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, env=job_env)
     typer.echo(f"submitted job {sub.job_id} to {sub.address}")
     typer.echo(f"run:     {sub.run_dir} (on the cluster)")
     typer.echo(f"report:  {sub.report_dir}/index.html (on the cluster)")

@@ -9,9 +9,12 @@ it. The layout (see also ``docs/design.md``)::
       optuna.db       Optuna RDBStorage (SQLite), one study named after the run
       tune/           Ray Tune's experiment directory (trial table, searcher state, checkpoints)
       trials/ID.json  one record per trial (see :func:`new_trial_record`)
+      .lock           held (flock) by the driver that runs the search: one driver per run
 
 ``archsearch resume`` reads :class:`RunSpec` back, so a resumed search runs with exactly the
-searcher, seed, resources per trial and Ray address it was started with.
+searcher, seed, resources per trial and Ray address it was started with. A run is resumed
+where it was created (Ray Tune's saved state holds its absolute path); ``report`` and
+``compare`` read it anywhere.
 
 Only the standard library and :mod:`archsearch.errors` are imported at module level.
 """
@@ -54,10 +57,13 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
 
 
 def _json_default(o: Any) -> Any:
+    """A value JSON has no type for: a number (numpy scalar, 0-d tensor, Decimal) as a float,
+    ``null`` when it is NaN/inf (as :func:`_finite` does for floats); anything else as text."""
     try:
-        return float(o)
+        f = float(o)
     except (TypeError, ValueError):
         return str(o)
+    return f if math.isfinite(f) else None
 
 
 def _finite(v: Any) -> Any:
@@ -72,8 +78,9 @@ def _finite(v: Any) -> Any:
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    """:func:`atomic_write` of ``obj`` as indented JSON (NaN/inf written as ``null``)."""
-    atomic_write(path, json.dumps(_finite(obj), indent=1, default=_json_default))
+    """:func:`atomic_write` of ``obj`` as indented JSON (NaN/inf written as ``null``: what
+    jq and JavaScript read; ``NaN`` is not JSON)."""
+    atomic_write(path, json.dumps(_finite(obj), indent=1, default=_json_default, allow_nan=False))
 
 
 # ---------------------------------------------------------------------- run spec
@@ -101,10 +108,11 @@ class RunSpec:
     wall_seconds: float | None = None    #: total wall time over all sessions, once finished
     wall_seconds_before: float = 0.0     #: wall time of the sessions before the latest one
     resumed: list[float] = field(default_factory=list)  #: Unix times of each resume
+    path: str | None = None              #: the run directory, absolute, as created
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "run.json") -> "RunSpec":
-        """Raises: UserError: a required field is missing."""
+        """Raises: UserError: a required field is missing or a field has the wrong JSON type."""
         names = {f.name for f in dataclasses.fields(cls)}
         missing = [f.name for f in dataclasses.fields(cls)
                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -112,10 +120,27 @@ class RunSpec:
         if missing:
             raise UserError(f"missing field(s) {', '.join(missing)}: not written by this version "
                             "of archsearch", file=source, field=missing[0])
+        for key, types in _SPEC_TYPES.items():
+            v = d.get(key)
+            if key not in d or (v is None and key in _SPEC_OPTIONAL):
+                continue
+            if not isinstance(v, types) or isinstance(v, bool):
+                raise UserError(f"expected {' or '.join(t.__name__ for t in types)}, got "
+                                f"{type(v).__name__}", file=source, field=key)
         return cls(**{k: v for k, v in d.items() if k in names})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_NUMBER = (int, float)
+#: ``run.json``'s fields and their JSON types (what ``resume`` and the report compute with).
+_SPEC_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "searcher": (str,), "seed": (int,), "trials": (int,), "cpus_per_trial": _NUMBER,
+    "gpus_per_trial": _NUMBER, "address": (str,), "num_cpus": (int,), "space_file": (str,),
+    "fixed": (dict,), "argv": (list,), "started": _NUMBER, "wall_seconds": _NUMBER,
+    "wall_seconds_before": _NUMBER, "resumed": (list,), "path": (str,)}
+_SPEC_OPTIONAL = {"address", "num_cpus", "space_file", "fixed", "wall_seconds", "path"}
 
 
 # ---------------------------------------------------------------------- trial records
@@ -130,6 +155,14 @@ def new_trial_record(trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
     return {"trial_id": trial_id, "status": RUNNING,
             "config": {k: v for k, v in config.items() if v is not None},
             "metrics": {}, "history": [], "error": None, "started": time.time()}
+
+
+def check_run_name(name: str) -> None:
+    """Raises: UserError (field ``--name``): ``name`` is not one plain directory name (empty,
+    a ``/`` or ``\\``, ``..``, or a leading ``.``)."""
+    if not name or name != Path(name).name or name.startswith(".") or "\\" in name:
+        raise UserError(f"{name!r} is not a run name: one directory name, no '/', not "
+                        "starting with '.'", field="--name")
 
 
 class RunDir:
@@ -164,8 +197,11 @@ class RunDir:
 
     @property
     def optuna_url(self) -> str:
-        """SQLAlchemy URL of the run's Optuna storage."""
-        return f"sqlite:///{self.optuna_db}"
+        """SQLAlchemy URL of the run's Optuna storage, the path escaped (SQLAlchemy decodes
+        ``%XX`` and cuts at ``?``: a run named ``exp%41`` would otherwise use ``expA/optuna.db``)."""
+        from sqlalchemy.engine import URL
+
+        return URL.create("sqlite", database=str(self.optuna_db)).render_as_string(hide_password=False)
 
     @property
     def tune_name(self) -> str:
@@ -194,9 +230,10 @@ class RunDir:
         """A new, empty run directory ``storage/name``.
 
         Raises:
-            UserError: it exists and is not empty (a run is never appended to by accident), or
-                ``storage`` is not writable.
+            UserError: ``name`` is not one plain path component, ``storage/name`` exists and is
+                not empty (a run is never appended to by accident), or ``storage`` is not writable.
         """
+        check_run_name(name)
         run = cls(Path(storage) / name)
         if run.path.exists() and any(run.path.iterdir()):
             raise UserError("a run with this name exists; pick another --name or resume it with "
@@ -223,6 +260,35 @@ class RunDir:
             raise UserError(f"not a run directory (no {run.spec_file.name} / {run.space_file.name})",
                             file=str(run.path))
         return run
+
+    def lock(self):
+        """Hold the run for this process: ``fcntl.flock`` on ``RUN/.lock``, released when the
+        process ends (even by SIGKILL), so a second driver (a ``resume`` while the first still
+        runs) cannot write the same records, study and Tune state.
+
+        Returns:
+            the open lock file; the run is held while it is open (keep a reference).
+
+        Raises:
+            UserError: another process holds the run (names its pid and host).
+        """
+        import fcntl
+        import socket
+
+        f = open(self.path / ".lock", "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise UserError(f"the run is in use by {holder}: its driver still runs (stop it, "
+                            "or wait for it to end)", file=str(self.path)) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        f.flush()
+        return f
 
     # -- spec and space
     def write_spec(self, spec: RunSpec) -> None:
@@ -265,21 +331,53 @@ class RunDir:
         """All trial records, in the order the trials started.
 
         Raises:
-            UserError: a record is not valid JSON (names the file).
+            UserError: a record is unreadable, not valid JSON or not a trial record (names the
+                file and field).
         """
-        out = []
+        out, seen = [], {}
         for p in sorted(self.trials_dir.glob("*.json")):
             try:
-                out.append(json.loads(p.read_text()))
+                rec = json.loads(p.read_text(encoding="utf-8"))
             except json.JSONDecodeError as e:
                 raise UserError(f"corrupt trial record (line {e.lineno}: {e.msg})", file=str(p)) from None
-        out.sort(key=lambda r: (r.get("started", 0), r["trial_id"]))
+            except (OSError, UnicodeDecodeError) as e:
+                raise UserError(f"unreadable trial record ({e.__class__.__name__})", file=str(p)) from None
+            _check_record(rec, p)
+            if rec["trial_id"] in seen:
+                raise UserError(f"trial {rec['trial_id']} is also recorded in {seen[rec['trial_id']].name}",
+                                file=str(p), field="trial_id")
+            seen[rec["trial_id"]] = p
+            out.append(rec)
+        out.sort(key=lambda r: (r.get("started") or 0, r["trial_id"]))
         return out
 
     def last_activity(self) -> float:
         """Unix time of the last trial record write (or now, when there is none)."""
         times = [p.stat().st_mtime for p in self.trials_dir.glob("*.json")]
         return max(times) if times else time.time()
+
+
+#: The fields of a trial record and the JSON types they must have (absent or ``None`` allowed
+#: for all but ``trial_id`` and ``status``): what the report, resume and compare read.
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "trial_id": (str,), "status": (str,), "config": (dict,), "metrics": (dict,),
+    "history": (list,), "error": (str,), "started": (int, float)}
+
+
+def _check_record(rec: Any, path: Path) -> None:
+    """Raises: UserError: ``rec`` (read from ``path``) is not a trial record."""
+    if not isinstance(rec, dict):
+        raise UserError(f"not a trial record (a JSON {type(rec).__name__}, expected an object)", file=str(path))
+    for key, types in _RECORD_TYPES.items():
+        v = rec.get(key)
+        if v is None and key in ("trial_id", "status"):
+            raise UserError("not a trial record (missing)", file=str(path), field=key)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+            raise UserError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(v).__name__}",
+                            file=str(path), field=key)
+    if rec["status"] not in STATUSES:
+        raise UserError(f"unknown status {rec['status']!r} (one of {', '.join(STATUSES)})",
+                        file=str(path), field="status")
 
 
 def read_trials(run_dir: str | Path) -> list[dict[str, Any]]:

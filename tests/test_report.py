@@ -621,6 +621,40 @@ def test_report_run_writes_the_report_of_a_run_directory(tmp_path, monkeypatch):
         report_run(tmp_path / "runs", reports="reports")
 
 
+def test_report_command_exits_1_without_a_result_and_writes_only_under_reports(tmp_path):
+    """``archsearch report`` (in-process, as the fuzz tests run the CLI): the directory's own
+    name decides where the report goes (not run.json's ``name``, which could be ``../x`` in a
+    run from elsewhere); a run without one result is written and exits 1, as ``search`` does;
+    an ``--out`` that is a file is one line, exit 2; so is a malformed record, naming it."""
+    import yaml
+
+    from archsearch.report.synthetic import write_run_dir
+    from conftest import TINY_SPACE, load_benchmark
+
+    def report(*argv):
+        code, _, err, _, trace = load_benchmark("fuzz").run_cli_inprocess(["report", *argv], tmp_path)
+        assert not trace, trace
+        return code, err.strip()
+
+    space = yaml.safe_dump({**TINY_SPACE, "objectives": OBJECTIVES, "constraints": {}})
+    failed = [{"trial_id": f"t{i}", "status": "ERROR", "config": {"lr": 1e-3}, "metrics": {},
+               "history": [], "error": "FloatingPointError: training loss is nan"} for i in range(2)]
+    run = write_run_dir(tmp_path / "runs" / "moved", failed, space_yaml=space, name="../../escape")
+    code, err = report(str(run), "--reports", str(tmp_path / "reports"))
+    assert code == 1 and err.startswith("error: all 2 trials failed (first error: FloatingPointError"), err
+    assert (tmp_path / "reports" / "moved" / "index.html").is_file()
+    assert not (tmp_path.parent / "escape").exists() and not (tmp_path / "escape").exists()
+
+    (tmp_path / "a-file").write_text("x")
+    code, err = report(str(run), "--out", str(tmp_path / "a-file"))
+    assert (code, err) == (2, f"error: {tmp_path / 'a-file'}: --out: cannot write the report (File exists)")
+
+    (run / "trials" / "t0.json").write_text('{"trial_id": "t0", "status": "ERROR", "started": null, '
+                                           '"config": [1]}')
+    code, err = report(str(run))
+    assert (code, err) == (2, f"error: {run / 'trials' / 't0.json'}: config: expected dict, got list")
+
+
 def test_report_package_is_cheap_and_reads_runs_without_archsearch_tune():
     import subprocess
     import sys

@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 
+from archsearch.errors import UserError
 from conftest import TINY_SPACE, load_benchmark, tiny_space_file
 
 
@@ -41,13 +42,98 @@ def test_run_dir_refuses_an_existing_run_and_unwritable_storage(tmp_path):
 def test_trial_records_round_trip_and_nan_becomes_null(tmp_path):
     from archsearch.runs import RunDir
 
+    import numpy as np
+    import torch
+
     run = RunDir(tmp_path)
-    run.write_trial({"trial_id": "b", "started": 2.0, "metrics": {"val_loss": float("nan")}})
-    run.write_trial({"trial_id": "a", "started": 1.0, "metrics": {"val_loss": 0.5}})
+    run.write_trial({"trial_id": "b", "status": "RUNNING", "started": 2.0,
+                     "metrics": {"val_loss": float("nan"), "np": np.float32("nan"),
+                                 "t": torch.tensor(float("inf")), "ok": np.float32(0.25)}})
+    run.write_trial({"trial_id": "a", "status": "RUNNING", "started": 1.0, "metrics": {"val_loss": 0.5}})
     recs = run.read_trials()
     assert [r["trial_id"] for r in recs] == ["a", "b"]  # start order, not file order
-    assert recs[1]["metrics"]["val_loss"] is None
+    # NaN/inf of any number type is JSON null (``NaN`` is not JSON: jq and JavaScript refuse it)
+    assert recs[1]["metrics"] == {"val_loss": None, "np": None, "t": None, "ok": 0.25}
+    assert "NaN" not in run.trial_file("b").read_text() and "Infinity" not in run.trial_file("b").read_text()
     assert not list(tmp_path.rglob("*.tmp"))  # the atomic write leaves no temp file
+
+
+@pytest.mark.parametrize("text,what", [
+    ("[]", "a JSON list, expected an object"),
+    ("null", "a JSON NoneType"),
+    ('{"status": "TERMINATED"}', "trial_id: not a trial record"),
+    ('{"trial_id": "x"}', "status: not a trial record"),
+    ('{"trial_id": "x", "status": "DONE"}', "status: unknown status 'DONE'"),
+    ('{"trial_id": "x", "status": "ERROR", "config": [1]}', "config: expected dict, got list"),
+    ('{"trial_id": "x", "status": "ERROR", "started": null, "history": {}}', "history: expected list"),
+    ('{"trial_id": "x", "status": "ERROR", "started": "2024"}', "started: expected int or float, got str"),
+    ('{"trial_id": "a", "status": "ERROR"}', "trial_id: trial a is also recorded in a.json"),
+    (b"\xff\xfe{}", "unreadable trial record (UnicodeDecodeError)"),
+])
+def test_a_malformed_trial_record_is_one_error_naming_file_and_field(tmp_path, text, what):
+    """What ``report``/``compare``/``resume`` read: anything but a trial record is a UserError
+    naming the file and the field, not a KeyError/TypeError traceback."""
+    from archsearch.runs import RunDir
+
+    run = RunDir(tmp_path)
+    run.write_trial({"trial_id": "a", "status": "TERMINATED", "started": 1.0, "config": {}})
+    bad = run.trials_dir / "z.json"
+    bad.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(UserError) as e:
+        run.read_trials()
+    assert str(e.value).startswith(f"{bad}: ") and what in str(e.value), str(e.value)
+    bad.unlink()
+    assert [r["trial_id"] for r in run.read_trials()] == ["a"]
+
+
+@pytest.mark.parametrize("field,value,what", [
+    ("started", "2024", "started: expected int or float, got str"),
+    ("seed", 1.5, "seed: expected int, got float"),
+    ("trials", True, "trials: expected int, got bool"),
+    ("resumed", None, "resumed: expected list, got NoneType"),
+    ("fixed", [1], "fixed: expected dict, got list"),
+])
+def test_a_run_spec_of_wrong_types_is_one_error_naming_the_field(tmp_path, field, value, what):
+    from archsearch.runs import RunSpec
+
+    good = {"name": "r", "searcher": "tpe", "seed": 0, "trials": 3, "cpus_per_trial": 1,
+            "gpus_per_trial": 0, "started": 1.0, "address": None}
+    RunSpec.from_dict(good)  # optional fields may be null or absent
+    with pytest.raises(UserError, match=f"run.json: {what}"):
+        RunSpec.from_dict({**good, field: value})
+
+
+@pytest.mark.parametrize("name", ["a/b", "../a", ".hidden", "", "a\\b"])
+def test_a_run_name_is_one_directory_name(tmp_path, name):
+    from archsearch.runs import RunDir
+
+    with pytest.raises(UserError, match="--name: .* is not a run name"):
+        RunDir.create(tmp_path, name)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_percent_or_question_mark_in_the_run_path_keeps_its_optuna_db(tmp_path):
+    """SQLAlchemy decodes ``%41`` to ``A`` and cuts the URL at ``?``: unescaped, run
+    ``exp%41x`` would open ``expAx/optuna.db`` (maybe another run's)."""
+    import optuna
+
+    from archsearch.runs import RunDir
+
+    run = RunDir.create(tmp_path, "exp%41x?q#1")
+    optuna.create_study(study_name="s", storage=run.optuna_url)
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.db")] == ["exp%41x?q#1/optuna.db"]
+
+
+def test_a_reports_directory_that_cannot_hold_a_report_is_refused_before_the_search(tmp_path):
+    from archsearch.tune.runner import check_reports_dir
+
+    check_reports_dir(tmp_path / "new" / "reports")
+    assert not (tmp_path / "new").exists()  # nothing created
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match=r"file: --reports: reports directory is not writable \(.*file is a file"):
+        check_reports_dir(tmp_path / "file")
+    with pytest.raises(UserError, match=r"file/reports: --reports: reports directory is not writable"):
+        check_reports_dir(tmp_path / "file" / "reports")
 
 
 def test_resume_restores_fixed_trials_and_gpus_from_the_run_spec(tiny, tmp_path):
@@ -61,7 +147,14 @@ def test_resume_restores_fixed_trials_and_gpus_from_the_run_spec(tiny, tmp_path)
                        storage=tmp_path, fixed={"d_model": 16, "n_layers": 1}, address=None)
     assert launch.space.budget.trials == 5
     launch.run.tune_state_file.parent.mkdir(parents=True)
-    launch.run.tune_state_file.write_bytes(b"")  # as if Tune had started, then the driver died
+    launch.run.tune_state_file.write_bytes(b"")  # as if Tune had started
+
+    # its driver still holds the run: a second one is refused and changes nothing
+    spec_before = launch.run.spec_file.read_text()
+    with pytest.raises(UserError, match=r"in use by pid \d+ on .*driver still runs"):
+        reopen_run(launch.run.path)
+    assert launch.run.spec_file.read_text() == spec_before
+    launch.lock.close()  # the driver died: the kernel releases its lock
 
     again = reopen_run(launch.run.path)
     assert trial_resources(again) == {"cpu": 1.0, "gpu": 1.0}
@@ -73,6 +166,16 @@ def test_resume_restores_fixed_trials_and_gpus_from_the_run_spec(tiny, tmp_path)
     # the spec on disk says the same (a second resume reads it again)
     on_disk = json.loads(launch.run.spec_file.read_text())
     assert on_disk["gpus_per_trial"] == 1 and on_disk["trials"] == 5
+
+    # a copy (or a move) elsewhere: the restored Tune state would write to the original
+    import shutil
+
+    again.lock.close()
+    copy_dir = tmp_path / "elsewhere" / "r"
+    shutil.copytree(launch.run.path, copy_dir)
+    with pytest.raises(UserError, match=r"elsewhere/r: this run was created at .*/r and its Ray "
+                                        r"Tune state writes there"):
+        reopen_run(copy_dir)
 
 
 # ---------------------------------------------------------------------- one searcher path

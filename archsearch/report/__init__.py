@@ -61,15 +61,24 @@ def report_run(run_dir: str | Path, reports: str | Path = "reports",
 
     Raises:
         UserError: ``run_dir`` is not a run directory, its ``run.json`` is unreadable or
-            incomplete, its space is invalid or a trial record is corrupt (naming the file).
-        ValueError: trial records that break the contract of :func:`write_report`.
+            incomplete, its space is invalid, a trial record is corrupt or breaks the contract
+            of :func:`write_report` (naming the file), or the report cannot be written there.
     """
+    from archsearch.errors import UserError
     from archsearch.report.inputs import load_run
 
     run = load_run(run_dir)
-    out = Path(out_dir) if out_dir else Path(reports) / run.run_info["name"]
-    summary = write_report(run.trials, run.objectives, out, constraints=run.constraints,
-                           run_info=run.run_info)
+    # the directory's own name, not run.json's ``name``: a copied or renamed run reports under
+    # its new name, and a ``name`` such as ``../x`` in a run from elsewhere writes nothing outside
+    out = Path(out_dir) if out_dir else Path(reports) / Path(run_dir).expanduser().resolve().name
+    try:
+        summary = write_report(run.trials, run.objectives, out, constraints=run.constraints,
+                               run_info=run.run_info)
+    except ValueError as e:
+        raise UserError(f"bad trial records: {e}", file=str(run_dir)) from None
+    except OSError as e:
+        raise UserError(f"cannot write the report ({e.strerror or e.__class__.__name__})",
+                        file=str(out), field="--out" if out_dir else "--reports") from None
     return out, summary
 
 

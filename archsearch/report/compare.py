@@ -184,16 +184,22 @@ def compare_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = Non
         (report directory, summary of :func:`write_comparison`).
 
     Raises:
-        UserError: fewer than two runs, a directory that is not a run, differing objectives.
+        UserError: fewer than two runs, a directory that is not a run, differing objectives,
+            or the comparison cannot be written to ``out``.
     """
     if len(run_dirs) < 2:
         raise UserError(f"compare needs at least two run directories, got {len(run_dirs)}",
                         field="RUN_DIRS")
     runs = [load_run(d) for d in run_dirs]
+    given = out is not None
     if out is None:
         names = "-vs-".join(Path(r.run_dir).name for r in runs)
         out = Path(reports) / f"compare-{names}"[:120]
-    summary = write_comparison(runs, out)
+    try:
+        summary = write_comparison(runs, out)
+    except OSError as e:
+        raise UserError(f"cannot write the comparison ({e.strerror or e.__class__.__name__})",
+                        file=str(out), field="--out" if given else "--reports") from None
     return Path(out), summary
 
 

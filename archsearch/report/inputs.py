@@ -17,7 +17,7 @@ from archsearch.runs import RunDir
 
 #: RunSpec fields the page does not show as such: the command line, the raw timestamps (shown
 #: as ``started`` and ``wall_time_s`` instead).
-_HIDDEN_SPEC_KEYS = ("argv", "started", "wall_seconds", "wall_seconds_before", "resumed")
+_HIDDEN_SPEC_KEYS = ("argv", "started", "wall_seconds", "wall_seconds_before", "resumed", "path")
 #: RunSpec fields shown only when set.
 _OPTIONAL_SPEC_KEYS = ("num_cpus", "fixed")
 

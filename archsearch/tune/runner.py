@@ -15,6 +15,7 @@ with (searcher, seed, trials, resources per trial, Ray address, ``--fixed``) is 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ class Launch:
     data: Any
     t0: float
     prior_wall: float = 0.0  #: wall seconds of earlier sessions (resume)
+    lock: Any = None  #: :meth:`RunDir.lock`'s file: the run is this process's while it is open
 
 
 # ---------------------------------------------------------------------- start and reopen
@@ -101,14 +103,15 @@ def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = 
         connect(space, address, num_cpus=num_cpus, dashboard=ray_dashboard, overridden=overridden)
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
     run = RunDir.create(storage, name)
+    lock = run.lock()
     b = space.budget
     spec = RunSpec(name=name, searcher=searcher, seed=space.seed, trials=b.trials,
                    cpus_per_trial=b.cpus_per_trial, gpus_per_trial=b.gpus_per_trial,
                    address=address, num_cpus=num_cpus, space_file=space.source, fixed=fixed,
-                   argv=list(sys.argv), started=t0)
+                   argv=list(sys.argv), started=t0, path=str(run.path))
     run.write_space(space)
     run.write_spec(spec)
-    return Launch(run, spec, space, data, t0)
+    return Launch(run, spec, space, data, t0, lock=lock)
 
 
 def reopen_run(run_dir: str | Path, *, address: str | None = None,
@@ -120,8 +123,9 @@ def reopen_run(run_dir: str | Path, *, address: str | None = None,
     the spec is touched.
 
     Raises:
-        UserError: not a run directory, the search never started, (``ray``) no node with room
-            for one trial.
+        UserError: not a run directory, the search never started, another driver still runs
+            it (:meth:`RunDir.lock`), the run directory was moved or copied from where it was
+            created, (``ray``) no node with room for one trial.
     """
     from archsearch.data import prepare_for_space
 
@@ -129,7 +133,14 @@ def reopen_run(run_dir: str | Path, *, address: str | None = None,
     if not run.tune_state_file.is_file():
         raise UserError("the search never started (no Tune experiment state): start it again "
                         "with `archsearch search`", file=str(run.path))
+    lock = run.lock()
     spec = run.read_spec()
+    if spec.path is not None and Path(spec.path) != run.path:
+        # Tune.restore unpickles the trial recorder and the searcher with the old path: they
+        # would write the records and the Optuna study there, not here
+        raise UserError(f"this run was created at {spec.path} and its Ray Tune state writes "
+                        "there: a moved or copied run cannot be resumed (move it back to resume; "
+                        "`archsearch report` works anywhere)", file=str(run.path))
     t0 = time.time()
     if spec.wall_seconds is not None:  # the last session ended cleanly and counted itself
         prior = spec.wall_seconds
@@ -147,7 +158,7 @@ def reopen_run(run_dir: str | Path, *, address: str | None = None,
     if ray:
         connect(space, spec.address, num_cpus=spec.num_cpus, dashboard=ray_dashboard)
     run.write_spec(spec)
-    return Launch(run, spec, space, data, t0, prior)
+    return Launch(run, spec, space, data, t0, prior, lock)
 
 
 # ---------------------------------------------------------------------- Tune
@@ -278,20 +289,42 @@ def _fit(launch: Launch, *, progress: bool, ray_dashboard: bool, restore: bool,
     from archsearch.tune.pending import PendingWatch, TimeBudget
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # also on resume: no INFO lines
-    init_ray(launch.spec.address, num_cpus=launch.spec.num_cpus, dashboard=ray_dashboard)
-    if progress:
-        print_dashboards(launch.run.path, launch.spec.address, ray_dashboard)
-    PendingWatch.verdicts.pop(str(launch.run.path), None)
-    tuner = _tuner(launch, progress, restore)
-    budget_s = launch.space.budget.time_budget_s
-    if budget_s is not None:  # what the earlier sessions of the run left
-        TimeBudget.remaining[launch.run.name] = budget_s - launch.prior_wall
-    tuner.fit()
-    stuck = PendingWatch.verdicts.pop(str(launch.run.path), None)
-    result = _finish(launch, reports)
+    try:
+        init_ray(launch.spec.address, num_cpus=launch.spec.num_cpus, dashboard=ray_dashboard)
+        if progress:
+            print_dashboards(launch.run.path, launch.spec.address, ray_dashboard)
+        PendingWatch.verdicts.pop(str(launch.run.path), None)
+        tuner = _tuner(launch, progress, restore)
+        budget_s = launch.space.budget.time_budget_s
+        if budget_s is not None:  # what the earlier sessions of the run left
+            TimeBudget.remaining[launch.run.name] = budget_s - launch.prior_wall
+        tuner.fit()
+        stuck = PendingWatch.verdicts.pop(str(launch.run.path), None)
+        result = _finish(launch, reports)
+    finally:  # the run is free for a resume in this process too (a test, a notebook)
+        if launch.lock is not None:
+            launch.lock.close()
     if stuck is not None:  # the run and its report are written; the search did not finish
         raise UserError(stuck[1], file=launch.space.source, field=stuck[0])
     return result
+
+
+def check_reports_dir(reports: str | Path) -> None:
+    """Check that a report can be written under ``reports``, creating nothing: it is a
+    writable directory, or its nearest existing ancestor is (the report creates the rest). A bad
+    ``--reports`` is found before the search, not when its report is written at the end.
+
+    Raises:
+        UserError: ``reports`` (or an ancestor) is a file, or not writable (field ``--reports``).
+    """
+    path = Path(reports).expanduser().absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"reports directory is not writable ({existing} is a file)",
+                        file=str(path), field="--reports")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"reports directory is not writable (no write permission in {existing})",
+                        file=str(path), field="--reports")
 
 
 def run_search(space: SearchSpace, *, searcher: str = "gp", trials: int | None = None,
@@ -304,10 +337,11 @@ def run_search(space: SearchSpace, *, searcher: str = "gp", trials: int | None =
     was pinned with, recorded in the run spec).
 
     Raises:
-        UserError: see :func:`start_run`; a trial that waited longer than
+        UserError: see :func:`start_run` and :func:`check_reports_dir`; a trial that waited longer than
             ``budget.pending_timeout_s`` for resources no node has (the run and its report are
             written first).
     """
+    check_reports_dir(reports)
     launch = start_run(space, searcher=searcher, trials=trials, address=address, name=name,
                        storage=storage, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
                        num_cpus=num_cpus, fixed=fixed, ray=True, ray_dashboard=ray_dashboard)
@@ -324,8 +358,9 @@ def resume_search(run_dir: str | Path, *, address: str | None = None,
     resumes with its saved state, with the run spec's resources and address.
 
     Raises:
-        UserError: see :func:`reopen_run`.
+        UserError: see :func:`reopen_run` and :func:`check_reports_dir`.
     """
+    check_reports_dir(reports)
     launch = reopen_run(run_dir, address=address, num_cpus=num_cpus, ray=True,
                         ray_dashboard=ray_dashboard)
     return _fit(launch, progress=progress, ray_dashboard=ray_dashboard, restore=True, reports=reports)
