@@ -4,7 +4,7 @@
 #   archsearch search search_spaces/default.yaml --address 127.0.0.1:6380
 #   archsearch submit search_spaces/default.yaml --address http://127.0.0.1:8265 --storage "$PWD/runs"
 #   bash cluster/local_cluster.sh stop      # `ray stop`: stops EVERY Ray on this machine
-# Each worker is a separate raylet with its own temp dir, so killing one (see `kill-worker`)
+# Each worker is a separate raylet, so killing one (its `raylet` process: `pgrep -a raylet`)
 # behaves like losing a node.
 set -euo pipefail
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}" RAY_USAGE_STATS_ENABLED=0

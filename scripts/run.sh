@@ -31,7 +31,6 @@ if [ ! -e "$VENV/minilm-l6" ]; then
     ln -sfn "$ckpt" "$VENV/minilm-l6"
   fi
 fi
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 export RAY_USAGE_STATS_ENABLED="${RAY_USAGE_STATS_ENABLED:-0}"
 
 case "$cmd" in

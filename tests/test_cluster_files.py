@@ -198,6 +198,8 @@ def test_rayjob_entrypoint_is_a_search_of_a_space_in_the_image():
         assert src.is_file(), f"{space} comes from {src}, which does not exist"
         load_space(src)  # a valid space
         assert params["address"] == "auto" and params["progress"] is False
+        # a run named SPACE-SEARCHER runs that searcher (the name said tpe; the default, gp, ran)
+        assert params["name"] == f"{load_space(src).name}-{params['searcher']}", params
         mounts = [m["mountPath"] for p in pod_specs(job) for c in p["containers"]
                   for m in c.get("volumeMounts", [])]
         for path in (params["storage"], params["reports"]):

@@ -191,3 +191,22 @@ def test_impossible_resources_cli_exits_within_10_s(tmp_path, cache_dir):
     assert lines[0].startswith(f"error: {space}: budget.cpus_per_trial: a trial asks for 1e+09 CPUs")
     assert took < 10, took
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("preset", [None, "token"])
+def test_token_auth_is_turned_off_for_local_ray_only(monkeypatch, preset):
+    """A local Ray starts with ``RAY_AUTH_MODE=disabled`` (docs/design.md) unless the user set a
+    mode; for a cluster at ``--address`` nothing is forced: forced off, a search could not
+    connect to a cluster that requires Ray's token."""
+    import os
+
+    from archsearch.tune.ray_session import ray_env
+
+    for local in (False, True):
+        if preset is None:
+            monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+        else:
+            monkeypatch.setenv("RAY_AUTH_MODE", preset)
+        ray_env(local=local)
+        expected = preset or ("disabled" if local else None)
+        assert os.environ.get("RAY_AUTH_MODE") == expected, (local, preset)

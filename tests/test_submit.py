@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -80,9 +81,46 @@ def test_bad_fixed_is_refused_before_submitting(tmp_path):
                     says="--fixed: not valid JSON")
 
 
+@pytest.mark.parametrize("item", ["NOEQUALS", "A-B=1"])
+def test_a_bad_env_is_refused_before_submitting(tmp_path, item):
+    one_line_exit_2(run_cli("submit", tiny_space_file(tmp_path), "--storage", "/shared/runs",
+                            "--env", item, "--address", f"http://127.0.0.1:{free_port()}", timeout=120),
+                    says=f"--env: '{item}': expected KEY=VALUE")
+
+
+def test_a_bad_run_name_is_refused_before_submitting(tmp_path):
+    """Not after the upload, on the cluster (nothing answers at the address: the check came first)."""
+    one_line_exit_2(run_cli("submit", tiny_space_file(tmp_path), "--storage", "/shared/runs",
+                            "--name", "a/b", "--address", f"http://127.0.0.1:{free_port()}", timeout=120),
+                    says="--name: 'a/b' is not a run name")
+
+
 # ------------------------------------------------------------------------------------------
 # what is shipped
 # ------------------------------------------------------------------------------------------
+
+
+def test_a_space_in_a_gitignored_directory_is_shipped(tmp_path, monkeypatch):
+    """Ray's packager drops what a ``.gitignore`` in the working directory names: the staged
+    copy has none, so the space (here in a gitignored ``scratch/``) reaches the cluster."""
+    from ray._private.runtime_env.packaging import create_package
+
+    from archsearch.tune import submit
+
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pyproject.toml").write_text('name = "archsearch"\n')
+    (project / "pkg" / "m.py").write_text("x = 1\n")
+    (project / ".gitignore").write_text("scratch/\n")
+    (project / "scratch").mkdir()
+    (project / "scratch" / "my.yaml").write_text("name: x\n")
+    monkeypatch.setattr(submit, "project_root", lambda: project)
+    rel = submit.stage(project / "scratch" / "my.yaml", tmp_path / "staged")
+    assert rel == "scratch/my.yaml"
+    create_package(str(tmp_path / "staged"), tmp_path / "pkg.zip", include_gitignore=True)
+    with zipfile.ZipFile(tmp_path / "pkg.zip") as z:
+        shipped = {Path(n).as_posix() for n in z.namelist() if not n.endswith("/")}
+    assert {"scratch/my.yaml", "pkg/m.py", "pyproject.toml"} <= shipped, shipped
 
 
 def test_stage_ships_the_project_without_large_directories(tmp_path):
@@ -328,7 +366,8 @@ def test_submit_to_a_real_head(tmp_path, ray_head):
         proc = subprocess.run(cli_command("submit", space, "--address", ray_head,
                                           "--storage", storage, "--name", name,
                                           "--searcher", "random", "--trials", "2",
-                                          "--fixed", '{"n_layers": 1}', "--wait"),
+                                          "--fixed", '{"n_layers": 1}', "--wait",
+                                          "--env", "ARCHSEARCH_AUTOSCALING=0"),
                               stdout=f, stderr=subprocess.PIPE, text=True, timeout=600,
                               cwd=tmp_path)
     client = JobSubmissionClient(ray_head)
@@ -338,6 +377,7 @@ def test_submit_to_a_real_head(tmp_path, ray_head):
     assert proc.returncode == 0, (proc.stderr, client.get_job_logs(job.submission_id)[-3000:])
     assert str(job.status) == "SUCCEEDED", job.message
     assert job.runtime_env.get("working_dir", "").startswith("gcs://")
+    assert job.runtime_env["env_vars"]["ARCHSEARCH_AUTOSCALING"] == "0"  # --env
 
     run = RunDir(storage / name)
     spec = run.read_spec()
@@ -408,3 +448,28 @@ def test_submit_a_space_of_the_project(tmp_path, ray_head):
     while str(client.get_job_status(job.submission_id)) not in ("STOPPED", "FAILED", "SUCCEEDED"):
         assert time.time() < deadline
         time.sleep(1)
+
+
+def test_a_log_stream_that_breaks_leaves_the_verdict_to_the_jobs_status():
+    """``follow_logs`` on a connection that dies (aiohttp's error, raised by a client double
+    standing in for a port-forward that went away) returns instead of a traceback: ``wait_for``
+    then reads the job's status. An unknown job is still one line."""
+    import aiohttp
+
+    from archsearch.errors import UserError
+    from archsearch.tune.submit import follow_logs
+
+    class Broken:
+        def __init__(self, error):
+            self.error = error
+
+        async def tail_job_logs(self, job_id):
+            yield "first line\n"
+            raise self.error
+
+    out = __import__("io").StringIO()
+    follow_logs(Broken(aiohttp.ClientConnectionError("Connection reset by peer")), "raysubmit_x", out)
+    assert out.getvalue() == "first line\n"
+    follow_logs(Broken(aiohttp.ServerDisconnectedError()), "raysubmit_x", out)
+    with pytest.raises(UserError, match="raysubmit_x: JOB: no such job"):
+        follow_logs(Broken(RuntimeError("Job raysubmit_x does not exist")), "raysubmit_x", out)

@@ -9,10 +9,15 @@ import sys
 from archsearch.errors import UserError
 
 
-def ray_env() -> None:
-    """Environment for local and test Ray sessions (no token auth, no usage stats, Tune's own
-    status table off: archsearch draws its own progress)."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+def ray_env(local: bool = True) -> None:
+    """Environment for Ray sessions: no usage stats, Tune's own status table off (archsearch
+    draws its own progress), and for a ``local`` Ray no token authentication
+    (``RAY_AUTH_MODE=disabled``, docs/design.md's convention; a value the user set, e.g.
+    ``token``, wins). Never for a cluster at ``--address``: its own token authentication
+    decides (Ray reads ``$RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``); forced off, a search could
+    not connect to a cluster that requires a token."""
+    if local:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -53,7 +58,7 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, dashboard: boo
     Raises:
         UserError: nothing answers at ``address``.
     """
-    ray_env()
+    ray_env(local=address is None)
     import ray
 
     if ray.is_initialized():

@@ -51,8 +51,12 @@ from archsearch.errors import UserError
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 
 #: Directory names never shipped, at any depth.
+#: ``.gitignore`` too: Ray's packager drops what a ``.gitignore`` in the working directory names,
+#: so a space file or data in a gitignored directory would pass every check here and then be
+#: missing on the cluster; the staging above is the filter (``.rayignore`` is kept: the user's).
 EXCLUDE_ANYWHERE = (".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache",
-                    ".ruff_cache", ".ipynb_checkpoints", "node_modules", "*.egg-info", "*.pyc")
+                    ".ruff_cache", ".ipynb_checkpoints", "node_modules", "*.egg-info", "*.pyc",
+                    ".gitignore")
 #: Paths (relative to the project root) never shipped: generated output and large data.
 EXCLUDE_AT_ROOT = ("reports", "runs", "build", "dist", "benchmarks/data", ".ci")
 
@@ -299,6 +303,7 @@ def submit_search(space_file: Path, *, address: str | None, storage: str,
         UserError: missing or invalid space file, bad ``--fixed``/``--searcher``/``--storage``,
             unreachable address, project too large to ship, or the job API refused the job.
     """
+    from archsearch.runs import check_run_name
     from archsearch.space import load_space, parse_fixed
     from archsearch.tune.searchers import check_searcher
 
@@ -311,6 +316,7 @@ def submit_search(space_file: Path, *, address: str | None, storage: str,
     storage = check_storage(storage)
     reports = check_storage(reports, "--reports") if reports else str(Path(storage).parent / "reports")
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_run_name(name)  # here, not on the cluster after the upload
     client = connect(address)
     url = dashboard_url(address)
     with tempfile.TemporaryDirectory(prefix="archsearch-submit-") as tmp:
@@ -366,10 +372,11 @@ def follow_logs(client, job_id: str, out=None) -> None:
 
     try:
         asyncio.run(tail())
-    except RuntimeError as e:
+    except Exception as e:  # RuntimeError from the job API; aiohttp's connection and websocket
+        # handshake errors (a port-forward that died, a proxy without websockets)
         if "does not exist" in str(e) or "404" in str(e):
             raise UserError("no such job on this cluster", file=job_id, field="JOB") from None
-        # the stream closed early (head restarted, proxy timeout): the status decides
+        # the stream closed early or never opened: the job's status decides (wait_for polls it)
 
 
 def print_logs(address: str | None, job_id: str, follow: bool = False, out=None) -> None:
@@ -384,7 +391,12 @@ def print_logs(address: str | None, job_id: str, follow: bool = False, out=None)
     if follow:
         follow_logs(client, job_id, out)
     else:
-        out.write(client.get_job_logs(job_id))
+        try:
+            logs = client.get_job_logs(job_id)
+        except Exception as e:  # RuntimeError (HTTP error), connection errors
+            raise UserError(f"job API error ({e.__class__.__name__}: {' '.join(str(e).split())[:200]})",
+                            file=dashboard_url(address), field="--address") from None
+        out.write(logs)
         out.flush()
 
 
