@@ -25,6 +25,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,7 +284,11 @@ class RunDir:
             holder = f.read().strip() or "another process"
             f.close()
             raise UserError(f"the run is in use by {holder}: its driver still runs (stop it, "
-                            "or wait for it to end)", file=str(self.path)) from None
+                            "or wait for it to end; on NFS a dead host's lock lasts until its "
+                            "lease expires, about 90 s)", file=str(self.path)) from None
+        except OSError as e:  # a file system without locks (ENOLCK, EOPNOTSUPP): run unheld
+            print(f"warning: {self.path}: cannot lock the run ({e.strerror or e}); nothing stops "
+                  "a second driver on it", file=sys.stderr)
         f.seek(0)
         f.truncate()
         f.write(f"pid {os.getpid()} on {socket.gethostname()}")

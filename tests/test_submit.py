@@ -100,29 +100,6 @@ def test_a_bad_run_name_is_refused_before_submitting(tmp_path):
 # ------------------------------------------------------------------------------------------
 
 
-def test_a_space_in_a_gitignored_directory_is_shipped(tmp_path, monkeypatch):
-    """Ray's packager drops what a ``.gitignore`` in the working directory names: the staged
-    copy has none, so the space (here in a gitignored ``scratch/``) reaches the cluster."""
-    from ray._private.runtime_env.packaging import create_package
-
-    from archsearch.tune import submit
-
-    project = tmp_path / "project"
-    (project / "pkg").mkdir(parents=True)
-    (project / "pyproject.toml").write_text('name = "archsearch"\n')
-    (project / "pkg" / "m.py").write_text("x = 1\n")
-    (project / ".gitignore").write_text("scratch/\n")
-    (project / "scratch").mkdir()
-    (project / "scratch" / "my.yaml").write_text("name: x\n")
-    monkeypatch.setattr(submit, "project_root", lambda: project)
-    rel = submit.stage(project / "scratch" / "my.yaml", tmp_path / "staged")
-    assert rel == "scratch/my.yaml"
-    create_package(str(tmp_path / "staged"), tmp_path / "pkg.zip", include_gitignore=True)
-    with zipfile.ZipFile(tmp_path / "pkg.zip") as z:
-        shipped = {Path(n).as_posix() for n in z.namelist() if not n.endswith("/")}
-    assert {"scratch/my.yaml", "pkg/m.py", "pyproject.toml"} <= shipped, shipped
-
-
 def test_stage_ships_the_project_without_large_directories(tmp_path):
     from archsearch.tune.submit import EXCLUDE_AT_ROOT, stage
 
@@ -140,6 +117,37 @@ def test_stage_ships_the_project_without_large_directories(tmp_path):
     outside = stage(tiny_space_file(tmp_path), tmp_path / "b")
     assert outside == "_submitted/tiny.yaml"
     assert (tmp_path / "b" / outside).read_bytes() == (tmp_path / "tiny.yaml").read_bytes()
+
+
+def test_a_space_in_a_gitignored_directory_is_shipped(tmp_path, monkeypatch):
+    """Ray's packager drops what a ``.gitignore`` in the working directory names (and should:
+    the user's secrets stay home): a space file in a gitignored ``scratch/`` is shipped under
+    ``_submitted/`` instead, and reaches the cluster; the gitignored ``.env`` does not."""
+    from ray._private.runtime_env.packaging import create_package
+
+    from archsearch.tune import submit
+
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pyproject.toml").write_text('name = "archsearch"\n')
+    (project / "pkg" / "m.py").write_text("x = 1\n")
+    (project / ".gitignore").write_text("scratch/\n.env\n")
+    (project / ".env").write_text("TOKEN=secret\n")
+    (project / "scratch").mkdir()
+    (project / "scratch" / "my.yaml").write_text("name: x\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    monkeypatch.setattr(submit, "project_root", lambda: project)
+    rel = submit.stage(project / "scratch" / "my.yaml", tmp_path / "staged")
+    assert rel == "_submitted/my.yaml"
+    create_package(str(tmp_path / "staged"), tmp_path / "pkg.zip", include_gitignore=True)
+    with zipfile.ZipFile(tmp_path / "pkg.zip") as z:
+        shipped = {Path(n).as_posix() for n in z.namelist() if not n.endswith("/")}
+    assert {"_submitted/my.yaml", "pkg/m.py", "pyproject.toml"} <= shipped, shipped
+    assert ".env" not in shipped and "scratch/my.yaml" not in shipped, shipped
+    # a space the project tracks keeps its relative path
+    (project / "spaces").mkdir()
+    (project / "spaces" / "s.yaml").write_text("name: y\n")
+    assert submit.stage(project / "spaces" / "s.yaml", tmp_path / "staged2") == "spaces/s.yaml"
 
 
 # ------------------------------------------------------------------------------------------
@@ -473,3 +481,11 @@ def test_a_log_stream_that_breaks_leaves_the_verdict_to_the_jobs_status():
     follow_logs(Broken(aiohttp.ServerDisconnectedError()), "raysubmit_x", out)
     with pytest.raises(UserError, match="raysubmit_x: JOB: no such job"):
         follow_logs(Broken(RuntimeError("Job raysubmit_x does not exist")), "raysubmit_x", out)
+
+    class NeverOpens:  # a proxy without websockets: the caller prints the logs so far instead
+        async def tail_job_logs(self, job_id):
+            raise aiohttp.ClientConnectionError("websocket refused")
+            yield  # an async generator
+
+    assert follow_logs(Broken(aiohttp.ServerDisconnectedError()), "raysubmit_x", out) is True
+    assert follow_logs(NeverOpens(), "raysubmit_x", out) is False

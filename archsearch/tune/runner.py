@@ -104,14 +104,36 @@ def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = 
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
     run = RunDir.create(storage, name)
     lock = run.lock()
-    b = space.budget
-    spec = RunSpec(name=name, searcher=searcher, seed=space.seed, trials=b.trials,
-                   cpus_per_trial=b.cpus_per_trial, gpus_per_trial=b.gpus_per_trial,
-                   address=address, num_cpus=num_cpus, space_file=space.source, fixed=fixed,
-                   argv=list(sys.argv), started=t0, path=str(run.path))
-    run.write_space(space)
-    run.write_spec(spec)
+    try:
+        b = space.budget
+        spec = RunSpec(name=name, searcher=searcher, seed=space.seed, trials=b.trials,
+                       cpus_per_trial=b.cpus_per_trial, gpus_per_trial=b.gpus_per_trial,
+                       address=address, num_cpus=num_cpus, space_file=space.source, fixed=fixed,
+                       argv=list(sys.argv), started=t0, path=str(run.path))
+        run.write_space(space)
+        run.write_spec(spec)
+    except BaseException:
+        _release(lock)
+        raise
     return Launch(run, spec, space, data, t0, lock=lock)
+
+
+def _release(lock) -> None:
+    """Close :meth:`RunDir.lock`'s file now, not when a kept traceback lets it go (a notebook's
+    ``sys.last_traceback``): flock is per open file, so this process could not retry."""
+    if lock is not None:
+        lock.close()
+
+
+def _moved(spec: RunSpec, run: RunDir) -> bool:
+    """Whether the run directory is not the one ``spec`` was created at (the same directory
+    through a symlink, a bind mount or another letter case is not moved)."""
+    if spec.path is None:
+        return False
+    try:
+        return not os.path.samefile(spec.path, run.path)
+    except OSError:  # the original is gone: moved
+        return True
 
 
 def reopen_run(run_dir: str | Path, *, address: str | None = None,
@@ -127,15 +149,23 @@ def reopen_run(run_dir: str | Path, *, address: str | None = None,
             it (:meth:`RunDir.lock`), the run directory was moved or copied from where it was
             created, (``ray``) no node with room for one trial.
     """
-    from archsearch.data import prepare_for_space
-
     run = RunDir.open(run_dir)
     if not run.tune_state_file.is_file():
         raise UserError("the search never started (no Tune experiment state): start it again "
                         "with `archsearch search`", file=str(run.path))
     lock = run.lock()
+    try:
+        return _reopen(run, lock, address, num_cpus, ray, ray_dashboard)
+    except BaseException:
+        _release(lock)
+        raise
+
+
+def _reopen(run: RunDir, lock, address, num_cpus, ray, ray_dashboard) -> Launch:
+    from archsearch.data import prepare_for_space
+
     spec = run.read_spec()
-    if spec.path is not None and Path(spec.path) != run.path:
+    if _moved(spec, run):
         # Tune.restore unpickles the trial recorder and the searcher with the old path: they
         # would write the records and the Optuna study there, not here
         raise UserError(f"this run was created at {spec.path} and its Ray Tune state writes "
@@ -302,8 +332,7 @@ def _fit(launch: Launch, *, progress: bool, ray_dashboard: bool, restore: bool,
         stuck = PendingWatch.verdicts.pop(str(launch.run.path), None)
         result = _finish(launch, reports)
     finally:  # the run is free for a resume in this process too (a test, a notebook)
-        if launch.lock is not None:
-            launch.lock.close()
+        _release(launch.lock)
     if stuck is not None:  # the run and its report are written; the search did not finish
         raise UserError(stuck[1], file=launch.space.source, field=stuck[0])
     return result

@@ -51,12 +51,8 @@ from archsearch.errors import UserError
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 
 #: Directory names never shipped, at any depth.
-#: ``.gitignore`` too: Ray's packager drops what a ``.gitignore`` in the working directory names,
-#: so a space file or data in a gitignored directory would pass every check here and then be
-#: missing on the cluster; the staging above is the filter (``.rayignore`` is kept: the user's).
 EXCLUDE_ANYWHERE = (".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache",
-                    ".ruff_cache", ".ipynb_checkpoints", "node_modules", "*.egg-info", "*.pyc",
-                    ".gitignore")
+                    ".ruff_cache", ".ipynb_checkpoints", "node_modules", "*.egg-info", "*.pyc")
 #: Paths (relative to the project root) never shipped: generated output and large data.
 EXCLUDE_AT_ROOT = ("reports", "runs", "build", "dist", "benchmarks/data", ".ci")
 
@@ -189,6 +185,20 @@ def _ignore(root: Path, extra: list[Path]):
     return ignore
 
 
+def _gitignored(root: Path, path: Path) -> bool:
+    """Whether git ignores ``path`` in the project ``root``: Ray's packager drops such files
+    from the working directory (it obeys ``.gitignore``, which keeps the user's secrets and
+    scratch off the cluster), so a space file there goes under :data:`SUBMITTED_DIR` instead.
+    ``False`` without git or outside a repository."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "-C", str(root), "check-ignore", "-q", str(path)],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() \
         else path.stat().st_size
@@ -199,8 +209,8 @@ def stage(space_file: Path, dest: Path, *, skip: list[Path] = ()) -> str:
     relative to it (the path the entrypoint names).
 
     The project tree (see :func:`project_root`) minus the exclusions, or the installed package
-    alone; the space at its relative path if it is inside the project, else under
-    ``_submitted/``. ``skip``: more absolute paths to leave out (e.g. a ``--storage`` inside
+    alone; the space at its relative path if it is inside the project and not gitignored (Ray
+    would drop it), else under ``_submitted/``. ``skip``: more absolute paths to leave out (e.g. a ``--storage`` inside
     the project).
 
     Raises:
@@ -217,7 +227,8 @@ def stage(space_file: Path, dest: Path, *, skip: list[Path] = ()) -> str:
     else:
         pkg = Path(archsearch.__file__).resolve().parent
         shutil.copytree(pkg, dest / "archsearch", ignore=_ignore(pkg, []), dirs_exist_ok=True)
-    if root is not None and space_file.is_relative_to(root) and (dest / space_file.relative_to(root)).is_file():
+    if (root is not None and space_file.is_relative_to(root)
+            and (dest / space_file.relative_to(root)).is_file() and not _gitignored(root, space_file)):
         rel = space_file.relative_to(root).as_posix()
     else:
         (dest / SUBMITTED_DIR).mkdir(exist_ok=True)
@@ -355,8 +366,12 @@ def _job_info(client, job_id: str, url: str):
                         file=url, field="--address") from None
 
 
-def follow_logs(client, job_id: str, out=None) -> None:
+def follow_logs(client, job_id: str, out=None) -> bool:
     """Print the job's logs to ``out`` (default stdout) as they come, until the job ends.
+
+    Returns:
+        whether the stream delivered anything (``False``: it never opened, e.g. a proxy
+        without websockets; the caller decides from the job's status or its logs so far).
 
     Raises:
         UserError: unknown job (or the job API failed).
@@ -364,9 +379,11 @@ def follow_logs(client, job_id: str, out=None) -> None:
     import asyncio
 
     out = out or sys.stdout
+    got = []
 
     async def tail():
         async for chunk in client.tail_job_logs(job_id):
+            got.append(True)
             out.write(chunk)
             out.flush()
 
@@ -377,6 +394,7 @@ def follow_logs(client, job_id: str, out=None) -> None:
         if "does not exist" in str(e) or "404" in str(e):
             raise UserError("no such job on this cluster", file=job_id, field="JOB") from None
         # the stream closed early or never opened: the job's status decides (wait_for polls it)
+    return bool(got)
 
 
 def print_logs(address: str | None, job_id: str, follow: bool = False, out=None) -> None:
@@ -388,16 +406,17 @@ def print_logs(address: str | None, job_id: str, follow: bool = False, out=None)
     client = connect(address)
     _job_info(client, job_id, dashboard_url(address))
     out = out or sys.stdout
-    if follow:
-        follow_logs(client, job_id, out)
-    else:
-        try:
-            logs = client.get_job_logs(job_id)
-        except Exception as e:  # RuntimeError (HTTP error), connection errors
-            raise UserError(f"job API error ({e.__class__.__name__}: {' '.join(str(e).split())[:200]})",
-                            file=dashboard_url(address), field="--address") from None
-        out.write(logs)
-        out.flush()
+    if follow and follow_logs(client, job_id, out):
+        return
+    if follow:  # the stream gave nothing: print what the job API holds rather than nothing
+        print("warning: the log stream did not open; the logs so far:", file=sys.stderr)
+    try:
+        logs = client.get_job_logs(job_id)
+    except Exception as e:  # RuntimeError (HTTP error), connection errors
+        raise UserError(f"job API error ({e.__class__.__name__}: {' '.join(str(e).split())[:200]})",
+                        file=dashboard_url(address), field="--address") from None
+    out.write(logs)
+    out.flush()
 
 
 def wait_for(address: str | None, job_id: str, *, follow: bool = True,
