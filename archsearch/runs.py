@@ -122,16 +122,20 @@ class RunSpec:
             raise UserError(f"missing field(s) {', '.join(missing)}: not written by this version "
                             "of archsearch", file=source, field=missing[0])
         for key, types in _SPEC_TYPES.items():
-            v = d.get(key)
-            if key not in d or (v is None and key in _SPEC_OPTIONAL):
-                continue
-            if not isinstance(v, types) or isinstance(v, bool):
-                raise UserError(f"expected {' or '.join(t.__name__ for t in types)}, got "
-                                f"{type(v).__name__}", file=source, field=key)
+            if key in d and not (d[key] is None and key in _SPEC_OPTIONAL):
+                _check_type(d[key], types, source, key)
         return cls(**{k: v for k, v in d.items() if k in names})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _check_type(value: Any, types: tuple[type, ...], file: str, field: str) -> None:
+    """Raises: UserError: ``value`` (``file``'s ``field``) is none of the JSON ``types`` (a
+    boolean is not a number)."""
+    if not isinstance(value, types) or isinstance(value, bool):
+        raise UserError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}",
+                        file=file, field=field)
 
 
 _NUMBER = (int, float)
@@ -377,9 +381,8 @@ def _check_record(rec: Any, path: Path) -> None:
         v = rec.get(key)
         if v is None and key in ("trial_id", "status"):
             raise UserError("not a trial record (missing)", file=str(path), field=key)
-        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
-            raise UserError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(v).__name__}",
-                            file=str(path), field=key)
+        if v is not None:
+            _check_type(v, types, str(path), key)
     if rec["status"] not in STATUSES:
         raise UserError(f"unknown status {rec['status']!r} (one of {', '.join(STATUSES)})",
                         file=str(path), field="status")
