@@ -82,7 +82,7 @@ def test_other_gatings_ignore_a_flops_budget(data):
     assert known_costs_fn(data)(ARCH)["flops_per_sample"] == pytest.approx(full, rel=1e-12)  # default: static
 
 
-def budget_space(flops_max=None):
+def budget_space(flops_max=None, flops_min=None, gatings=("static", "dht", "depth_predictor")):
     from archsearch.space import parse_space
 
     spec = {
@@ -91,15 +91,16 @@ def budget_space(flops_max=None):
                        {"metric": "flops_per_sample", "mode": "min"}],
         "budget": {"trials": 8},
         "params": {
-            "gating": {"type": "categorical", "choices": ["static", "dht", "depth_predictor"]},
+            "gating": {"type": "categorical", "choices": list(gatings)},
             "flops_budget": {"type": "float", "low": 0.25, "high": 1.0,
-                             "when": {"gating": ["dht", "depth_predictor"]}},
+                             "when": {"gating": [g for g in gatings if g != "static"]}},
             "lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
         },
         "fixed": dict(ARCH),
     }
-    if flops_max is not None:
-        spec["constraints"] = {"flops_per_sample": {"max": flops_max}}
+    bound = {k: v for k, v in (("max", flops_max), ("min", flops_min)) if v is not None}
+    if bound:
+        spec["constraints"] = {"flops_per_sample": bound}
     return parse_space(spec)
 
 
@@ -150,3 +151,25 @@ def test_pre_launch_check_counts_the_budgeted_gatings(data):
     check_constraints(budget_space(flops_max=0.3 * full), data)  # low end 0.25 meets it
     with pytest.raises(UserError, match=r"constraints\.flops_per_sample\.max"):
         check_constraints(budget_space(flops_max=0.2 * full), data)
+
+
+def test_pre_launch_check_refuses_a_min_no_configuration_reaches(data):
+    """A ``min`` on a known cost is checked against the most expensive architecture under
+    every gating choice: with dht's budget capped at 0.6 (dht listed first), the static full
+    model still reaches 0.9x its own FLOPs; 1.1x is out of reach of any; without a static
+    choice, 0.7x is out of reach of a budget capped at 0.6 and within reach of one at 0.8."""
+    from archsearch.errors import UserError
+    from archsearch.tune.preflight import check_constraints
+
+    def cap(space, high):
+        space.params["flops_budget"] = space.params["flops_budget"].model_copy(update={"high": high})
+        return space
+
+    full = static_reference(data, ARCH)
+    check_constraints(cap(budget_space(flops_min=0.9 * full, gatings=("dht", "static")), 0.6), data)
+    check_constraints(budget_space(flops_min=full * 0.999), data)
+    with pytest.raises(UserError, match=r"constraints\.flops_per_sample\.min.*largest"):
+        check_constraints(budget_space(flops_min=1.1 * full), data)
+    with pytest.raises(UserError, match=r"constraints\.flops_per_sample\.min"):
+        check_constraints(cap(budget_space(flops_min=0.7 * full, gatings=("dht", "depth_predictor")), 0.6), data)
+    check_constraints(cap(budget_space(flops_min=0.7 * full, gatings=("dht", "depth_predictor")), 0.8), data)

@@ -24,7 +24,8 @@ starting Ray, with the resources of this machine (:func:`local_resources`) for t
 7. a pretrained ``dataset.tokenizer`` (:func:`check_tokenizer`).
 
 :func:`check_constraints` then refuses ``max`` constraints on known costs that even the
-smallest architecture cannot meet (under a FLOPs budget too). The run directory itself
+smallest architecture cannot meet (under a FLOPs budget too), and ``min`` ones that even the
+largest cannot. The run directory itself
 (existing name, unwritable storage) is checked by :meth:`archsearch.runs.RunDir.create`.
 
 The low-level checks stay with what they check: a checkpoint directory in
@@ -36,6 +37,7 @@ calls them. Every refusal is one :class:`~archsearch.errors.UserError` naming th
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -274,10 +276,22 @@ def check_tokenizer(space: SearchSpace) -> None:
 
 
 # ---------------------------------------------------------------------- constraints
-def smallest_config(space: SearchSpace, preset: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The cheapest architecture the space can produce: every numeric param at its low end,
-    every numeric categorical at its smallest choice (non-numeric categoricals: the first,
-    or the value ``preset`` gives for them)."""
+#: Above this many combinations of the non-numeric choices, :func:`check_constraints` costs
+#: only the ``gating`` choices (the other non-numeric params at their first choice).
+MAX_CHOICE_COMBINATIONS = 256
+
+
+def _is_number(c: Any) -> bool:
+    return isinstance(c, (int, float)) and not isinstance(c, bool)
+
+
+def extreme_config(space: SearchSpace, preset: dict[str, Any] | None = None, *,
+                   largest: bool = False) -> dict[str, Any]:
+    """The cheapest (or, with ``largest``, the most expensive) architecture the space can
+    produce: every numeric param at its low (high) end, every numeric categorical at its
+    smallest (largest) choice; non-numeric categoricals take the value ``preset`` gives for
+    them, else their first choice."""
+    pick = max if largest else min
     cfg: dict[str, Any] = {}
     for key, p in space.params.items():
         if not space.active(key, cfg):
@@ -285,58 +299,94 @@ def smallest_config(space: SearchSpace, preset: dict[str, Any] | None = None) ->
         if preset and key in preset:
             cfg[key] = preset[key]
         elif isinstance(p, CategoricalParam):
-            nums = [c for c in p.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
-            cfg[key] = min(nums) if len(nums) == len(p.choices) else p.choices[0]
+            nums = [c for c in p.choices if _is_number(c)]
+            cfg[key] = pick(nums) if len(nums) == len(p.choices) else p.choices[0]
         else:
-            cfg[key] = p.low
+            cfg[key] = p.high if largest else p.low
     return cfg
+
+
+def smallest_config(space: SearchSpace, preset: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The cheapest architecture the space can produce (:func:`extreme_config`)."""
+    return extreme_config(space, preset)
+
+
+def choice_presets(space: SearchSpace) -> list[dict[str, Any]]:
+    """Every combination of the choices of the non-numeric categoricals (``gating``,
+    ``init_from``, ``tying``...), each a ``preset`` for :func:`extreme_config`; only the
+    ``gating`` choices when there are more than :data:`MAX_CHOICE_COMBINATIONS`."""
+    keys = [k for k, p in space.params.items()
+            if isinstance(p, CategoricalParam) and not all(_is_number(c) for c in p.choices)]
+    combos = itertools.product(*(space.params[k].choices for k in keys))
+    if math.prod(len(space.params[k].choices) for k in keys) > MAX_CHOICE_COMBINATIONS:
+        keys = [k for k in keys if k == "gating"]
+        combos = itertools.product(*(space.params[k].choices for k in keys))
+    return [dict(zip(keys, combo)) for combo in combos]
 
 
 def check_constraints(space: SearchSpace, data) -> None:
     """Refuse constraints that no configuration can meet.
 
-    The smallest architecture is costed by the same function the searchers use and whose
-    ``flops_per_sample`` the trials report (:func:`archsearch.dynamic.known_costs.known_costs_fn`,
-    on the validation batches as evaluated); every ``max`` on a known cost
-    (:data:`archsearch.metrics.KNOWN_COSTS`) must hold for it. ``params_trainable`` is not
-    checked for tying configs (tying can lower it). A searched ``gating`` is tried at each of
-    its choices (under ``dht`` / ``depth_predictor`` the known FLOPs are ``flops_budget`` x
-    the static model's), and each metric's lowest value counts.
+    Known costs (:data:`archsearch.metrics.KNOWN_COSTS`) are computed by the same function the
+    searchers use and whose ``flops_per_sample`` the trials report
+    (:func:`archsearch.dynamic.known_costs.known_costs_fn`, on the validation batches as
+    evaluated), for the extreme architectures (:func:`extreme_config`) under every
+    combination of the non-numeric choices (:func:`choice_presets`: a searched ``gating``
+    changes the known FLOPs, ``flops_budget`` x the static model's under ``dht`` /
+    ``depth_predictor``; an ``init_from`` choice changes every cost):
+
+    * every ``max`` must hold for the cheapest of them (``params_trainable`` is not checked
+      for tying configs: tying can lower it);
+    * every ``min`` must hold for the most expensive one (the known costs of a tying config
+      are the untied model's, an upper bound, so tying never hides a feasible ``min``). A
+      largest architecture the model refuses (e.g. a width its head count does not divide) is
+      skipped: only a value that can be computed refuses a space.
 
     Args:
         data: the run's :class:`archsearch.data.PreparedData`.
 
     Raises:
-        UserError: naming ``constraints.METRIC.max``, with the smallest achievable value.
+        UserError: naming ``constraints.METRIC.max`` (``.min``), with the smallest (largest)
+            achievable value; or ``params`` when the smallest architecture is invalid.
     """
-    wanted = {m: b for m, b in space.constraints.items() if m in KNOWN_COSTS and b.max is not None}
-    if not wanted:
+    wanted_max = {m: b.max for m, b in space.constraints.items() if m in KNOWN_COSTS and b.max is not None}
+    wanted_min = {m: b.min for m, b in space.constraints.items() if m in KNOWN_COSTS and b.min is not None}
+    if not wanted_max and not wanted_min:
         return
     from archsearch.dynamic.known_costs import known_costs_fn
 
-    # a searched gating changes the known FLOPs (flops_budget x static for dht/depth_predictor):
-    # the smallest architecture under each of its choices, the lowest value per metric
-    gating = space.params.get("gating")
-    choices = getattr(gating, "choices", None) or [None]
     cost_fn = known_costs_fn(data, space.fixed)
-    values: dict[str, float] = {}
-    for choice in choices:
-        cfg = smallest_config(space, None if choice is None else {"gating": choice})
-        try:
-            got = cost_fn(cfg)
-        except ValueError as e:
-            raise UserError(f"the smallest architecture is invalid: {e}", file=space.source,
-                            field="params") from None
-        if str({**space.fixed, **cfg}.get("tying", "none")) != "none":
-            got.pop("params_trainable", None)
-            values["params_trainable"] = -math.inf  # tying can lower it: never refused
-        for metric, v in got.items():
-            values[metric] = min(values.get(metric, math.inf), v)
-    for metric, bound in wanted.items():
-        if metric in values and values[metric] > bound.max:
-            raise UserError(f"no configuration can meet max {bound.max:g}: the smallest "
-                            f"architecture has {metric} {values[metric]:,.0f}",
+    lows: dict[str, float] = {}
+    highs: dict[str, float] = {}
+    for preset in choice_presets(space):
+        if wanted_max:
+            cfg = extreme_config(space, preset)
+            try:
+                got = cost_fn(cfg)
+            except ValueError as e:
+                raise UserError(f"the smallest architecture is invalid: {e}", file=space.source,
+                                field="params") from None
+            if str({**space.fixed, **cfg}.get("tying", "none")) != "none":
+                got["params_trainable"] = -math.inf  # tying can lower it: never refused
+            for metric, v in got.items():
+                lows[metric] = min(lows.get(metric, math.inf), v)
+        if wanted_min:
+            try:
+                got = cost_fn(extreme_config(space, preset, largest=True))
+            except ValueError:
+                got = {metric: math.inf for metric in wanted_min}  # cannot tell: never refused
+            for metric, v in got.items():
+                highs[metric] = max(highs.get(metric, -math.inf), v)
+    for metric, bound in wanted_max.items():
+        if metric in lows and lows[metric] > bound:
+            raise UserError(f"no configuration can meet max {bound:g}: the smallest "
+                            f"architecture has {metric} {lows[metric]:,.0f}",
                             file=space.source, field=f"constraints.{metric}.max")
+    for metric, bound in wanted_min.items():
+        if metric in highs and highs[metric] < bound:
+            raise UserError(f"no configuration can meet min {bound:g}: the largest "
+                            f"architecture has {metric} {highs[metric]:,.0f}",
+                            file=space.source, field=f"constraints.{metric}.min")
 
 
 # ---------------------------------------------------------------------- resources
