@@ -15,6 +15,8 @@ with (searcher, seed, trials, resources per trial, Ray address, ``--fixed``) is 
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import sys
 import time
@@ -104,7 +106,7 @@ def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = 
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
     run = RunDir.create(storage, name)
     lock = run.lock()
-    try:
+    with _released_on_error(lock):
         b = space.budget
         spec = RunSpec(name=name, searcher=searcher, seed=space.seed, trials=b.trials,
                        cpus_per_trial=b.cpus_per_trial, gpus_per_trial=b.gpus_per_trial,
@@ -112,9 +114,6 @@ def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = 
                        argv=list(sys.argv), started=t0, path=str(run.path))
         run.write_space(space)
         run.write_spec(spec)
-    except BaseException:
-        _release(lock)
-        raise
     return Launch(run, spec, space, data, t0, lock=lock)
 
 
@@ -123,6 +122,16 @@ def _release(lock) -> None:
     ``sys.last_traceback``): flock is per open file, so this process could not retry."""
     if lock is not None:
         lock.close()
+
+
+@contextlib.contextmanager
+def _released_on_error(lock):
+    """Release ``lock`` (:func:`_release`) if the block raises; keep it otherwise."""
+    try:
+        yield
+    except BaseException:
+        _release(lock)
+        raise
 
 
 def _moved(spec: RunSpec, run: RunDir) -> bool:
@@ -154,11 +163,8 @@ def reopen_run(run_dir: str | Path, *, address: str | None = None,
         raise UserError("the search never started (no Tune experiment state): start it again "
                         "with `archsearch search`", file=str(run.path))
     lock = run.lock()
-    try:
+    with _released_on_error(lock):
         return _reopen(run, lock, address, num_cpus, ray, ray_dashboard)
-    except BaseException:
-        _release(lock)
-        raise
 
 
 def _reopen(run: RunDir, lock, address, num_cpus, ray, ray_dashboard) -> Launch:
