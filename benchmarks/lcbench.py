@@ -38,7 +38,6 @@ import json
 import math
 import statistics
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -480,12 +479,13 @@ def cmd_check_yahpo(args) -> None:
 
 
 def _provenance(args, t0: float, extra: dict | None = None) -> dict:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    """The shared provenance (:func:`common.provenance`: ``git_commit``, ``command``,
+    ``machine``, ``wall_s``), plus this side's onnxruntime version."""
+    from common import provenance
     import onnxruntime
 
-    return {"commit": commit, "command": " ".join(["python", *sys.argv]),
-            "machine": f"{platform.platform()} {platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-            "onnxruntime": onnxruntime.__version__, "seconds": round(time.time() - t0, 2), **(extra or {})}
+    return provenance(seeds=[args.seed], wall_s=time.time() - t0,
+                      onnxruntime=onnxruntime.__version__, **(extra or {}))
 
 
 def cmd_tasks(args) -> None:
