@@ -66,6 +66,9 @@ def test_nan_trial_is_recorded_as_failed_and_search_goes_on(tmp_path, ray_sessio
     ok = [t for t in trials if t["status"] == "TERMINATED"]
     assert len(trials) == 4 and failed and ok
     assert all("NaN" in t["error"] or "nan" in t["error"] or "inf" in t["error"] for t in failed)
+    # budget.max_failures (1) retried it; the retry failed at once instead of training to the
+    # same NaN again
+    assert all("not trained again" in t["error"] for t in failed), [t["error"] for t in failed]
     assert res.summary["n_failed"] == len(failed)
 
 

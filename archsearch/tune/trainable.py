@@ -12,7 +12,11 @@ Reported each epoch (names and units from docs/design.md): ``accuracy`` (classif
 ``latency_batch_size``), ``train_seconds`` (s, cumulative), plus ``epoch``.
 
 A trial whose loss becomes NaN or infinite raises :class:`FloatingPointError`; Tune records
-the trial as failed with that message and the search goes on.
+the trial as failed with that message and the search goes on. It is not trained again:
+``budget.max_failures`` retries a trial from its last checkpoint, and the retry would replay the
+same random streams to the same NaN, so the first failure leaves :data:`DIVERGED` in the trial's
+directory of the run's Tune storage and a retry that finds it fails at once with the same
+message.
 """
 
 from __future__ import annotations
@@ -477,6 +481,44 @@ def run_trial(cfg: dict[str, Any], data, settings: dict[str, Any],
     return loop.history
 
 
+#: The file a diverged trial leaves in its directory of the run's Tune storage
+#: (``{"error", "epoch"}``).
+DIVERGED = "diverged.json"
+
+
+class _DivergedMarker:
+    """``TRIAL/diverged.json`` in the run's Tune storage (``StorageContext.trial_fs_path`` on
+    its filesystem: the run directory, or the cluster's shared storage), so a retry on another
+    node finds it too; the trial's local directory is not stable across retries (Ray moves it
+    between ``driver_artifacts`` and ``working_dirs``)."""
+
+    def __init__(self):
+        from ray import tune
+
+        storage = tune.get_context().get_storage()  # raises outside a Tune trial
+        self.fs, self.path = storage.storage_filesystem, f"{storage.trial_fs_path}/{DIVERGED}"
+
+    def read(self) -> dict | None:
+        import pyarrow.fs
+
+        if self.fs.get_file_info(self.path).type != pyarrow.fs.FileType.File:
+            return None
+        with self.fs.open_input_stream(self.path) as f:
+            return json.loads(f.read().decode())
+
+    def write(self, error: str, epoch: int) -> None:
+        self.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
+        with self.fs.open_output_stream(self.path) as f:
+            f.write(json.dumps({"error": error, "epoch": epoch}).encode())
+
+
+def _diverged_marker() -> _DivergedMarker | None:
+    try:
+        return _DivergedMarker()
+    except Exception:  # not inside a Tune trial, or a Ray without this storage API: no marker
+        return None
+
+
 def train_trial(config: dict[str, Any], data=None, settings: dict[str, Any] | None = None) -> None:
     """Ray Tune function trainable (bind ``data`` and ``settings`` with ``tune.with_parameters``).
 
@@ -490,6 +532,11 @@ def train_trial(config: dict[str, Any], data=None, settings: dict[str, Any] | No
     from ray import tune
 
     settings = settings or {}
+    marker = _diverged_marker()
+    diverged = marker.read() if marker is not None else None
+    if diverged is not None:  # Tune retried a diverged trial: it would reach the same NaN again
+        raise FloatingPointError(f"{diverged['error']} (not trained again: a retry replays the "
+                                 "same random streams to the same NaN)")
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     threads = int(settings.get("threads", 1))
     torch.set_num_threads(max(1, threads))
@@ -501,7 +548,12 @@ def train_trial(config: dict[str, Any], data=None, settings: dict[str, Any] | No
             loop.load(d)
         restored_from = loop.epoch
     while loop.epoch < int(settings["epochs"]):
-        metrics = loop.run_epoch()
+        try:
+            metrics = loop.run_epoch()
+        except FloatingPointError as e:
+            if marker is not None:
+                marker.write(str(e), loop.epoch)
+            raise
         metrics["ray_gpu_ids"] = gpu_ids
         if restored_from is not None:
             metrics["restored_from_epoch"] = restored_from
