@@ -204,3 +204,11 @@ def test_branch_params_are_modelled_or_left_to_the_independent_sampler(model_bra
         assert not any(k.endswith("?active") for k in core.space.params)
     sources = [t.system_attrs[EXTRA_ATTR]["source"] for t in study.trials]
     assert "optimizer" in sources
+    if model_branches:
+        # another worker's trial, created and not sampled yet, is no pending point (it was
+        # one at the low corner of the cube); a sampled running one is
+        fresh, sampled = study.ask(), study.ask()
+        sampled.suggest_categorical("kind", ["a", "b"]), sampled.suggest_float("x", 0.0, 1.0)
+        core = sampler.build_core(study, space)
+        assert f"optuna-{fresh.number}" not in core.pending
+        assert f"optuna-{sampled.number}" in core.pending

@@ -212,6 +212,9 @@ class CoreSearcherSampler(BaseSampler):
         for t in trials:
             if not self.model_branches and not all(k in t.params for k in search_space):
                 continue  # from another branch of a define-by-run objective
+            if t.state in (TrialState.RUNNING, TrialState.WAITING) and \
+                    not all(k in t.params for k in search_space if k not in branch):
+                continue  # not sampled yet (another worker's fresh trial): no point to hold
             config = {k: t.params[k] for k in search_space if k in t.params}
             for k in branch:  # an inactive param: fixed at its low end, indicator 0
                 config[f"{k}{ACTIVE_SUFFIX}"] = int(k in config)
