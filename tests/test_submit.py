@@ -119,6 +119,35 @@ def test_stage_ships_the_project_without_large_directories(tmp_path):
     assert (tmp_path / "b" / outside).read_bytes() == (tmp_path / "tiny.yaml").read_bytes()
 
 
+def test_a_linked_dataset_over_the_limit_is_refused_before_anything_is_copied(tmp_path, monkeypatch):
+    """A symlink in the project to data outside it would be copied in full (copytree follows
+    links): the size is counted first, links followed and a link loop counted once, and the
+    refusal names the link and leaves the staging directory empty."""
+    from archsearch.errors import UserError
+    from archsearch.tune import submit
+
+    project, outside = tmp_path / "project", tmp_path / "big"
+    (project / "pkg").mkdir(parents=True)
+    outside.mkdir()
+    (project / "pyproject.toml").write_text('name = "archsearch"\n')
+    (project / "pkg" / "m.py").write_text("x = 1\n")
+    (project / "space.yaml").write_text("name: x\n")
+    (outside / "train.bin").write_bytes(b"\0" * (3 * 2**20))
+    (project / "data").symlink_to(outside)
+    (project / "pkg" / "loop").symlink_to(project / "pkg")  # a loop: counted once, no hang
+    monkeypatch.setattr(submit, "project_root", lambda: project)
+    monkeypatch.setattr(submit, "MAX_SHIP_BYTES", 2 * 2**20)
+    assert submit.planned_sizes(project, submit._ignore(project, []))["data"] == 3 * 2**20
+    dest = tmp_path / "staged"
+    with pytest.raises(UserError, match=r"working_dir: .* 3 MiB, over 2 MiB; largest: data \(3 MiB\)"):
+        submit.stage(project / "space.yaml", dest)
+    assert not dest.exists() or not any(dest.iterdir())
+    (project / "data").unlink()
+    (project / "pkg" / "loop").unlink()
+    assert submit.stage(project / "space.yaml", dest) == "space.yaml"
+    assert (dest / "pkg" / "m.py").is_file()
+
+
 def test_a_space_in_a_gitignored_directory_is_shipped(tmp_path, monkeypatch):
     """Ray's packager drops what a ``.gitignore`` in the working directory names (and should:
     the user's secrets stay home): a space file in a gitignored ``scratch/`` is shipped under

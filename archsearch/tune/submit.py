@@ -199,9 +199,38 @@ def _gitignored(root: Path, path: Path) -> bool:
         return False
 
 
-def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() \
-        else path.stat().st_size
+def planned_sizes(root: Path, ignore) -> dict[str, int]:
+    """Bytes that ``shutil.copytree(root, ..., ignore=ignore)`` would copy, per top-level entry
+    of ``root``, counted before anything is copied: symlinks followed as copytree follows them
+    (a link to a large dataset outside the project counts in full), a directory reached twice
+    through links counted once (no loop), dangling links skipped."""
+    sizes: dict[str, int] = {}
+    seen: set[str] = set()
+
+    def walk(d: Path, top: str | None) -> None:
+        real = os.path.realpath(d)
+        if real in seen:
+            return
+        seen.add(real)
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            return
+        skipped = ignore(str(d), names)
+        for n in names:
+            if n in skipped:
+                continue
+            p, key = d / n, top or n
+            try:
+                if p.is_dir():
+                    walk(p, key)
+                elif p.is_file():
+                    sizes[key] = sizes.get(key, 0) + p.stat().st_size
+            except OSError:  # dangling or unreadable: copytree skips or fails on it itself
+                continue
+
+    walk(root, None)
+    return sizes
 
 
 def stage(space_file: Path, dest: Path, *, skip: list[Path] = ()) -> str:
@@ -214,19 +243,26 @@ def stage(space_file: Path, dest: Path, *, skip: list[Path] = ()) -> str:
     the project).
 
     Raises:
-        UserError: the staged directory is over :data:`MAX_SHIP_BYTES` (names its largest
-            entries).
+        UserError: what would be staged is over :data:`MAX_SHIP_BYTES` (names its largest
+            entries; checked before anything is copied, links followed).
     """
     import archsearch
 
     space_file = space_file.resolve()
     root = project_root()
-    if root is not None:
-        shutil.copytree(root, dest, ignore=_ignore(root, list(skip)), dirs_exist_ok=True,
-                        ignore_dangling_symlinks=True)
-    else:
-        pkg = Path(archsearch.__file__).resolve().parent
-        shutil.copytree(pkg, dest / "archsearch", ignore=_ignore(pkg, []), dirs_exist_ok=True)
+    src, into = (root, dest) if root is not None else \
+        (Path(archsearch.__file__).resolve().parent, dest / "archsearch")
+    ignore = _ignore(src, list(skip) if root is not None else [])
+    sizes = planned_sizes(src, ignore)  # before copying: a linked dataset is refused, not copied
+    total = sum(sizes.values()) + space_file.stat().st_size
+    if total > MAX_SHIP_BYTES:
+        biggest = sorted(((b, n) for n, b in sizes.items()), reverse=True)[:3]
+        what = ", ".join(f"{n} ({b / 2**20:.0f} MiB)" for b, n in biggest)
+        raise UserError(f"the project directory to ship is {total / 2**20:.0f} MiB, over "
+                        f"{MAX_SHIP_BYTES / 2**20:.0f} MiB; largest: {what}; move large data "
+                        "(or links to it) out of it (onto the cluster's shared storage)",
+                        file=str(src), field="working_dir")
+    shutil.copytree(src, into, ignore=ignore, dirs_exist_ok=True, ignore_dangling_symlinks=True)
     if (root is not None and space_file.is_relative_to(root)
             and (dest / space_file.relative_to(root)).is_file() and not _gitignored(root, space_file)):
         rel = space_file.relative_to(root).as_posix()
@@ -234,14 +270,6 @@ def stage(space_file: Path, dest: Path, *, skip: list[Path] = ()) -> str:
         (dest / SUBMITTED_DIR).mkdir(exist_ok=True)
         rel = f"{SUBMITTED_DIR}/{space_file.name}"
         shutil.copyfile(space_file, dest / rel)
-    total = _size(dest)
-    if total > MAX_SHIP_BYTES:
-        biggest = sorted(((_size(p), p.name) for p in dest.iterdir()), reverse=True)[:3]
-        what = ", ".join(f"{n} ({s / 2**20:.0f} MiB)" for s, n in biggest)
-        raise UserError(f"the project directory to ship is {total / 2**20:.0f} MiB, over "
-                        f"{MAX_SHIP_BYTES / 2**20:.0f} MiB; largest: {what}; move large data "
-                        "out of it (onto the cluster's shared storage)",
-                        file=str(root or dest), field="working_dir")
     return rel
 
 
