@@ -215,8 +215,9 @@ def staged(tmp_path_factory):
     return dest
 
 
-def _envcheck(python: list[str], staged: Path, version: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+def _envcheck(python: list[str], staged: Path, version: str, **extra_env) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")}
+    env.update(extra_env)
     return subprocess.run([*python, "archsearch/tune/envcheck.py", version], cwd=staged, env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -254,6 +255,19 @@ def test_envcheck_refuses_another_archsearch_version(staged):
     line, = proc.stderr.splitlines()
     assert line.startswith(f"error: {sys.executable}: archsearch: imports archsearch ")
     assert "not the submitted 0.0.1" in line
+
+
+def test_envcheck_refuses_an_installed_copy_of_the_same_version(staged):
+    """With PYTHONSAFEPATH, ``python -m archsearch.cli`` would not put the job's working
+    directory on sys.path and would run the installed archsearch (here this checkout, an
+    editable install: the same version string, other code). The check sees what ``-m`` will."""
+    import archsearch
+
+    proc = _envcheck([sys.executable], staged, archsearch.__version__, PYTHONSAFEPATH="1")
+    assert proc.returncode == 2, proc.stderr
+    line, = proc.stderr.splitlines()
+    assert f"imports archsearch {archsearch.__version__} from {ROOT}, not the submitted code" in line \
+        or "cannot import the shipped archsearch" in line, line
 
 
 def _group_alive(pgid: int) -> bool:

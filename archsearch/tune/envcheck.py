@@ -8,7 +8,9 @@ search starts:
 * the Python version (``requires-python`` of ``pyproject.toml``);
 * that every package of archsearch's dependencies can be found (``importlib.util.find_spec``:
   nothing heavy is imported, so the check takes well under a second);
-* that ``import archsearch`` gives the shipped code of the submitter's version ``VERSION``.
+* that ``import archsearch`` gives the shipped code of the submitter's version ``VERSION``: that
+  version, from the job's working directory (as ``python -m`` will import it: the working
+  directory first, unless ``PYTHONSAFEPATH`` is set), not an installed copy.
 
 Otherwise it prints one line, ``error: PYTHON: PACKAGE: what is missing and how to fix it``,
 and exits with code 2, which ``archsearch submit --wait`` passes on (it repeats the job's last
@@ -76,7 +78,20 @@ def problem(expected_version=None):
                 "working directory {} should come first on sys.path: is PYTHONSAFEPATH set, or "
                 "an old archsearch installed over it?); {}".format(
                     got, where, expected_version, os.getcwd(), FIX))
+    if expected_version and os.path.isdir(os.path.join(os.getcwd(), "archsearch")) \
+            and not _same_dir(where, os.getcwd()):
+        # the same version string, other code: an installed copy shadows the shipped one
+        return ("archsearch", "imports archsearch {} from {}, not the submitted code in the job's "
+                "working directory {} (is PYTHONSAFEPATH set, or is archsearch installed over "
+                "it?); {}".format(got, where, os.getcwd(), FIX))
     return None
+
+
+def _same_dir(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def main(argv=None):
@@ -85,7 +100,8 @@ def main(argv=None):
     # as `python -m archsearch.cli` will: the working directory first, not this file's folder
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    sys.path.insert(0, os.getcwd())
+    if not getattr(sys.flags, "safe_path", False):  # -P / PYTHONSAFEPATH: `-m` adds nothing
+        sys.path.insert(0, os.getcwd())
     found = problem(argv[0] if argv else None)
     if found is None:
         return 0
