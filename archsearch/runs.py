@@ -162,12 +162,14 @@ def new_trial_record(trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
             "metrics": {}, "history": [], "error": None, "started": time.time()}
 
 
-def check_run_name(name: str) -> None:
-    """Raises: UserError (field ``--name``): ``name`` is not one plain directory name (empty,
-    a ``/`` or ``\\``, ``..``, or a leading ``.``)."""
+def check_run_name(name: str, *, file: str | None = None, field: str = "--name") -> None:
+    """Raises: UserError (``field``, default ``--name``; ``file``: the space file when the name
+    is built from its ``name``): ``name`` is not one plain directory name (empty, a ``/`` or
+    ``\\``, ``..``, or a leading ``.``)."""
     if not name or name != Path(name).name or name.startswith(".") or "\\" in name:
         raise UserError(f"{name!r} is not a run name: one directory name, no '/', not "
-                        "starting with '.'", field="--name")
+                        "starting with '.'" + ("; pick one with --name" if field != "--name" else ""),
+                        file=file, field=field)
 
 
 class RunDir:

@@ -405,16 +405,6 @@ class SearchSpace(_UnitCube, _Strict):
     seed: int = 0
     source: str | None = Field(None, exclude=True)  #: the YAML file it came from
 
-    @field_validator("name")
-    @classmethod
-    def _plain_name(cls, v):
-        # the default run name (and so a directory) starts with it: refused here, naming this
-        # field, rather than after Ray starts, blaming --name
-        if not v or "/" in v or "\\" in v or v.startswith("."):
-            raise ValueError("must be one directory name: not empty, no '/' or '\\', not "
-                             "starting with '.'")
-        return v
-
     @field_validator("constraints")
     @classmethod
     def _known_constraints(cls, v):

@@ -173,3 +173,58 @@ def test_pre_launch_check_refuses_a_min_no_configuration_reaches(data):
     with pytest.raises(UserError, match=r"constraints\.flops_per_sample\.min"):
         check_constraints(cap(budget_space(flops_min=0.7 * full, gatings=("dht", "depth_predictor")), 0.6), data)
     check_constraints(cap(budget_space(flops_min=0.7 * full, gatings=("dht", "depth_predictor")), 0.8), data)
+
+
+def test_extreme_configs_branch_over_the_active_choices_only():
+    """The pre-launch check costs each combination of the non-numeric choices a trial can
+    have: an inactive param branches nothing (dht_routing only under dht), so many
+    conditional choices do not blow the count up and hide init_from-like choices behind a cap
+    (the product of every choice list did)."""
+    from archsearch.space import parse_space
+    from archsearch.tune.preflight import MAX_CHOICE_COMBINATIONS, extreme_configs
+
+    space = parse_space({
+        "name": "branches",
+        "objectives": [{"metric": "accuracy", "mode": "max"}],
+        "params": {
+            "gating": {"type": "categorical", "choices": ["static", "dht"]},
+            "flops_budget": {"type": "float", "low": 0.25, "high": 0.75, "when": {"gating": "dht"}},
+            "dht_routing": {"type": "categorical", "choices": ["once", "cascade"], "when": {"gating": "dht"}},
+            "tying": {"type": "categorical", "choices": ["none", "all"]},
+            "n_layers": {"type": "int", "low": 1, "high": 4},
+        },
+        "fixed": {"d_model": 32, "n_heads": 4},
+    })
+    largest = extreme_configs(space, largest=True)
+    assert len(largest) == 6  # static x 2 tying + dht x 2 routing x 2 tying (product: 8)
+    assert {(c["gating"], c.get("dht_routing"), c["tying"]) for c in largest} == {
+        ("static", None, "none"), ("static", None, "all"), ("dht", "once", "none"),
+        ("dht", "once", "all"), ("dht", "cascade", "none"), ("dht", "cascade", "all")}
+    assert all(c["n_layers"] == 4 and c.get("flops_budget", 0.75) == 0.75 for c in largest)
+    assert all(c["n_layers"] == 1 and c.get("flops_budget", 0.25) == 0.25
+               for c in extreme_configs(space))
+    assert len(largest) <= MAX_CHOICE_COMBINATIONS
+
+
+def test_a_combination_the_model_refuses_does_not_refuse_the_space(data):
+    """A searched combination a trial would refuse (a distillation teacher without
+    ``depth_all_exits``) is left out of the check: the space is refused only when no smallest
+    architecture is valid (it was refused when any combination was)."""
+    from archsearch.errors import UserError
+    from archsearch.space import parse_space
+    from archsearch.tune.preflight import check_constraints
+
+    def space(all_exits):
+        return parse_space({
+            "name": "mixed",
+            "objectives": [{"metric": "accuracy", "mode": "max"}],
+            "constraints": {"flops_per_sample": {"max": 1e12, "min": 1.0}},
+            "params": {"depth_all_exits": {"type": "categorical", "choices": all_exits},
+                       "distill_teacher": {"type": "categorical", "choices": ["/tmp/a", "/tmp/b"]},
+                       "lr": {"type": "float", "low": 1e-4, "high": 1e-3}},
+            "fixed": {"gating": "depth_predictor", "n_layers": 2, "d_model": 32, "n_heads": 4},
+        })
+
+    check_constraints(space([False, True]), data)  # False listed first: refused before
+    with pytest.raises(UserError, match=r"params: the smallest architecture is invalid: distill_teacher"):
+        check_constraints(space([False]), data)

@@ -207,8 +207,9 @@ def test_branch_params_are_modelled_or_left_to_the_independent_sampler(model_bra
     if model_branches:
         # another worker's trial, created and not sampled yet, is no pending point (it was
         # one at the low corner of the cube); a sampled running one is
-        fresh, sampled = study.ask(), study.ask()
+        fresh, sampled, partial = study.ask(), study.ask(), study.ask()
         sampled.suggest_categorical("kind", ["a", "b"]), sampled.suggest_float("x", 0.0, 1.0)
+        partial.suggest_categorical("kind", ["a", "b"])  # x not suggested yet: still a point
         core = sampler.build_core(study, space)
         assert f"optuna-{fresh.number}" not in core.pending
-        assert f"optuna-{sampled.number}" in core.pending
+        assert f"optuna-{sampled.number}" in core.pending and f"optuna-{partial.number}" in core.pending

@@ -95,6 +95,30 @@ def test_a_bad_run_name_is_refused_before_submitting(tmp_path):
                     says="--name: 'a/b' is not a run name")
 
 
+
+@pytest.mark.parametrize("command", ["submit", "search"])
+def test_a_space_name_that_cannot_name_a_run_is_refused_first_unless_name_is_given(tmp_path, command):
+    """The default run name starts with the space's ``name``: one with a '/' is refused before
+    anything starts (search: before the data and Ray; submit: before the upload), naming the
+    space file's field; with ``--name`` the space is fine (it loads, e.g. for a resume)."""
+    import yaml
+
+    from archsearch.space import load_space
+
+    space = tiny_space_file(tmp_path)
+    space.write_text(yaml.safe_dump({**yaml.safe_load(space.read_text()), "name": "team/x"}))
+    assert load_space(space).name == "team/x"
+    where = ["--storage", "/shared/runs", "--address", f"http://127.0.0.1:{free_port()}"] \
+        if command == "submit" else ["--storage", str(tmp_path / "runs")]
+    line = one_line_exit_2(run_cli(command, space, *where, timeout=120),
+                           says=f"{space}: name: 'team/x' is not a run name")
+    assert line.endswith("pick one with --name")
+    assert not (tmp_path / "runs").exists()
+    if command == "submit":  # with --name it gets past the check, to the unreachable address
+        proc = run_cli(command, space, *where, "--name", "ok", timeout=120)
+        assert proc.returncode != 0 and "not a run name" not in proc.stderr
+
+
 # ------------------------------------------------------------------------------------------
 # what is shipped
 # ------------------------------------------------------------------------------------------
@@ -121,8 +145,10 @@ def test_stage_ships_the_project_without_large_directories(tmp_path):
 
 def test_a_linked_dataset_over_the_limit_is_refused_before_anything_is_copied(tmp_path, monkeypatch):
     """A symlink in the project to data outside it would be copied in full (copytree follows
-    links): the size is counted first, links followed and a link loop counted once, and the
-    refusal names the link and leaves the staging directory empty."""
+    links): the size is counted first, links followed (data reached twice counts twice, as
+    copytree copies it twice), and the refusal names the link and leaves the staging directory
+    empty. A link loop is refused by name (copytree copied the directory ~40 times over, then
+    raised a bare shutil.Error)."""
     from archsearch.errors import UserError
     from archsearch.tune import submit
 
@@ -134,18 +160,23 @@ def test_a_linked_dataset_over_the_limit_is_refused_before_anything_is_copied(tm
     (project / "space.yaml").write_text("name: x\n")
     (outside / "train.bin").write_bytes(b"\0" * (3 * 2**20))
     (project / "data").symlink_to(outside)
-    (project / "pkg" / "loop").symlink_to(project / "pkg")  # a loop: counted once, no hang
+    (project / "pkg" / "data").symlink_to(outside)  # the same data through a second link
     monkeypatch.setattr(submit, "project_root", lambda: project)
-    monkeypatch.setattr(submit, "MAX_SHIP_BYTES", 2 * 2**20)
-    assert submit.planned_sizes(project, submit._ignore(project, []))["data"] == 3 * 2**20
+    monkeypatch.setattr(submit, "MAX_SHIP_BYTES", 5 * 2**20)
+    sizes = submit.planned_sizes(project, submit._ignore(project, []))
+    assert sizes["data"] == 3 * 2**20 and sizes["pkg"] == 3 * 2**20 + len("x = 1\n")
     dest = tmp_path / "staged"
-    with pytest.raises(UserError, match=r"working_dir: .* 3 MiB, over 2 MiB; largest: data \(3 MiB\)"):
+    with pytest.raises(UserError, match=r"working_dir: .* 6 MiB, over 5 MiB; largest: (data|pkg) \(3 MiB\)"):
         submit.stage(project / "space.yaml", dest)
     assert not dest.exists() or not any(dest.iterdir())
-    (project / "data").unlink()
+    (project / "pkg" / "data").unlink()
+    (project / "pkg" / "loop").symlink_to(project / "pkg")
+    with pytest.raises(UserError, match=r"working_dir: pkg/loop links back to a directory it is in"):
+        submit.stage(project / "space.yaml", dest)
+    assert not dest.exists() or not any(dest.iterdir())
     (project / "pkg" / "loop").unlink()
     assert submit.stage(project / "space.yaml", dest) == "space.yaml"
-    assert (dest / "pkg" / "m.py").is_file()
+    assert (dest / "pkg" / "m.py").is_file() and (dest / "data" / "train.bin").stat().st_size == 3 * 2**20
 
 
 def test_a_space_in_a_gitignored_directory_is_shipped(tmp_path, monkeypatch):

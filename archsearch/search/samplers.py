@@ -213,7 +213,7 @@ class CoreSearcherSampler(BaseSampler):
             if not self.model_branches and not all(k in t.params for k in search_space):
                 continue  # from another branch of a define-by-run objective
             if t.state in (TrialState.RUNNING, TrialState.WAITING) and \
-                    not all(k in t.params for k in search_space if k not in branch):
+                    not any(k in t.params for k in search_space):
                 continue  # not sampled yet (another worker's fresh trial): no point to hold
             config = {k: t.params[k] for k in search_space if k in t.params}
             for k in branch:  # an inactive param: fixed at its low end, indicator 0

@@ -37,7 +37,6 @@ calls them. Every refusal is one :class:`~archsearch.errors.UserError` naming th
 
 from __future__ import annotations
 
-import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -276,52 +275,62 @@ def check_tokenizer(space: SearchSpace) -> None:
 
 
 # ---------------------------------------------------------------------- constraints
-#: Above this many combinations of the non-numeric choices, :func:`check_constraints` costs
-#: only the ``gating`` choices (the other non-numeric params at their first choice).
-MAX_CHOICE_COMBINATIONS = 256
+#: Above this many configurations (:func:`extreme_configs`), :func:`check_constraints` checks
+#: nothing rather than guess which ones to cost.
+MAX_CHOICE_COMBINATIONS = 1024
 
 
 def _is_number(c: Any) -> bool:
     return isinstance(c, (int, float)) and not isinstance(c, bool)
 
 
-def extreme_config(space: SearchSpace, preset: dict[str, Any] | None = None, *,
-                   largest: bool = False) -> dict[str, Any]:
-    """The cheapest (or, with ``largest``, the most expensive) architecture the space can
-    produce: every numeric param at its low (high) end, every numeric categorical at its
-    smallest (largest) choice; non-numeric categoricals take the value ``preset`` gives for
-    them, else their first choice."""
-    pick = max if largest else min
+def _extreme(p, largest: bool) -> Any:
+    """A numeric param's (or all-numeric categorical's) low (high) end; ``None`` for a
+    categorical with a non-numeric choice."""
+    if isinstance(p, CategoricalParam):
+        if not all(_is_number(c) for c in p.choices):
+            return None
+        return max(p.choices) if largest else min(p.choices)
+    return p.high if largest else p.low
+
+
+def smallest_config(space: SearchSpace) -> dict[str, Any]:
+    """The cheapest architecture the space can produce with every non-numeric categorical at
+    its first choice: every numeric param at its low end, every numeric categorical at its
+    smallest choice."""
     cfg: dict[str, Any] = {}
     for key, p in space.params.items():
-        if not space.active(key, cfg):
-            continue
-        if preset and key in preset:
-            cfg[key] = preset[key]
-        elif isinstance(p, CategoricalParam):
-            nums = [c for c in p.choices if _is_number(c)]
-            cfg[key] = pick(nums) if len(nums) == len(p.choices) else p.choices[0]
-        else:
-            cfg[key] = p.high if largest else p.low
+        if space.active(key, cfg):
+            low = _extreme(p, largest=False)
+            cfg[key] = p.choices[0] if low is None else low
     return cfg
 
 
-def smallest_config(space: SearchSpace, preset: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The cheapest architecture the space can produce (:func:`extreme_config`)."""
-    return extreme_config(space, preset)
+def extreme_configs(space: SearchSpace, *, largest: bool = False) -> list[dict[str, Any]] | None:
+    """Every configuration with the numeric params at their low (``largest``: high) end and
+    the active non-numeric categoricals (``gating``, ``init_from``, ``tying``...) at each of
+    their choices, ``when`` conditions followed (an inactive param branches nothing).
+    ``None`` when there are more than :data:`MAX_CHOICE_COMBINATIONS`."""
+    keys, out = list(space.params), []
 
+    def walk(i: int, cfg: dict[str, Any]) -> None:
+        if len(out) > MAX_CHOICE_COMBINATIONS:
+            return
+        if i == len(keys):
+            out.append(dict(cfg))
+            return
+        key = keys[i]
+        if not space.active(key, cfg):
+            walk(i + 1, cfg)
+            return
+        value = _extreme(space.params[key], largest)
+        for v in space.params[key].choices if value is None else [value]:
+            cfg[key] = v
+            walk(i + 1, cfg)
+            del cfg[key]
 
-def choice_presets(space: SearchSpace) -> list[dict[str, Any]]:
-    """Every combination of the choices of the non-numeric categoricals (``gating``,
-    ``init_from``, ``tying``...), each a ``preset`` for :func:`extreme_config`; only the
-    ``gating`` choices when there are more than :data:`MAX_CHOICE_COMBINATIONS`."""
-    keys = [k for k, p in space.params.items()
-            if isinstance(p, CategoricalParam) and not all(_is_number(c) for c in p.choices)]
-    combos = itertools.product(*(space.params[k].choices for k in keys))
-    if math.prod(len(space.params[k].choices) for k in keys) > MAX_CHOICE_COMBINATIONS:
-        keys = [k for k in keys if k == "gating"]
-        combos = itertools.product(*(space.params[k].choices for k in keys))
-    return [dict(zip(keys, combo)) for combo in combos]
+    walk(0, {})
+    return None if len(out) > MAX_CHOICE_COMBINATIONS else out
 
 
 def check_constraints(space: SearchSpace, data) -> None:
@@ -330,24 +339,26 @@ def check_constraints(space: SearchSpace, data) -> None:
     Known costs (:data:`archsearch.metrics.KNOWN_COSTS`) are computed by the same function the
     searchers use and whose ``flops_per_sample`` the trials report
     (:func:`archsearch.dynamic.known_costs.known_costs_fn`, on the validation batches as
-    evaluated), for the extreme architectures (:func:`extreme_config`) under every
-    combination of the non-numeric choices (:func:`choice_presets`: a searched ``gating``
-    changes the known FLOPs, ``flops_budget`` x the static model's under ``dht`` /
-    ``depth_predictor``; an ``init_from`` choice changes every cost):
+    evaluated), for the extreme architectures under every combination of the non-numeric
+    choices (:func:`extreme_configs`: a searched ``gating`` changes the known FLOPs,
+    ``flops_budget`` x the static model's under ``dht`` / ``depth_predictor``; an ``init_from``
+    choice changes every cost):
 
     * every ``max`` must hold for the cheapest of them (``params_trainable`` is not checked
       for tying configs: tying can lower it);
     * every ``min`` must hold for the most expensive one (the known costs of a tying config
-      are the untied model's, an upper bound, so tying never hides a feasible ``min``). A
-      largest architecture the model refuses (e.g. a width its head count does not divide) is
-      skipped: only a value that can be computed refuses a space.
+      are the untied model's, an upper bound, so tying never hides a feasible ``min``).
+
+    A combination the model refuses (e.g. a width its head count does not divide, or settings
+    that do not go together) is left out: only costs that can be computed refuse a space.
+    With more combinations than :data:`MAX_CHOICE_COMBINATIONS` nothing is checked here.
 
     Args:
         data: the run's :class:`archsearch.data.PreparedData`.
 
     Raises:
         UserError: naming ``constraints.METRIC.max`` (``.min``), with the smallest (largest)
-            achievable value; or ``params`` when the smallest architecture is invalid.
+            achievable value; or ``params`` when no smallest architecture is valid.
     """
     wanted_max = {m: b.max for m, b in space.constraints.items() if m in KNOWN_COSTS and b.max is not None}
     wanted_min = {m: b.min for m, b in space.constraints.items() if m in KNOWN_COSTS and b.min is not None}
@@ -356,37 +367,44 @@ def check_constraints(space: SearchSpace, data) -> None:
     from archsearch.dynamic.known_costs import known_costs_fn
 
     cost_fn = known_costs_fn(data, space.fixed)
-    lows: dict[str, float] = {}
-    highs: dict[str, float] = {}
-    for preset in choice_presets(space):
-        if wanted_max:
-            cfg = extreme_config(space, preset)
+
+    def extremes(largest: bool) -> tuple[list[tuple[dict, dict]], str | None]:
+        """(config, costs) of each valid extreme configuration; the first refusal's text."""
+        got, first_error = [], None
+        for cfg in extreme_configs(space, largest=largest) or []:
             try:
-                got = cost_fn(cfg)
+                got.append((cfg, cost_fn(cfg)))
             except ValueError as e:
-                raise UserError(f"the smallest architecture is invalid: {e}", file=space.source,
-                                field="params") from None
+                first_error = first_error or str(e)
+        return got, first_error
+
+    if wanted_max:
+        costed, error = extremes(largest=False)
+        if not costed and error is not None:
+            raise UserError(f"the smallest architecture is invalid: {error}", file=space.source,
+                            field="params")
+        lows: dict[str, float] = {}
+        for cfg, got in costed:
             if str({**space.fixed, **cfg}.get("tying", "none")) != "none":
                 got["params_trainable"] = -math.inf  # tying can lower it: never refused
             for metric, v in got.items():
                 lows[metric] = min(lows.get(metric, math.inf), v)
-        if wanted_min:
-            try:
-                got = cost_fn(extreme_config(space, preset, largest=True))
-            except ValueError:
-                got = {metric: math.inf for metric in wanted_min}  # cannot tell: never refused
+        for metric, bound in wanted_max.items():
+            if metric in lows and lows[metric] > bound:
+                raise UserError(f"no configuration can meet max {bound:g}: the smallest "
+                                f"architecture has {metric} {lows[metric]:,.0f}",
+                                file=space.source, field=f"constraints.{metric}.max")
+    if wanted_min:
+        costed, _ = extremes(largest=True)
+        highs: dict[str, float] = {}
+        for _, got in costed:
             for metric, v in got.items():
                 highs[metric] = max(highs.get(metric, -math.inf), v)
-    for metric, bound in wanted_max.items():
-        if metric in lows and lows[metric] > bound:
-            raise UserError(f"no configuration can meet max {bound:g}: the smallest "
-                            f"architecture has {metric} {lows[metric]:,.0f}",
-                            file=space.source, field=f"constraints.{metric}.max")
-    for metric, bound in wanted_min.items():
-        if metric in highs and highs[metric] < bound:
-            raise UserError(f"no configuration can meet min {bound:g}: the largest "
-                            f"architecture has {metric} {highs[metric]:,.0f}",
-                            file=space.source, field=f"constraints.{metric}.min")
+        for metric, bound in wanted_min.items():
+            if metric in highs and highs[metric] < bound:
+                raise UserError(f"no configuration can meet min {bound:g}: the largest "
+                                f"architecture has {metric} {highs[metric]:,.0f}",
+                                file=space.source, field=f"constraints.{metric}.min")
 
 
 # ---------------------------------------------------------------------- resources

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from archsearch.errors import UserError
-from archsearch.runs import ERROR, RUNNING, STOPPED, RunDir, RunSpec
+from archsearch.runs import ERROR, RUNNING, STOPPED, RunDir, RunSpec, check_run_name
 from archsearch.space import SearchSpace
 from archsearch.tune.preflight import check_resources, check_search
 from archsearch.tune.ray_session import init_ray, print_dashboards
@@ -97,6 +97,8 @@ def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = 
             trial, existing run name, unwritable storage.
     """
     t0 = time.time()
+    if name is None:  # the run is named after the space: a name that cannot be one is refused first
+        check_run_name(space.name, file=space.source, field="name")
     space, data = check_search(space, searcher=searcher, address=address, trials=trials,
                                cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
     if ray:

@@ -202,16 +202,21 @@ def _gitignored(root: Path, path: Path) -> bool:
 def planned_sizes(root: Path, ignore) -> dict[str, int]:
     """Bytes that ``shutil.copytree(root, ..., ignore=ignore)`` would copy, per top-level entry
     of ``root``, counted before anything is copied: symlinks followed as copytree follows them
-    (a link to a large dataset outside the project counts in full), a directory reached twice
-    through links counted once (no loop), dangling links skipped."""
-    sizes: dict[str, int] = {}
-    seen: set[str] = set()
+    (a link to a large dataset outside the project counts in full; a directory reached through
+    two paths counts twice, as it is copied twice), dangling links skipped.
 
-    def walk(d: Path, top: str | None) -> None:
+    Raises:
+        UserError: a link leads back to a directory it is inside (copytree would copy it again
+            and again until the path is too long), naming the link.
+    """
+    sizes: dict[str, int] = {}
+
+    def walk(d: Path, top: str | None, ancestors: frozenset[str]) -> None:
         real = os.path.realpath(d)
-        if real in seen:
-            return
-        seen.add(real)
+        if real in ancestors:
+            raise UserError(f"{d.relative_to(root)} links back to a directory it is in: the "
+                            "project cannot be shipped with it; remove the link or exclude it",
+                            file=str(root), field="working_dir")
         try:
             names = sorted(os.listdir(d))
         except OSError:
@@ -222,14 +227,15 @@ def planned_sizes(root: Path, ignore) -> dict[str, int]:
                 continue
             p, key = d / n, top or n
             try:
-                if p.is_dir():
-                    walk(p, key)
-                elif p.is_file():
+                is_dir, is_file = p.is_dir(), p.is_file()
+                if is_file:
                     sizes[key] = sizes.get(key, 0) + p.stat().st_size
             except OSError:  # dangling or unreadable: copytree skips or fails on it itself
                 continue
+            if is_dir:
+                walk(p, key, ancestors | {real})
 
-    walk(root, None)
+    walk(root, None, frozenset())
     return sizes
 
 
@@ -354,8 +360,10 @@ def submit_search(space_file: Path, *, address: str | None, storage: str,
         fixed = json.dumps(pinned, separators=(",", ":"))
     storage = check_storage(storage)
     reports = check_storage(reports, "--reports") if reports else str(Path(storage).parent / "reports")
+    if name is None:  # here, not on the cluster after the upload
+        check_run_name(space.name, file=space.source, field="name")
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
-    check_run_name(name)  # here, not on the cluster after the upload
+    check_run_name(name)
     client = connect(address)
     url = dashboard_url(address)
     with tempfile.TemporaryDirectory(prefix="archsearch-submit-") as tmp:

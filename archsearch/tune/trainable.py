@@ -499,17 +499,34 @@ class _DivergedMarker:
         self.fs, self.path = storage.storage_filesystem, f"{storage.trial_fs_path}/{DIVERGED}"
 
     def read(self) -> dict | None:
+        """The marker, or ``None`` when there is none or it cannot be read (the trial then
+        trains, as without a marker)."""
         import pyarrow.fs
 
-        if self.fs.get_file_info(self.path).type != pyarrow.fs.FileType.File:
+        try:
+            if self.fs.get_file_info(self.path).type != pyarrow.fs.FileType.File:
+                return None
+            with self.fs.open_input_stream(self.path) as f:
+                got = json.loads(f.read().decode())
+            return got if isinstance(got, dict) and isinstance(got.get("error"), str) else None
+        except (OSError, ValueError):
             return None
-        with self.fs.open_input_stream(self.path) as f:
-            return json.loads(f.read().decode())
 
     def write(self, error: str, epoch: int) -> None:
-        self.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
-        with self.fs.open_output_stream(self.path) as f:
-            f.write(json.dumps({"error": error, "epoch": epoch}).encode())
+        """Write the marker whole (a temporary file, then a rename); a storage that refuses
+        it is warned about, never raised from (the trial's own error must stay the one
+        reported)."""
+        import warnings
+
+        tmp = f"{self.path}.tmp"
+        try:
+            self.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
+            with self.fs.open_output_stream(tmp) as f:
+                f.write(json.dumps({"error": error, "epoch": epoch}).encode())
+            self.fs.move(tmp, self.path)
+        except OSError as e:
+            warnings.warn(f"could not write {self.path} ({e}): a retry of this diverged trial "
+                          "will train again to the same NaN", stacklevel=2)
 
 
 def _diverged_marker() -> _DivergedMarker | None:
