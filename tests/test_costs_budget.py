@@ -228,3 +228,35 @@ def test_a_combination_the_model_refuses_does_not_refuse_the_space(data):
     check_constraints(space([False, True]), data)  # False listed first: refused before
     with pytest.raises(UserError, match=r"params: the smallest architecture is invalid: distill_teacher"):
         check_constraints(space([False]), data)
+
+
+def test_a_setting_whose_high_end_is_cheaper_is_costed_at_both_ends(data):
+    """``min_layers`` runs against the architecture: more of it, fewer exit heads, fewer
+    parameters. The check costs both its ends, so a bound that min_layers 1 (the most exit
+    heads) reaches, or min_layers 4 (the fewest) meets, is not refused; one beyond both is."""
+    from archsearch.dynamic.known_costs import known_costs_fn
+    from archsearch.errors import UserError
+    from archsearch.space import parse_space
+    from archsearch.tune.preflight import check_constraints
+
+    fixed = {"gating": "confidence_exit", "exit_heads": True, "n_layers": 4, "d_model": 32, "n_heads": 4}
+    cost = known_costs_fn(data, fixed)
+    most, fewest = (cost({"min_layers": k})["params_total"] for k in (1, 4))
+    assert most > fewest
+
+    def space(**bound):
+        return parse_space({
+            "name": "exits",
+            "objectives": [{"metric": "accuracy", "mode": "max"}],
+            "constraints": {"params_total": bound},
+            "params": {"min_layers": {"type": "int", "low": 1, "high": 4},
+                       "lr": {"type": "float", "low": 1e-4, "high": 1e-3}},
+            "fixed": fixed,
+        })
+
+    check_constraints(space(min=most), data)  # refused when only min_layers 4 was costed
+    check_constraints(space(max=fewest), data)  # refused when only min_layers 1 was costed
+    with pytest.raises(UserError, match=r"constraints\.params_total\.min"):
+        check_constraints(space(min=most + 1), data)
+    with pytest.raises(UserError, match=r"constraints\.params_total\.max"):
+        check_constraints(space(max=fewest - 1), data)

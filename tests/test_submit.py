@@ -114,6 +114,9 @@ def test_a_space_name_that_cannot_name_a_run_is_refused_first_unless_name_is_giv
                            says=f"{space}: name: 'team/x' is not a run name")
     assert line.endswith("pick one with --name")
     assert not (tmp_path / "runs").exists()
+    if command == "search":  # an empty --name names the run after the space too
+        one_line_exit_2(run_cli(command, space, *where, "--name", "", timeout=120),
+                        says=f"{space}: name: 'team/x' is not a run name")
     if command == "submit":  # with --name it gets past the check, to the unreachable address
         proc = run_cli(command, space, *where, "--name", "ok", timeout=120)
         assert proc.returncode != 0 and "not a run name" not in proc.stderr

@@ -194,3 +194,43 @@ def test_report_command_rewrites_the_report(tiny_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "pareto.json").read_text())["n_trials"] == 3
     assert "hypervolume" in proc.stdout
+
+
+def test_the_diverged_marker_is_written_whole_and_never_raises(tmp_path):
+    """Written through a temporary file and a rename, read back; on a storage without rename
+    (pyarrow raises NotImplementedError) written directly, no temporary file left; on a storage
+    that refuses writes, a warning (the trial's own error must stay the one raised); a torn
+    file reads as no marker (the trial trains, as without one)."""
+    import pyarrow.fs
+
+    from archsearch.tune.trainable import _DivergedMarker
+
+    local = pyarrow.fs.LocalFileSystem()
+
+    class NoRename:  # the local file system, without move (as some pyarrow file systems)
+        def __getattr__(self, name):
+            return getattr(local, name)
+
+        def move(self, src, dst):
+            raise NotImplementedError("move")
+
+    class ReadOnly(NoRename):
+        def open_output_stream(self, path):
+            raise PermissionError(13, "read-only storage")
+
+    def marker(fs, name):
+        m = object.__new__(_DivergedMarker)
+        m.fs, m.path = fs, str(tmp_path / name / "diverged.json")
+        return m
+
+    for fs, name in ((local, "a"), (NoRename(), "b")):
+        m = marker(fs, name)
+        assert m.read() is None
+        m.write("training loss is nan at epoch 1, step 2", 1)
+        assert m.read() == {"error": "training loss is nan at epoch 1, step 2", "epoch": 1}
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["diverged.json"]
+    with pytest.warns(UserWarning, match="could not write"):
+        marker(ReadOnly(), "c").write("nan", 0)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "diverged.json").write_text('{"err')
+    assert marker(local, "d").read() is None

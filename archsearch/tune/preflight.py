@@ -38,6 +38,7 @@ calls them. Every refusal is one :class:`~archsearch.errors.UserError` naming th
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -284,14 +285,27 @@ def _is_number(c: Any) -> bool:
     return isinstance(c, (int, float)) and not isinstance(c, bool)
 
 
-def _extreme(p, largest: bool) -> Any:
-    """A numeric param's (or all-numeric categorical's) low (high) end; ``None`` for a
-    categorical with a non-numeric choice."""
+#: Numeric params whose known costs never fall as they grow: the low end is the cheapest.
+GROWING = frozenset({"n_layers", "d_model", "n_heads", "d_ffn", "d_ffn_mult", "flops_budget"})
+#: Numeric params that change no known cost: one end stands for all.
+COST_FREE = frozenset({"lr", "dropout", "weight_decay", "warmup_steps", "label_smoothing",
+                       "batch_size"})
+
+
+def _ends(key: str, p, largest: bool) -> list[Any] | None:
+    """The values of a numeric param (or all-numeric categorical) the check must cost: its low
+    (``largest``: high) end when the costs grow with it (:data:`GROWING`) or do not depend on
+    it (:data:`COST_FREE`); both ends otherwise (a gating setting such as ``min_layers``: more
+    of it, fewer exit heads). ``None`` for a categorical with a non-numeric choice."""
     if isinstance(p, CategoricalParam):
         if not all(_is_number(c) for c in p.choices):
             return None
-        return max(p.choices) if largest else min(p.choices)
-    return p.high if largest else p.low
+        low, high = min(p.choices), max(p.choices)
+    else:
+        low, high = p.low, p.high
+    if key in GROWING or key in COST_FREE or low == high:
+        return [high if largest else low]
+    return [low, high]
 
 
 def smallest_config(space: SearchSpace) -> dict[str, Any]:
@@ -301,16 +315,17 @@ def smallest_config(space: SearchSpace) -> dict[str, Any]:
     cfg: dict[str, Any] = {}
     for key, p in space.params.items():
         if space.active(key, cfg):
-            low = _extreme(p, largest=False)
-            cfg[key] = p.choices[0] if low is None else low
+            ends = _ends(key, p, largest=False)
+            cfg[key] = p.choices[0] if ends is None else ends[0]
     return cfg
 
 
 def extreme_configs(space: SearchSpace, *, largest: bool = False) -> list[dict[str, Any]] | None:
-    """Every configuration with the numeric params at their low (``largest``: high) end and
-    the active non-numeric categoricals (``gating``, ``init_from``, ``tying``...) at each of
-    their choices, ``when`` conditions followed (an inactive param branches nothing).
-    ``None`` when there are more than :data:`MAX_CHOICE_COMBINATIONS`."""
+    """Every configuration with the numeric params at the ends :func:`_ends` names (the low,
+    ``largest``: high, end of an architecture size) and the active non-numeric categoricals
+    (``gating``, ``init_from``, ``tying``...) at each of their choices, ``when`` conditions
+    followed (an inactive param branches nothing). ``None`` when there are more than
+    :data:`MAX_CHOICE_COMBINATIONS`."""
     keys, out = list(space.params), []
 
     def walk(i: int, cfg: dict[str, Any]) -> None:
@@ -323,8 +338,8 @@ def extreme_configs(space: SearchSpace, *, largest: bool = False) -> list[dict[s
         if not space.active(key, cfg):
             walk(i + 1, cfg)
             return
-        value = _extreme(space.params[key], largest)
-        for v in space.params[key].choices if value is None else [value]:
+        ends = _ends(key, space.params[key], largest)
+        for v in space.params[key].choices if ends is None else ends:
             cfg[key] = v
             walk(i + 1, cfg)
             del cfg[key]
@@ -351,7 +366,8 @@ def check_constraints(space: SearchSpace, data) -> None:
 
     A combination the model refuses (e.g. a width its head count does not divide, or settings
     that do not go together) is left out: only costs that can be computed refuse a space.
-    With more combinations than :data:`MAX_CHOICE_COMBINATIONS` nothing is checked here.
+    With more combinations than :data:`MAX_CHOICE_COMBINATIONS` nothing is checked here (a
+    warning says so).
 
     Args:
         data: the run's :class:`archsearch.data.PreparedData`.
@@ -371,7 +387,12 @@ def check_constraints(space: SearchSpace, data) -> None:
     def extremes(largest: bool) -> tuple[list[tuple[dict, dict]], str | None]:
         """(config, costs) of each valid extreme configuration; the first refusal's text."""
         got, first_error = [], None
-        for cfg in extreme_configs(space, largest=largest) or []:
+        configs = extreme_configs(space, largest=largest)
+        if configs is None:
+            warnings.warn(f"{space.source}: constraints: over {MAX_CHOICE_COMBINATIONS} "
+                          "combinations of choices to cost: the bounds on known costs are not "
+                          "checked before launch (the trials still report them)", stacklevel=3)
+        for cfg in configs or []:
             try:
                 got.append((cfg, cost_fn(cfg)))
             except ValueError as e:

@@ -97,7 +97,7 @@ def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = 
             trial, existing run name, unwritable storage.
     """
     t0 = time.time()
-    if name is None:  # the run is named after the space: a name that cannot be one is refused first
+    if not name:  # the run is named after the space: a name that cannot be one is refused first
         check_run_name(space.name, file=space.source, field="name")
     space, data = check_search(space, searcher=searcher, address=address, trials=trials,
                                cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)

@@ -360,7 +360,7 @@ def submit_search(space_file: Path, *, address: str | None, storage: str,
         fixed = json.dumps(pinned, separators=(",", ":"))
     storage = check_storage(storage)
     reports = check_storage(reports, "--reports") if reports else str(Path(storage).parent / "reports")
-    if name is None:  # here, not on the cluster after the upload
+    if not name:  # here, not on the cluster after the upload
         check_run_name(space.name, file=space.source, field="name")
     name = name or f"{space.name}-{searcher}-{time.strftime('%Y%m%d-%H%M%S')}"
     check_run_name(name)

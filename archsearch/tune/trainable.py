@@ -509,7 +509,7 @@ class _DivergedMarker:
             with self.fs.open_input_stream(self.path) as f:
                 got = json.loads(f.read().decode())
             return got if isinstance(got, dict) and isinstance(got.get("error"), str) else None
-        except (OSError, ValueError):
+        except Exception:  # unreadable (pyarrow raises OSError, ValueError...): train
             return None
 
     def write(self, error: str, epoch: int) -> None:
@@ -518,15 +518,23 @@ class _DivergedMarker:
         reported)."""
         import warnings
 
-        tmp = f"{self.path}.tmp"
+        body, tmp = json.dumps({"error": error, "epoch": epoch}).encode(), f"{self.path}.tmp"
         try:
             self.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
-            with self.fs.open_output_stream(tmp) as f:
-                f.write(json.dumps({"error": error, "epoch": epoch}).encode())
-            self.fs.move(tmp, self.path)
-        except OSError as e:
+            try:
+                with self.fs.open_output_stream(tmp) as f:
+                    f.write(body)
+                self.fs.move(tmp, self.path)
+            except Exception:  # a storage without rename (pyarrow: NotImplementedError): direct
+                with self.fs.open_output_stream(self.path) as f:
+                    f.write(body)
+        except Exception as e:  # never instead of the trial's own error
             warnings.warn(f"could not write {self.path} ({e}): a retry of this diverged trial "
                           "will train again to the same NaN", stacklevel=2)
+        try:
+            self.fs.delete_file(tmp)
+        except Exception:  # moved, or never written
+            pass
 
 
 def _diverged_marker() -> _DivergedMarker | None:
