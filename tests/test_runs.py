@@ -259,7 +259,7 @@ def test_prelaunch_check_uses_the_reported_cost(tmp_path, cache_dir):
     from archsearch.data import prepare_for_space
     from archsearch.errors import UserError
     from archsearch.space import load_space
-    from archsearch.tune.preflight import check_constraints, smallest_config
+    from archsearch.tune.preflight import check_constraints, extreme_configs
     from archsearch.tune.runner import trial_settings
     from archsearch.tune.trainable import TrialLoop
 
@@ -267,7 +267,7 @@ def test_prelaunch_check_uses_the_reported_cost(tmp_path, cache_dir):
     spec["dataset"]["max_len"] = 128
     space = load_space(tiny_space_file(tmp_path, dataset=spec["dataset"]))
     data = prepare_for_space(space)
-    cfg = smallest_config(space)
+    cfg = extreme_configs(space)[0]  # the cheapest, every non-numeric choice at its first
     reported = TrialLoop(cfg, data, trial_settings(space, 1)).evaluate()["flops_per_sample"]
 
     def with_bound(value):

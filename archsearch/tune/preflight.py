@@ -89,7 +89,7 @@ def check_architecture(space: SearchSpace) -> None:
     """
     for key, limit in ARCH_LIMITS.items():
         for fld, value in space._values(key):
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > limit:
+            if _is_number(value) and value > limit:
                 raise UserError(f"{key} {value:g} is over the limit of {limit:,}: a typo?",
                                 file=space.source, field=fld)
 
@@ -244,7 +244,7 @@ def _check_cut_depths(space: SearchSpace, depths: dict[str, int]) -> None:
         fld, only = "params.n_layers", (param.when or {}).get("init_from")
     else:
         return
-    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    numbers = [v for v in values if _is_number(v)]
     if not numbers:
         return  # not a number: the model config refuses it
     lo, hi = min(numbers), max(numbers)
@@ -306,18 +306,6 @@ def _ends(key: str, p, largest: bool) -> list[Any] | None:
     if key in GROWING or key in COST_FREE or low == high:
         return [high if largest else low]
     return [low, high]
-
-
-def smallest_config(space: SearchSpace) -> dict[str, Any]:
-    """The cheapest architecture the space can produce with every non-numeric categorical at
-    its first choice: every numeric param at its low end, every numeric categorical at its
-    smallest choice."""
-    cfg: dict[str, Any] = {}
-    for key, p in space.params.items():
-        if space.active(key, cfg):
-            ends = _ends(key, p, largest=False)
-            cfg[key] = p.choices[0] if ends is None else ends[0]
-    return cfg
 
 
 def extreme_configs(space: SearchSpace, *, largest: bool = False) -> list[dict[str, Any]] | None:
