@@ -368,3 +368,70 @@ def test_a_real_search_with_the_median_stopping_rule(tmp_path, ray_session, cach
         epochs = [h["epoch"] for h in r["history"]]
         assert epochs == list(range(1, len(epochs) + 1)), epochs
         assert len(epochs) == 3 or r["status"] == "STOPPED", (r["status"], epochs)
+
+
+def test_pruner_keeps_the_replay_of_ended_trials_without_changing_a_decision():
+    """The kept replay of the ended trials gives every decision a pruner that replays the
+    whole study each call gives, with several trials running at once (each ends in a different
+    order than it started), failed trials, and three studies run step by step in turn (three
+    in-memory storages, each with study id 0, each its own curves; one minimising) sharing one
+    pruner object; then a call about each ended trial. The kept replay is used, and equals a
+    replay of the trials it covers. (Checked: without the storage test, or keeping a replay
+    past a running trial, or using one that covers the trial asked about, this fails.)"""
+    import optuna
+
+    from archsearch.search import AHTOPruner
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    kw = dict(max_resource=MAX_T, cost_attr="flops_per_sample", n_trials=30)
+    shared = AHTOPruner(**kw)
+    checked, used = [], []  # every comparison; how many trials each kept replay covered
+
+    def steps(study, sign, seed):
+        acc, cost = curves(n=30, seed=3 + seed)
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(acc))
+        running, queue = {}, list(order)  # trial -> (curve index, next epoch)
+        while queue or running:
+            if queue and (len(running) < 3 or rng.random() < 0.3):
+                i = queue.pop(0)
+                t = study.ask()
+                t.set_user_attr("flops_per_sample", float(cost[i]))
+                running[t] = (i, 1)
+            t = list(running)[int(rng.integers(len(running)))]
+            i, e = running.pop(t)
+            if rng.random() < 0.03:
+                study.tell(t, state=optuna.trial.TrialState.FAIL)
+                continue
+            t.report(sign * float(acc[i][e - 1]), e)
+            frozen = study._storage.get_trial(t._trial_id)
+            expected = AHTOPruner(**kw).prune(study, frozen)  # a new pruner: replays everything
+            checked.append(shared.prune(study, frozen) == expected)
+            kept = shared._ended
+            if kept is not None and kept[0]() is study._storage:  # the kept replay: of its trials
+                full = StopPolicy(shared._weights, mode="max" if sign > 0 else "min", max_t=MAX_T)
+                for old in study.get_trials(deepcopy=False)[:kept[2]]:
+                    if old.state != optuna.trial.TrialState.FAIL and old.intermediate_values:
+                        shared._replay(full, old)
+                checked.append(full.state_dict() == kept[3].state_dict())
+                used.append(kept[2])
+            if expected:
+                study.tell(t, state=optuna.trial.TrialState.PRUNED)
+            elif e == MAX_T:
+                study.tell(t, sign * float(acc[i][-1]))
+            else:
+                running[t] = (i, e + 1)
+            yield
+        for old in study.get_trials(deepcopy=False):  # a call about an earlier trial, afterwards
+            checked.append(shared.prune(study, old) == AHTOPruner(**kw).prune(study, old))
+
+    runs = [steps(optuna.create_study(direction=d, pruner=shared), sign, seed)
+            for seed, (d, sign) in enumerate((("maximize", 1.0), ("maximize", 1.0), ("minimize", -1.0)))]
+    while runs:
+        for r in list(runs):
+            try:
+                next(r)
+            except StopIteration:
+                runs.remove(r)
+    assert len(checked) > 300 and all(checked), checked.index(False)
+    assert len(used) > 100 and np.median(used) >= 10

@@ -22,16 +22,28 @@ A trial that ran sequentially after the others gets the decision
 :class:`~archsearch.tune.scheduler.AHTOScheduler` would make (tested). Only trials numbered
 before ``trial`` are replayed: with several workers, a later-numbered trial that already reached
 a rung is not counted (the Tune scheduler would count it).
+
+Cost: the replay of the trials numbered below the first one that has not finished is kept
+(per study and storage, in this process) and reused, since a finished trial's reports never
+change; each call replays the rest. Without it a study's pruning time grew with the cube of
+its trials. The decisions are the same (tested against a pruner that replays everything each
+call).
 """
 
 from __future__ import annotations
 
+import copy
 import math
+import threading
+import weakref
 
 import optuna
 from optuna.trial import TrialState
 
 from archsearch.search.scheduler import StopPolicy
+
+_ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+_REPLAYED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
 
 class AHTOPruner(optuna.pruners.BasePruner):
@@ -57,6 +69,14 @@ class AHTOPruner(optuna.pruners.BasePruner):
         self._args = dict(max_t=max_resource, grace_period=min_resource, reduction_factor=reduction_factor)
         self._weights = StopPolicy(weights, mode="max", **self._args).weights  # validates once
         self._cost_attr, self._n_trials = cost_attr, n_trials
+        self._lock = threading.Lock()
+        self._ended = None  # (storage weakref, study id, n, policy after replaying trials 0 .. n-1)
+
+    def __getstate__(self):  # the kept replay holds a weak reference: not pickled
+        return {**self.__dict__, "_lock": None, "_ended": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _lock=threading.Lock())
 
     def prune(self, study: optuna.study.Study, trial: optuna.trial.FrozenTrial) -> bool:
         if len(study.directions) > 1:
@@ -66,14 +86,20 @@ class AHTOPruner(optuna.pruners.BasePruner):
         if not steps:
             return False
         mode = "max" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "min"
-        pol = StopPolicy(self._weights, mode=mode, **self._args)
-        others = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED,
-                                                                       TrialState.RUNNING))
-                  if t.number < trial.number and t.intermediate_values]
-        for t in others:  # replay: their reports, in trial order
-            pol.add(t.number, self._cost(t))
-            for step in sorted(t.intermediate_values):
-                pol.on_result(t.number, step, t.intermediate_values[step])
+        trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+        # trials 0 .. ended-1 have all ended (their reports are final) and come before this one
+        ended = next((t.number for t in trials if t.state not in _ENDED or t.number >= trial.number),
+                     trial.number)
+        pol, start = self._kept(study, mode, ended)
+        for t in trials:
+            if t.number >= trial.number:
+                break
+            if t.number == ended and start < ended:
+                self._keep(study, ended, pol)
+            if t.number >= start and t.state in _REPLAYED and t.intermediate_values:
+                self._replay(pol, t)
+        if ended == trial.number and start < ended:
+            self._keep(study, ended, pol)
         pol.add(trial.number, self._cost(trial))
         used = min((trial.number + 1) / self._n_trials, 1.0) if self._n_trials else 0.0
         if steps[-1] >= pol.max_t:
@@ -81,6 +107,33 @@ class AHTOPruner(optuna.pruners.BasePruner):
         # every rung the trial passed is judged, not only the one of its last report
         return not all([pol.on_result(trial.number, step, trial.intermediate_values[step], used)
                         for step in steps])
+
+    def _replay(self, pol: StopPolicy, t) -> None:
+        """``t``'s reports, in step order, into ``pol``."""
+        pol.add(t.number, self._cost(t))
+        for step in sorted(t.intermediate_values):
+            pol.on_result(t.number, step, t.intermediate_values[step])
+
+    def _kept(self, study, mode: str, ended: int) -> tuple[StopPolicy, int]:
+        """A copy of the kept replay of this study's first trials if it covers at most the
+        ``ended`` trials that have ended, and the trial number to replay from; else a new
+        policy and 0."""
+        with self._lock:
+            kept = self._ended
+        if self._of(kept, study) and kept[2] <= ended and kept[3].sign == (1.0 if mode == "max" else -1.0):
+            return copy.deepcopy(kept[3]), kept[2]
+        return StopPolicy(self._weights, mode=mode, **self._args), 0
+
+    def _keep(self, study, n: int, pol: StopPolicy) -> None:
+        """Keep a copy of ``pol``, the replay of trials ``0 .. n-1`` (all ended)."""
+        with self._lock:
+            if not self._of(self._ended, study) or self._ended[2] < n:
+                self._ended = (weakref.ref(study._storage), study._study_id, n, copy.deepcopy(pol))
+
+    @staticmethod
+    def _of(kept, study) -> bool:
+        """Whether ``kept`` is a replay of ``study`` (the same storage object and study id)."""
+        return kept is not None and kept[0]() is study._storage and kept[1] == study._study_id
 
     def _cost(self, t) -> float | None:
         if self._cost_attr is None:
