@@ -18,6 +18,7 @@ Plain Python: no import of torch, numpy or the rest of archsearch.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -143,3 +144,11 @@ def markdown_table() -> str:
 
 if __name__ == "__main__":
     print(markdown_table())
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number a metric or a numeric setting can hold: a Python
+    ``int``/``float`` or any :class:`numbers.Real` (NumPy's ``float32``, ``int64``...; a trainable
+    that reports ``np.float32(0.8)`` reports a number), never a ``bool`` (``True`` is not 1 here).
+    NaN and infinities are numbers: callers that need finite values check that themselves."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -43,6 +43,7 @@ from archsearch.errors import UserError
 #: Metric names (docs/design.md), with the direction that makes each one "better": a live
 #: view of :data:`archsearch.metrics.METRICS`, the one table of metrics.
 from archsearch.metrics import DIRECTIONS as METRICS
+from archsearch.metrics import is_number
 
 #: Model and optimiser keys the trainable reads itself. ``gating`` / ``tying`` name a registered
 #: strategy (:mod:`archsearch.dynamic`), and every other key of ``params``/``fixed`` must be a
@@ -544,7 +545,7 @@ class SearchSpace(_UnitCube, _Strict):
             if p is None:
                 raise UserError(f"{key!r} is not a param of this space", file=self.source, field="--fixed")
             ok = (value in p.choices if isinstance(p, CategoricalParam)
-                  else isinstance(value, (int, float)) and not isinstance(value, bool)
+                  else is_number(value)
                   and p.low <= value <= p.high)
             if not ok:
                 raise UserError(f"{key}={value!r} is outside the space", file=self.source, field="--fixed")

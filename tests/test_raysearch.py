@@ -135,3 +135,19 @@ def test_an_infinite_constraint_value_does_not_stop_the_search():
     assert study.trials[1].constraints == {"c": float("inf")}
     sources = [t.system_attrs.get("archsearch:ask", {}).get("source") for t in study.trials]
     assert "optimizer" in sources[3:], sources
+
+
+def test_numpy_metric_values_are_numbers():
+    """A trainable that reports NumPy scalars (``np.float32`` from a tensor's ``.numpy()``,
+    ``np.int64``) reports numbers, as Ray's own searchers take them: the trial is an observation,
+    not a failure. A bool is still not a number. (Before: ``np.float32`` and ``np.int64`` were
+    recorded as failed trials.)"""
+    import numpy as np
+
+    s = QNEHVISearch(seed=1, **FAST)
+    s.set_search_properties("acc", "max", PARAM_SPACE)
+    for i, v in enumerate([np.float32(0.5), np.int64(1), 0.25, np.bool_(True), True]):
+        s.suggest(f"t{i}")
+        s.on_trial_complete(f"t{i}", {"acc": v})
+    assert [o.ok for o in s.core.observations] == [True, True, True, False, False]
+    assert s.core.observations[0].metrics == {"acc": 0.5}

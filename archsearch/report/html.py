@@ -18,6 +18,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from archsearch.metrics import is_number
 from archsearch.report.data import ReportData
 from archsearch.report.page import Page, png_data, render
 from archsearch.report.style import Figure
@@ -168,7 +169,7 @@ def _subtitle(data: ReportData) -> str:
 def metric_cell(value: Any) -> dict[str, Any] | None:
     """A metric value as a table cell ``{"text", "num" (right-aligned number)}``."""
     f = to_float(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_number(value):
         return {"text": fmt(value) if math.isfinite(f) else str(value), "num": True}
     return {"text": fmt(value), "num": False}
 

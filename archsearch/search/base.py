@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from archsearch.metrics import KNOWN_COSTS
+from archsearch.metrics import KNOWN_COSTS, is_number
 
 CostFn = Callable[[Mapping[str, Any]], Mapping[str, float]]
 
@@ -173,7 +173,7 @@ class Searcher(ABC):
             p = {**p, "config": dict(config), "x": list(self.space.encode(config))}
         m = None
         if not error and metrics is not None:
-            m = {k: float(v) for k, v in metrics.items() if _is_number(v)}
+            m = {k: float(v) for k, v in metrics.items() if is_number(v)}
             if self.cost_fn is not None:  # known costs are exact: fill in what is missing
                 for k, v in self.cost_fn(p["config"]).items():
                     m.setdefault(k, float(v))
@@ -276,7 +276,3 @@ class Searcher(ABC):
 
     def _load_state(self, state: Any) -> None:
         pass
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)

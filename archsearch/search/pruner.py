@@ -40,6 +40,7 @@ import weakref
 import optuna
 from optuna.trial import TrialState
 
+from archsearch.metrics import is_number
 from archsearch.search.scheduler import StopPolicy
 
 _ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -139,4 +140,4 @@ class AHTOPruner(optuna.pruners.BasePruner):
         if self._cost_attr is None:
             return None
         c = t.user_attrs.get(self._cost_attr)
-        return float(c) if isinstance(c, (int, float)) and math.isfinite(c) else None
+        return float(c) if is_number(c) and math.isfinite(c) else None

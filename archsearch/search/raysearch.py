@@ -41,6 +41,8 @@ from ray.tune.search.sample import (Categorical, Float, Integer, LogUniform, Qua
 from ray.tune.search.variant_generator import parse_spec_vars
 from ray.tune.utils.util import flatten_dict, unflatten_dict
 
+from archsearch.metrics import is_number
+
 
 def distributions_from_ray(param_space: dict) -> dict:
     """Optuna distributions for the sampled domains of a Ray Tune ``param_space``.
@@ -187,8 +189,7 @@ class CoreSearch(Searcher):
             return
         flat = flatten_dict(result or {}, prevent_delimiter=False) if result else {}
         metrics = {m: flat.get(m) for m in self._metrics}
-        ok = not error and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                               for v in metrics.values())
+        ok = not error and all(is_number(v) for v in metrics.values())
         self.core.tell(trial_id, metrics if ok else None, error=not ok)
 
     # ------------------------------------------------------------------ state

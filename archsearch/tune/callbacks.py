@@ -19,6 +19,7 @@ import re
 
 from ray.tune import Callback
 
+from archsearch.metrics import is_number
 from archsearch.runs import ERROR, FINISHED, RUNNING, STOPPED, TERMINATED, RunDir, new_trial_record
 from archsearch.search.adapters.ray import StudyRecord
 
@@ -144,7 +145,7 @@ class ProgressBar(Callback):
         count = {s: sum(r["status"] == s for r in recs) for s in (RUNNING, ERROR)}
         done = sum(r["status"] in FINISHED for r in recs)
         vals = [r["metrics"].get(self.metric) for r in recs if r["status"] != ERROR]
-        vals = [v for v in vals if isinstance(v, (int, float))]
+        vals = [v for v in vals if is_number(v)]
         best = f"best {self.metric} {(max if self.mode == 'max' else min)(vals):.4g}" if vals else ""
         desc = f"running {count[RUNNING]}  failed {count[ERROR]}  {best}"
         if self.bar is None:

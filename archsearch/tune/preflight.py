@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from archsearch.errors import UserError
-from archsearch.metrics import KNOWN_COSTS
+from archsearch.metrics import KNOWN_COSTS, is_number
 from archsearch.space import CategoricalParam, SearchSpace
 from archsearch.tune.ray_session import check_address
 from archsearch.tune.searchers import check_searcher
@@ -89,7 +89,7 @@ def check_architecture(space: SearchSpace) -> None:
     """
     for key, limit in ARCH_LIMITS.items():
         for fld, value in space._values(key):
-            if _is_number(value) and value > limit:
+            if is_number(value) and value > limit:
                 raise UserError(f"{key} {value:g} is over the limit of {limit:,}: a typo?",
                                 file=space.source, field=fld)
 
@@ -244,7 +244,7 @@ def _check_cut_depths(space: SearchSpace, depths: dict[str, int]) -> None:
         fld, only = "params.n_layers", (param.when or {}).get("init_from")
     else:
         return
-    numbers = [v for v in values if _is_number(v)]
+    numbers = [v for v in values if is_number(v)]
     if not numbers:
         return  # not a number: the model config refuses it
     lo, hi = min(numbers), max(numbers)
@@ -281,10 +281,6 @@ def check_tokenizer(space: SearchSpace) -> None:
 MAX_CHOICE_COMBINATIONS = 1024
 
 
-def _is_number(c: Any) -> bool:
-    return isinstance(c, (int, float)) and not isinstance(c, bool)
-
-
 #: Numeric params whose known costs never fall as they grow: the low end is the cheapest.
 GROWING = frozenset({"n_layers", "d_model", "n_heads", "d_ffn", "d_ffn_mult", "flops_budget"})
 #: Numeric params that change no known cost: one end stands for all.
@@ -298,7 +294,7 @@ def _ends(key: str, p, largest: bool) -> list[Any] | None:
     it (:data:`COST_FREE`); both ends otherwise (a gating setting such as ``min_layers``: more
     of it, fewer exit heads). ``None`` for a categorical with a non-numeric choice."""
     if isinstance(p, CategoricalParam):
-        if not all(_is_number(c) for c in p.choices):
+        if not all(is_number(c) for c in p.choices):
             return None
         low, high = min(p.choices), max(p.choices)
     else:

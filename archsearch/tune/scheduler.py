@@ -23,6 +23,7 @@ from typing import Any
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from archsearch.metrics import is_number
 from archsearch.search.scheduler import StopPolicy
 
 
@@ -85,7 +86,7 @@ class AHTOScheduler(FIFOScheduler):
             return TrialScheduler.CONTINUE
         if self._cost_metric and self.policy.cost.get(trial.trial_id) is None:
             c = result.get(self._cost_metric)  # a missing, non-numeric or NaN cost stays unknown
-            if isinstance(c, (int, float)) and not isinstance(c, bool):
+            if is_number(c):
                 self.policy.add(trial.trial_id, float(c))
         self._reported.add(trial.trial_id)
         t = result[self._time_attr]
