@@ -190,6 +190,9 @@ def compare(
         typer.echo(f"{r['name']}: {r['n_trials']} trials, {r['n_failed']} failed, "
                    f"hypervolume {r['hypervolume']:.6g}")
     typer.echo(f"report: {out_dir / 'index.html'}")
+    if all(r["n_failed"] >= r["n_trials"] for r in summary["runs"]):  # nothing to compare (as report)
+        print("error: no run has a successful trial: nothing to compare", file=sys.stderr)
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -207,10 +210,34 @@ def dashboard(
         raise UserError(f"no {run.optuna_db.name} here: not a run directory", file=str(run_dir))
     if host not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(f"warning: binding {host}: the dashboard has no authentication", err=True)
+    if not 0 <= port <= 65535:
+        raise UserError(f"{port} is not a port (0 .. 65535)", field="--port")
+    import errno
+    import socket
+    import sqlite3
+
     from optuna_dashboard import run_server
 
+    try:  # a file that is not an Optuna database: one line, before the server starts (read-only)
+        with sqlite3.connect(f"file:{run.optuna_db.resolve()}?mode=ro", uri=True) as db:
+            db.execute("SELECT count(*) FROM studies").fetchone()
+    except sqlite3.Error as e:
+        raise UserError(f"not an Optuna study database ({e})", file=str(run.optuna_db)) from None
+    def refused(e: OSError) -> UserError:  # port in use, an address this machine does not have
+        return UserError(f"cannot serve on {host}:{port}: {e.strerror or e}",
+                         field="--port" if e.errno == errno.EADDRINUSE else "--host")
+
+    try:  # bind once first (as the server will: address reuse on): it prints its banner before it binds
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as e:
+        raise refused(e) from None
     typer.echo(f"optuna-dashboard: http://{host}:{port}/  (Ctrl-C to stop)")
-    run_server(run.optuna_url, host=host, port=port)
+    try:
+        run_server(run.optuna_url, host=host, port=port)
+    except OSError as e:  # taken in between
+        raise refused(e) from None
 
 
 _JOB_API_HELP = ("The head's dashboard (Ray job API): http://HEAD:8265 (default "

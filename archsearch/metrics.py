@@ -41,6 +41,8 @@ class Metric:
             model (a sub-trial of an anytime curve inherits it from its trial).
         low, high: the values the metric can take at all (``None``: unbounded); a constraint
             outside them is refused when the space loads.
+        task: the one task whose trials report it (``None``: every task); a space of another
+            task that names it is refused when it loads.
     """
 
     name: str
@@ -52,15 +54,18 @@ class Metric:
     per_model: bool = False
     low: float | None = 0.0
     high: float | None = None
+    task: Literal["classification", "lm"] | None = None
 
 
 #: Every metric, by name (in the order the docs list them).
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("accuracy", "max", "fraction 0..1", "validation accuracy (classification)", high=1.0),
+    Metric("accuracy", "max", "fraction 0..1", "validation accuracy (classification)", high=1.0,
+           task="classification"),
     Metric("val_loss", "min", "nats/token",
            "validation cross-entropy (per token for language modelling, per sample for "
            "classification)"),
-    Metric("perplexity", "min", "-", "exp(val_loss) (language modelling)", low=1.0),
+    Metric("perplexity", "min", "-", "exp(val_loss) (language modelling)", low=1.0,
+           task="lm"),
     Metric("flops_per_sample", "min", "FLOPs",
            "forward-pass FLOPs per sample actually executed, averaged over the validation set, "
            "after gating (a multiply-add = 2 FLOPs)", log_scale=True, known_cost=True),

@@ -124,6 +124,14 @@ class RunSpec:
         for key, types in _SPEC_TYPES.items():
             if key in d and not (d[key] is None and key in _SPEC_OPTIONAL):
                 _check_type(d[key], types, source, key)
+        for key, types in _SPEC_ITEMS.items():
+            for i, item in enumerate(d.get(key) or []):
+                _check_type(item, types, source, f"{key}.{i}")
+        for key in _SPEC_TIMES:  # Unix times that a date is made of
+            for i, t in enumerate(d.get(key) if isinstance(d.get(key), list) else [d.get(key)]):
+                if t is not None and not 0 <= t <= _LAST_TIME:
+                    raise UserError(f"not a time: {t!r} (Unix seconds)", file=source,
+                                    field=key if key != "resumed" else f"{key}.{i}")
         return cls(**{k: v for k, v in d.items() if k in names})
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,10 +140,27 @@ class RunSpec:
 
 def _check_type(value: Any, types: tuple[type, ...], file: str, field: str) -> None:
     """Raises: UserError: ``value`` (``file``'s ``field``) is none of the JSON ``types`` (a
-    boolean is not a number)."""
+    boolean is not a number), or a number that is not finite (JSON's ``NaN``, ``Infinity``)."""
     if not isinstance(value, types) or isinstance(value, bool):
         raise UserError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}",
                         file=file, field=field)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"expected a finite number, got {value}", file=file, field=field)
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON document in ``path``, a ``what`` (``"run spec"``, ``"trial record"``).
+
+    Raises:
+        UserError: naming ``path``: unreadable, not UTF-8, not JSON, or nested too deeply for
+            Python's parser.
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"corrupt {what} (line {e.lineno}: {e.msg})", file=str(path)) from None
+    except (OSError, UnicodeDecodeError, RecursionError) as e:
+        raise UserError(f"unreadable {what} ({e.__class__.__name__})", file=str(path)) from None
 
 
 _NUMBER = (int, float)
@@ -146,6 +171,9 @@ _SPEC_TYPES: dict[str, tuple[type, ...]] = {
     "fixed": (dict,), "argv": (list,), "started": _NUMBER, "wall_seconds": _NUMBER,
     "wall_seconds_before": _NUMBER, "resumed": (list,), "path": (str,)}
 _SPEC_OPTIONAL = {"address", "num_cpus", "space_file", "fixed", "wall_seconds", "path"}
+_SPEC_ITEMS = {"argv": (str,), "resumed": _NUMBER}  #: the JSON type of each list's items
+_SPEC_TIMES = ("started", "resumed")  #: Unix times (seconds)
+_LAST_TIME = 253402300799  #: 9999-12-31T23:59:59Z, the last second Python's datetime can show
 
 
 # ---------------------------------------------------------------------- trial records
@@ -307,10 +335,7 @@ class RunDir:
 
     def read_spec(self) -> RunSpec:
         """Raises: UserError: ``run.json`` is not valid JSON or lacks a field."""
-        try:
-            d = json.loads(self.spec_file.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise UserError(f"unreadable run spec ({e.__class__.__name__})", file=str(self.spec_file)) from None
+        d = read_json(self.spec_file, "run spec")
         if not isinstance(d, dict):
             raise UserError("expected a JSON object", file=str(self.spec_file))
         return RunSpec.from_dict(d, source=str(self.spec_file))
@@ -347,12 +372,7 @@ class RunDir:
         """
         out, seen = [], {}
         for p in sorted(self.trials_dir.glob("*.json")):
-            try:
-                rec = json.loads(p.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as e:
-                raise UserError(f"corrupt trial record (line {e.lineno}: {e.msg})", file=str(p)) from None
-            except (OSError, UnicodeDecodeError) as e:
-                raise UserError(f"unreadable trial record ({e.__class__.__name__})", file=str(p)) from None
+            rec = read_json(p, "trial record")
             _check_record(rec, p)
             if rec["trial_id"] in seen:
                 raise UserError(f"trial {rec['trial_id']} is also recorded in {seen[rec['trial_id']].name}",

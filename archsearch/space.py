@@ -88,7 +88,8 @@ class _ModelValues(BaseModel):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no NaN or infinity anywhere in a space: a reference, a bound, a step, a fixed value
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class IntParam(_Strict):
@@ -389,7 +390,7 @@ class ParamSpace(_UnitCube, _Strict):
     objectives: list[ObjectiveSpec] = Field(min_length=1)
     constraints: dict[str, Bound] = {}
     params: dict[str, Param] = Field(min_length=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)  #: the searchers' (NumPy's) seed range
 
 
 class SearchSpace(_UnitCube, _Strict):
@@ -403,7 +404,7 @@ class SearchSpace(_UnitCube, _Strict):
     budget: Budget = Budget()
     params: dict[str, Param] = Field(min_length=1)
     fixed: dict[str, Scalar] = {}
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)  #: the searchers' (NumPy's) seed range
     source: str | None = Field(None, exclude=True)  #: the YAML file it came from
 
     @field_validator("constraints")
@@ -452,7 +453,21 @@ class SearchSpace(_UnitCube, _Strict):
         modes = {o.metric for o in self.objectives}
         if len(modes) != len(self.objectives):
             raise _FieldError("objectives", "an objective is listed twice")
+        self._check_task_metrics()
         return self
+
+    def _check_task_metrics(self) -> None:
+        """Every objective and constraint names a metric this space's task reports (a
+        classification trial reports no perplexity: every trial would fail after training)."""
+        from archsearch.metrics import METRICS as ROWS
+
+        named = [(f"objectives.{i}.metric", o.metric) for i, o in enumerate(self.objectives)]
+        named += [(f"constraints.{k}", k) for k in self.constraints]
+        for field, metric in named:
+            task = ROWS[metric].task
+            if task is not None and task != self.task:
+                raise _FieldError(field, f"{metric!r} is reported by task {task!r} only; this space's "
+                                         f"task is {self.task!r}")
 
     def _values(self, key: str) -> list[tuple[str, Any]]:
         """``(field, value)`` of every value the space can give ``key``: the fixed value, a
@@ -485,7 +500,8 @@ class SearchSpace(_UnitCube, _Strict):
                 if d % h:
                     where = "params.d_model" if "d_model" in self.params else "fixed.d_model"
                     raise _FieldError(where, f"d_model {d} is not divisible by n_heads {h} (the "
-                                             "space can pick both): every d_model must be")
+                                             "space can pick both): every d_model must be a "
+                                             "multiple of every n_heads")
 
     def _all_ints(self, key: str) -> list[int] | None:
         """Every integer value the space can give ``key`` (``None``: none, or a range of more
@@ -537,7 +553,9 @@ class SearchSpace(_UnitCube, _Strict):
         categorical), so any searcher proposes exactly ``config``: re-running one trial.
 
         Raises:
-            UserError: a key that is not a param of the space, or a value outside its range.
+            UserError: a key that is not a param of the space, a value outside its range, a
+                fraction for an int param, or a value the space's own checks refuse (a
+                ``d_model`` its heads do not divide...), naming ``--fixed``.
         """
         params = dict(self.params)
         for key, value in config.items():
@@ -549,8 +567,17 @@ class SearchSpace(_UnitCube, _Strict):
                   and p.low <= value <= p.high)
             if not ok:
                 raise UserError(f"{key}={value!r} is outside the space", file=self.source, field="--fixed")
+            if isinstance(p, IntParam) and value != int(value):
+                raise UserError(f"{key}={value!r}: {key} is an int param", file=self.source, field="--fixed")
             params[key] = CategoricalParam(type="categorical", choices=[value], when=p.when)
-        return self.model_copy(update={"params": params})
+        data = {**self.model_dump(), "params": {k: p.model_dump() for k, p in params.items()}}
+        try:  # every check a space file gets (a --fixed value is a value of the space)
+            space = parse_space(data, source=self.source or "<space>")
+        except UserError as e:
+            given = ", ".join(f"{k}={v!r}" for k, v in config.items())
+            raise UserError(f"{given}: {e.field}: {e.message}" if e.field else f"{given}: {e.message}",
+                            file=self.source, field="--fixed") from None
+        return space.model_copy(update={"source": self.source})
 
 def parse_fixed(text: str) -> dict[str, Any]:
     """The ``--fixed`` option's JSON object of param values (for :meth:`SearchSpace.pinned`).
@@ -594,6 +621,9 @@ def _field_of(err: dict) -> str:
     out = []
     for i, p in enumerate(loc):
         if i >= 2 and loc[0] == "params" and p in ("int", "float", "categorical") and i == 2:
+            continue
+        if i == len(loc) - 1 and i >= 2 and p in ("int", "float", "str", "bool") \
+                and (loc[0] == "fixed" or "choices" in loc or "when" in loc):  # a Scalar's member
             continue
         out.append(p)
     return ".".join(out)

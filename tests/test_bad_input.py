@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -252,3 +253,116 @@ def test_command_line_usage_errors_are_one_line_exit_2(tmp_path, args, says):
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], proc.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# 5. found by a review: each passed `check` or ended in a traceback
+# ------------------------------------------------------------------------------------------
+
+
+def test_distill_teacher_without_init_from(tmp_path, cache_dir, kept_run):
+    """Checked before launch (before: every trial failed with "needs init_from")."""
+    space = tiny_space_file(tmp_path, fixed={"gating": "dht", "distill_teacher": str(tmp_path / "t.pt")})
+    search_fails(space, kept_run, file=str(space), field="fixed.distill_teacher",
+                 says="needs init_from (the teacher's architecture): the space gives none")
+
+
+def test_distill_teacher_missing_or_not_a_torch_file(tmp_path, cache_dir, kept_run, checkpoints):
+    bert = str(checkpoints / "bert")
+    garbage = tmp_path / "teacher.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    for teacher, says in ((tmp_path / "none.pt", f"no such file: {tmp_path / 'none.pt'}"),
+                          (garbage, f"{garbage} is not a torch.save file (a zip archive)")):
+        params = {"lr": TINY_SPACE["params"]["lr"],  # the architecture is the checkpoint's
+                  "distill_teacher": {"type": "categorical", "choices": ["", str(teacher)]}}
+        space = tiny_space_file(tmp_path, params=params, fixed={"init_from": bert, "gating": "dht"},
+                                dataset={**TINY_SPACE["dataset"], "tokenizer": bert})
+        search_fails(space, kept_run, file=str(space), field="params.distill_teacher", says=says)
+
+
+def test_a_relative_distill_teacher_is_made_absolute(tmp_path, monkeypatch):
+    """Trials run in their own directories: a relative teacher path means "from where the
+    command ran", as a relative init_from does."""
+    from archsearch.space import load_space
+    from archsearch.tune.preflight import absolute_local_paths
+
+    (tmp_path / "teacher.pt").write_bytes(b"")
+    space = load_space(tiny_space_file(tmp_path, fixed={"gating": "dht", "distill_teacher": "teacher.pt",
+                                                         "init_from": "no-such-dir"}))
+    monkeypatch.chdir(tmp_path)
+    fixed = absolute_local_paths(space).fixed
+    assert fixed["distill_teacher"] == str(tmp_path / "teacher.pt")
+    assert fixed["init_from"] == "no-such-dir"  # not a local path: a Hub id, left alone
+
+
+def _one_line(proc, code: int = 2) -> str:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def test_dashboard_port_in_use_or_a_database_that_is_not_optuna(tmp_path, kept_run):
+    """One line, exit 2 (before: a 58-line OSError traceback, or 118 lines from SQLAlchemy)."""
+    import socket
+
+    storage, before = kept_run
+    run = storage / RUN_NAME
+    (run / "optuna.db").write_bytes(b"")  # an empty file: not a database of studies
+    line = _one_line(run_cli("dashboard", run, "--port", str(free_port()), cwd=tmp_path, timeout=60))
+    assert line == f"error: {run / 'optuna.db'}: not an Optuna study database (no such table: studies)"
+    (run / "optuna.db").write_bytes(b"garbage" * 100)
+    line = _one_line(run_cli("dashboard", run, "--port", str(free_port()), cwd=tmp_path, timeout=60))
+    assert line.endswith("not an Optuna study database (file is not a database)"), line
+    assert (run / "optuna.db").read_bytes() == b"garbage" * 100  # read only
+
+    import optuna
+
+    (run / "optuna.db").unlink()
+    optuna.create_study(storage=f"sqlite:///{run / 'optuna.db'}")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        line = _one_line(run_cli("dashboard", run, "--port", str(port), cwd=tmp_path, timeout=60))
+    assert line == f"error: --port: cannot serve on 127.0.0.1:{port}: Address already in use", line
+    line = _one_line(run_cli("dashboard", run, "--port", "99999", cwd=tmp_path, timeout=60))
+    assert line == "error: --port: 99999 is not a port (0 .. 65535)", line
+
+
+def test_compare_of_runs_without_one_successful_trial_exits_1(tmp_path):
+    """As report: the comparison is written, and the exit code says there was nothing to
+    compare (before: exit 0)."""
+    import yaml
+
+    from archsearch.report.synthetic import synthetic_trials, write_run_dir
+
+    runs = []
+    for name in ("a", "b"):
+        trials = [{**t, "status": "ERROR", "error": "boom"} for t in synthetic_trials(3, epochs=1)]
+        runs.append(write_run_dir(tmp_path / "runs" / name, trials, space_yaml=yaml.safe_dump(TINY_SPACE),
+                                  name=name))
+    proc = run_cli("compare", *runs, "--reports", tmp_path / "reports", cwd=tmp_path, timeout=120)
+    assert _one_line(proc, 1) == "error: no run has a successful trial: nothing to compare"
+    assert "a: 3 trials, 3 failed" in proc.stdout and (tmp_path / "reports").is_dir()
+
+
+@pytest.mark.parametrize("address, says", [
+    ("http://[::1", "expected http://HOST:PORT"),
+    ("http://head:99999", "expected http://HOST:PORT"),
+])
+def test_submit_address_that_is_no_url(address, says):
+    from archsearch.errors import UserError
+    from archsearch.tune.submit import dashboard_url
+
+    with pytest.raises(UserError, match=re.escape(f"{address}: --address: {says}")):
+        dashboard_url(address)
+
+
+def test_search_address_with_a_port_out_of_range():
+    from archsearch.errors import UserError
+    from archsearch.tune.ray_session import check_address
+
+    with pytest.raises(UserError, match="expected auto, HOST:PORT or ray://HOST:PORT"):
+        check_address("localhost:99999")  # before: OverflowError from socket

@@ -3,6 +3,7 @@ the pre-launch constraint check on the same cost function the trials report."""
 
 import copy
 import json
+import re
 import warnings
 
 import pytest
@@ -69,6 +70,7 @@ def test_trial_records_round_trip_and_nan_becomes_null(tmp_path):
     ('{"trial_id": "x", "status": "ERROR", "started": "2024"}', "started: expected int or float, got str"),
     ('{"trial_id": "a", "status": "ERROR"}', "trial_id: trial a is also recorded in a.json"),
     (b"\xff\xfe{}", "unreadable trial record (UnicodeDecodeError)"),
+    ("[" * 100_000 + "]" * 100_000, "unreadable trial record (RecursionError)"),
 ])
 def test_a_malformed_trial_record_is_one_error_naming_file_and_field(tmp_path, text, what):
     """What ``report``/``compare``/``resume`` read: anything but a trial record is a UserError
@@ -92,6 +94,12 @@ def test_a_malformed_trial_record_is_one_error_naming_file_and_field(tmp_path, t
     ("trials", True, "trials: expected int, got bool"),
     ("resumed", None, "resumed: expected list, got NoneType"),
     ("fixed", [1], "fixed: expected dict, got list"),
+    # found by a review: each a traceback in report, compare or resume
+    ("started", float("nan"), "started: expected a finite number, got nan"),
+    ("started", 1e300, "started: not a time: 1e+300 (Unix seconds)"),
+    ("resumed", ["yesterday"], "resumed.0: expected int or float, got str"),
+    ("resumed", [-1.0], "resumed.0: not a time: -1.0"),
+    ("argv", ["search", 3], "argv.1: expected str, got int"),
 ])
 def test_a_run_spec_of_wrong_types_is_one_error_naming_the_field(tmp_path, field, value, what):
     from archsearch.runs import RunSpec
@@ -99,8 +107,25 @@ def test_a_run_spec_of_wrong_types_is_one_error_naming_the_field(tmp_path, field
     good = {"name": "r", "searcher": "tpe", "seed": 0, "trials": 3, "cpus_per_trial": 1,
             "gpus_per_trial": 0, "started": 1.0, "address": None}
     RunSpec.from_dict(good)  # optional fields may be null or absent
-    with pytest.raises(UserError, match=f"run.json: {what}"):
+    with pytest.raises(UserError, match=re.escape(f"run.json: {what}")):
         RunSpec.from_dict({**good, field: value})
+
+
+@pytest.mark.parametrize("text,what", [
+    (b'{"name": "caf\xe9"}', "unreadable run spec (UnicodeDecodeError)"),
+    (b"[" * 100_000 + b"]" * 100_000, "unreadable run spec (RecursionError)"),
+    (b'{"name": ', "corrupt run spec (line 1: Expecting value)"),
+])
+def test_an_unreadable_run_spec_is_one_error_naming_the_file(tmp_path, text, what):
+    """Not UTF-8 or nested past Python's parser: one error naming run.json (before: a
+    UnicodeDecodeError or RecursionError traceback from report, compare and resume)."""
+    from archsearch.runs import RunDir
+
+    run = RunDir(tmp_path)
+    run.spec_file.write_bytes(text)
+    with pytest.raises(UserError) as e:
+        run.read_spec()
+    assert str(e.value) == f"{run.spec_file}: {what}", str(e.value)
 
 
 @pytest.mark.parametrize("name", ["a/b", "../a", ".hidden", "", "a\\b"])

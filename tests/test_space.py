@@ -168,6 +168,18 @@ def test_ray_param_space_samples_conditions(tmp_path):
         # a key twice: YAML keeps the last silently (the first params block vanished)
         (BASE + "params:\n  lr: {type: float, low: 0.001, high: 0.01}\n", "line 8, column 1: malformed YAML: duplicate key 'params'"),
         (BASE.replace("  gating:", "  n_layers: {type: int, low: 2, high: 4}\n  gating:"), "line 6, column 3: malformed YAML: duplicate key 'n_layers'"),
+        # found by a review: each loaded, then failed after launch or after the trials trained
+        (BASE.replace("metric: accuracy, mode: max", "metric: perplexity, mode: min"),
+         "objectives.0.metric: 'perplexity' is reported by task 'lm' only; this space's task is 'classification'"),
+        (BASE + "task: lm\n", "objectives.0.metric: 'accuracy' is reported by task 'classification' only"),
+        (BASE + "constraints: {perplexity: {max: 50}}\n", "constraints.perplexity: 'perplexity' is reported by task 'lm'"),
+        (BASE + "seed: -5\n", "seed: Input should be greater than or equal to 0"),
+        (BASE + "seed: 1180591620717411303424\n", "seed: Input should be less than or equal to 4294967295"),
+        (BASE.replace("metric: accuracy, mode: max", "metric: accuracy, mode: max, ref: .nan"),
+         "objectives.0.ref: Input should be a finite number"),
+        (BASE + "  dropout: {type: float, low: 0, high: 0.3, step: .inf}\n", "params.dropout.step: Input should be a finite number"),
+        (BASE + "fixed: {lr: .nan}\n", "fixed.lr: Input should be a finite number"),
+        (BASE + "  d_model: {type: categorical, choices: [64, .inf]}\n", "params.d_model.choices.1: Input should be a finite number"),
     ],
 )
 def test_bad_spaces_raise_one_line_naming_file_and_field(tmp_path, text, field):
@@ -275,6 +287,20 @@ def test_pinned_space_proposes_exactly_the_config(tmp_path):
         space.pinned({"n_layers": 9})
     with pytest.raises(UserError, match="--fixed"):
         space.pinned({"colour": 1})
+    # found by a review: a fraction for an int param and a d_model its heads do not divide
+    # passed `check`, then trained 1 layer while the records said 1.5
+    whole = load_space(write(tmp_path, BASE))
+    with pytest.raises(UserError, match="--fixed: n_layers=1.5: n_layers is an int param"):
+        whole.pinned({"n_layers": 1.5})
+    assert whole.pinned({"n_layers": 2.0}).params["n_layers"].choices == [2.0]
+    heads = load_space(write(tmp_path, BASE + "  d_model: {type: int, low: 32, high: 64, step: 32}\n"
+                                              "  n_heads: {type: categorical, choices: [4]}\n", "heads.yaml"))
+    with pytest.raises(UserError) as e:
+        heads.pinned({"d_model": 34})
+    assert str(e.value) == (f"{heads.source}: --fixed: d_model=34: params.d_model: d_model 34 is not divisible "
+                            "by n_heads 4 (the space can pick both): every d_model must be a multiple of "
+                            "every n_heads"), str(e.value)
+    assert heads.pinned({"d_model": 64}).source == heads.source
 
 
 def test_max_train_samples_is_a_fixed_random_subset_not_an_ordered_prefix(tmp_path):

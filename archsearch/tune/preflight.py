@@ -21,7 +21,9 @@ starting Ray, with the resources of this machine (:func:`local_resources`) for t
 4. local paths made absolute, since trials run in their own directories (:func:`absolute_local_paths`);
 5. the architecture's sizes under :data:`ARCH_LIMITS` (:func:`check_architecture`);
 6. every ``init_from`` the space can produce, without loading a tensor (:func:`check_init_from`);
-7. a pretrained ``dataset.tokenizer`` (:func:`check_tokenizer`).
+7. every ``distill_teacher``: with an ``init_from``, a readable ``torch.save`` file
+   (:func:`check_distill_teacher`);
+8. a pretrained ``dataset.tokenizer`` (:func:`check_tokenizer`).
 
 :func:`check_constraints` then refuses ``max`` constraints on known costs that even the
 smallest architecture cannot meet (under a FLOPs budget too), and ``min`` ones that even the
@@ -68,6 +70,7 @@ def check_launch(space: SearchSpace, *, searcher: str, address: str | None,
     space = absolute_local_paths(space)
     check_architecture(space)
     check_init_from(space)
+    check_distill_teacher(space)
     check_tokenizer(space)
     return space
 
@@ -147,8 +150,13 @@ def _trained_tokenizer(value: Any) -> bool:
     return value is None or value in TRAINED_KINDS
 
 
+#: Settings whose values are local paths (or Hub ids): made absolute by :func:`absolute_local_paths`.
+PATH_KEYS = ("init_from", "distill_teacher")
+
+
 def absolute_local_paths(space: SearchSpace) -> SearchSpace:
-    """``space`` with every ``init_from`` (``fixed`` and the choices of ``params``), a
+    """``space`` with every ``init_from`` and ``distill_teacher`` (``fixed`` and the choices of
+    ``params``), a
     ``dataset.tokenizer`` and a ``dataset.name`` that name an existing local path made absolute:
     relative paths mean "from the directory the command runs in", and trials run elsewhere (Ray
     starts each in its own directory), as does a resumed run (it reads the run's
@@ -159,12 +167,13 @@ def absolute_local_paths(space: SearchSpace) -> SearchSpace:
         return v
 
     update: dict[str, Any] = {}
-    if "init_from" in space.fixed:
-        update["fixed"] = {**space.fixed, "init_from": absolute(space.fixed["init_from"])}
-    param = space.params.get("init_from")
-    if getattr(param, "choices", None) is not None:
-        new = param.model_copy(update={"choices": [absolute(c) for c in param.choices]})
-        update["params"] = {**space.params, "init_from": new}
+    for key in PATH_KEYS:
+        if key in space.fixed:
+            update["fixed"] = {**update.get("fixed", space.fixed), key: absolute(space.fixed[key])}
+        param = space.params.get(key)
+        if getattr(param, "choices", None) is not None:
+            new = param.model_copy(update={"choices": [absolute(c) for c in param.choices]})
+            update["params"] = {**update.get("params", space.params), key: new}
     data_update: dict[str, Any] = {}
     tok = space.dataset.tokenizer
     if not _trained_tokenizer(tok) and absolute(tok) != tok:
@@ -226,6 +235,42 @@ def check_init_from(space: SearchSpace) -> None:
                         f"the checkpoint directory ({values[0][1]})", file=space.source,
                         field="dataset.tokenizer")
     _check_cut_depths(space, depths)
+
+
+def check_distill_teacher(space: SearchSpace) -> None:
+    """Check every ``distill_teacher`` a search space can produce (``fixed`` and the choices of
+    ``params``; falsy values mean "no teacher"), without loading a tensor: the space must give
+    an ``init_from`` (the teacher's architecture, as
+    :func:`archsearch.dynamic.exits.load_teacher` requires) and the path must be a readable
+    file in ``torch.save``'s format (a zip archive). What it holds is checked when a trial
+    loads it.
+
+    Raises:
+        UserError: naming the space file and ``fixed.distill_teacher`` or
+            ``params.distill_teacher``.
+    """
+    import zipfile
+
+    values = [("fixed.distill_teacher", space.fixed["distill_teacher"])] if "distill_teacher" in space.fixed else []
+    values += [("params.distill_teacher", c) for c in getattr(space.params.get("distill_teacher"), "choices", None) or []]
+    values = [(f, v) for f, v in values if v]
+    if not values:
+        return
+    init = [space.fixed.get("init_from")] + list(getattr(space.params.get("init_from"), "choices", None) or [])
+    for fld, value in values:
+        if not any(init):
+            raise UserError("needs init_from (the teacher's architecture): the space gives none",
+                            file=space.source, field=fld)
+        path = Path(str(value)).expanduser()
+        if not path.is_file():
+            raise UserError(f"no such file: {value}", file=space.source, field=fld)
+        try:
+            ok = zipfile.is_zipfile(path)
+        except OSError as e:
+            raise UserError(f"cannot read {value}: {e.strerror or e.__class__.__name__}",
+                            file=space.source, field=fld) from None
+        if not ok:
+            raise UserError(f"{value} is not a torch.save file (a zip archive)", file=space.source, field=fld)
 
 
 def _check_cut_depths(space: SearchSpace, depths: dict[str, int]) -> None:

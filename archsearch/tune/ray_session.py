@@ -40,7 +40,7 @@ def check_address(address: str | None, timeout_s: float = 3.0) -> None:
         return
     hostport = address.removeprefix("ray://")
     host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not port.isdigit() or not host or not 0 < int(port) < 65536:
         raise UserError("expected auto, HOST:PORT or ray://HOST:PORT", file=address, field="--address")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):

@@ -105,11 +105,11 @@ def dashboard_url(address: str | None) -> str:
                         "ray:// is the Ray Client port", file=address, field="--address")
     if "://" not in address:
         address = f"http://{address}"
-    parts = urlsplit(address)
     try:
+        parts = urlsplit(address)
         port = parts.port
-    except ValueError:
-        port = None
+    except ValueError:  # "http://[::1" (an unclosed IPv6 bracket), a port out of range
+        parts, port = urlsplit("http://"), None
     if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
         raise UserError("expected http://HOST:PORT (the head's dashboard, default port 8265)",
                         file=address, field="--address")
