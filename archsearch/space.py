@@ -392,6 +392,13 @@ class ParamSpace(_UnitCube, _Strict):
     params: dict[str, Param] = Field(min_length=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)  #: the searchers' (NumPy's) seed range
 
+    @field_validator("objectives")
+    @classmethod
+    def _distinct(cls, v):
+        if len({o.metric for o in v}) != len(v):
+            raise ValueError("an objective is listed twice")
+        return v
+
 
 class SearchSpace(_UnitCube, _Strict):
     """A validated search space. Build it with :func:`load_space`."""

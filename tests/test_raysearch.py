@@ -151,3 +151,36 @@ def test_numpy_metric_values_are_numbers():
         s.on_trial_complete(f"t{i}", {"acc": v})
     assert [o.ok for o in s.core.observations] == [True, True, True, False, False]
     assert s.core.observations[0].metrics == {"acc": 0.5}
+
+
+def test_choices_of_any_value_are_searched_by_their_index(tmp_path):
+    """``tune.choice`` of ``None`` and of lists (layer sizes), as ``OptunaSearch`` takes them
+    (before: a ValueError when the Tuner started): the trainable gets the values themselves,
+    a ``points_to_evaluate`` entry gives them too, and a restored searcher continues alike."""
+    import warnings
+
+    from ray import tune
+
+    space = {"lr": tune.loguniform(1e-4, 1e-1), "dropout": tune.choice([None, 0.1]),
+             "net": {"layers": tune.choice([[64, 64], [128]])}}
+    effort = {k: v for k, v in FAST.items() if k != "n_init"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Optuna's warning about list choices stays inside
+        s = QNEHVISearch(seed=0, n_init=2, param_space=space, metric="acc", mode="max",
+                         points_to_evaluate=[{"dropout": None, "net": {"layers": [128]}}], **effort)
+    first = s.suggest("p")
+    assert first["dropout"] is None and first["net"]["layers"] == [128]
+    s.on_trial_complete("p", {"acc": 0.5})
+    for i in range(4):
+        cfg = s.suggest(f"t{i}")
+        assert cfg["dropout"] in (None, 0.1) and cfg["net"]["layers"] in ([64, 64], [128]), cfg
+        s.on_trial_complete(f"t{i}", {"acc": float(cfg["dropout"] or 0) + len(cfg["net"]["layers"])})
+    assert all(o.ok for o in s.core.observations)
+    s.save(str(tmp_path / "s.pkl"))
+    again = QNEHVISearch(seed=0, n_init=2, **effort)
+    again.restore(str(tmp_path / "s.pkl"))
+    assert s.suggest("next") == again.suggest("next")
+    bad = QNEHVISearch(seed=0, param_space=space, metric="acc", mode="max",
+                       points_to_evaluate=[{"dropout": 0.7}])
+    with pytest.raises(ValueError, match=r"points_to_evaluate: dropout=0.7 is not one of \[None, 0.1\]"):
+        bad.suggest("b")

@@ -23,6 +23,7 @@ Each ask records in its ``extra`` what proposed the config (``source``: ``sobol`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from typing import Any
@@ -124,14 +125,36 @@ class QNEHVISearcher(Searcher):
     def _suggest(self, trial_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
         with torch.random.fork_rng():
             torch.manual_seed(zlib.crc32(f"{self.seed}:{self.n_asked}".encode()))
-            # every modelled value finite: an infinite constraint value (Optuna's set_constraint
-            # takes inf; a Tune result's val_loss can be NaN) would put NaN into the GP fit and
-            # every later ask would raise; such a trial still counts as infeasible on the front
-            usable = [o for o in self.finished()
-                      if all(k in o.metrics and math.isfinite(o.metrics[k]) for k in self.modelled)]
+            usable = self.modelled_observations()
             if self.n_asked < self.n_init or len(usable) < 2:
                 return self._sobol(), {"source": "sobol"}
             return self._model_suggest(usable)
+
+    def modelled_observations(self) -> list[Observation]:
+        """The finished observations the model is fitted on, every modelled value finite.
+
+        A NaN modelled value (a Tune result's ``val_loss``) drops the observation: it would put
+        NaN into the GP fit and every later ask would raise. So does an infinite constraint
+        value (Optuna's ``set_constraint`` takes inf): clipped, it could look feasible; such a
+        trial still counts as infeasible on the front. An infinite objective (an objective that
+        returns ``inf`` for a diverged configuration) is clipped to the finite range observed
+        for that objective, as Optuna's ``GPSampler`` does (``optuna._gp``): the region is then
+        learned as the worst seen, not ignored (dropping it kept the model proposing there).
+        The clipped observations are copies: the recorded ones keep their values.
+        """
+        clip = [k for k in self.modelled if k in self.metrics]
+        obs = [o for o in self.finished()
+               if all(k in o.metrics and (not math.isnan(o.metrics[k]) if k in clip else math.isfinite(o.metrics[k]))
+                      for k in self.modelled)]
+        span = {}
+        for k in clip:
+            finite = [o.metrics[k] for o in obs if math.isfinite(o.metrics[k])]
+            if not finite:
+                return []  # nothing to clip to: no model yet
+            span[k] = (min(finite), max(finite))
+        return [o if all(math.isfinite(o.metrics[k]) for k in clip) else dataclasses.replace(
+                    o, metrics={**o.metrics, **{k: min(max(o.metrics[k], span[k][0]), span[k][1]) for k in clip}})
+                for o in obs]
 
     def _sobol(self) -> dict[str, Any]:
         if self.initial_used < len(self.initial_configs):

@@ -153,7 +153,9 @@ class Searcher(ABC):
             trial_id: as returned by :meth:`ask` (an unknown id is accepted when ``config`` is
                 given: a trial evaluated outside this searcher).
             metrics: metric name -> value (must hold every objective metric unless ``error``);
-                a non-finite objective counts as an error.
+                a NaN objective counts as an error; an infinite one is kept (a trainable's
+                "infinitely bad" result: the model clips it to the worst value observed, as
+                Optuna's ``GPSampler`` does).
             fidelity: fraction of the training budget the trial got, in ``(0, 1]``.
             error: the trial failed; it is dropped from the pending set and never modelled.
             config: the config actually evaluated, when it differs from the suggestion (replay
@@ -177,7 +179,7 @@ class Searcher(ABC):
             if self.cost_fn is not None:  # known costs are exact: fill in what is missing
                 for k, v in self.cost_fn(p["config"]).items():
                     m.setdefault(k, float(v))
-            if not all(k in m and math.isfinite(m[k]) for k in self.metrics):
+            if not all(k in m and not math.isnan(m[k]) for k in self.metrics):
                 m = None
         obs = Observation(str(trial_id), p["config"], p["x"], m, float(fidelity), p["extra"])
         self.observations.append(obs)

@@ -12,7 +12,9 @@
 
 No archsearch search space is needed: like Ray's ``OptunaSearch``, the searcher converts the
 ``param_space`` Tune hands to :meth:`set_search_properties` (or one given to the constructor):
-``tune.uniform``/``quniform``/``loguniform``/``randint``/``qrandint``/``lograndint``/``choice``,
+``tune.uniform``/``quniform``/``loguniform``/``randint``/``qrandint``/``lograndint``/``choice``
+(of any values: ``None``, lists such as layer sizes ``[[64, 64], [128]]`` and dicts are searched
+by their index among the choices, as ``OptunaSearch`` takes them),
 nested dicts flattened to ``a/b`` keys, constants left to Tune; grid search and other
 samplers (``tune.randn``, ``sample_from``) are refused with a ``ValueError``. The domains become
 Optuna distributions (the same conversion rules as ``OptunaSearch.convert_search_space``:
@@ -33,6 +35,7 @@ comes from the YAML file and it records the Optuna study).
 from __future__ import annotations
 
 import pickle
+import warnings
 from typing import Any, Sequence
 
 from ray.tune.search import Searcher
@@ -80,7 +83,9 @@ def distributions_from_ray(param_space: dict) -> dict:
                 raise ValueError(f"{name}: quantised lograndint is not supported")
             out[name] = od.IntDistribution(domain.lower, domain.upper - int(not q), step=q or 1, log=log)
         elif isinstance(domain, Categorical) and isinstance(sampler, Uniform):
-            out[name] = od.CategoricalDistribution(domain.categories)
+            with warnings.catch_warnings():  # lists or dicts as choices: CoreSearch codes them
+                warnings.filterwarnings("ignore", "Choices for a categorical distribution", UserWarning)
+                out[name] = od.CategoricalDistribution(domain.categories)
         else:
             raise ValueError(f"{name}: {type(domain).__name__} with sampler "
                              f"{type(sampler).__name__} cannot be searched (use uniform, "
@@ -127,6 +132,7 @@ class CoreSearch(Searcher):
         self._metrics, self._modes = metrics, modes
         self._points = list(points_to_evaluate or [])
         self._dists: dict | None = None
+        self._coded: dict[str, list] = {}  #: param -> its choices, where the core sees their index
         self.core = None
         if param_space is not None:
             self._setup(param_space)
@@ -145,8 +151,17 @@ class CoreSearch(Searcher):
         from archsearch.search import make
         from archsearch.search.samplers import param_space_from_distributions
 
+        from optuna.distributions import CategoricalDistribution
+
         dirs = [StudyDirection.MAXIMIZE if m == "max" else StudyDirection.MINIMIZE for m in self._modes]
-        space = param_space_from_distributions(self._dists, dirs, self._metrics)
+        # choices that are not numbers, strings or booleans (None, lists...): the core searches
+        # their index (an unordered categorical either way)
+        self._coded = {k: list(d.choices) for k, d in self._dists.items()
+                       if isinstance(d, CategoricalDistribution)
+                       and not all(isinstance(c, (bool, int, float, str)) for c in d.choices)}
+        dists = {k: CategoricalDistribution(list(range(len(self._coded[k])))) if k in self._coded else d
+                 for k, d in self._dists.items()}
+        space = param_space_from_distributions(dists, dirs, self._metrics)
         self.core = make(self.core_name, space, seed=self.seed, n_init=self.n_init, **self._kwargs)
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
@@ -175,14 +190,26 @@ class CoreSearch(Searcher):
                                "give param_space/metric/mode to it or to the Tuner")
         if self._points:
             point = flatten_dict(self._points.pop(0), prevent_delimiter=True)
-            config = {k: point[k] for k in self._dists if k in point}
+            config = {k: self._index(k, point[k]) if k in self._coded else point[k]
+                      for k in self._dists if k in point}
             if len(config) == len(self._dists):
                 self.core.adopt(trial_id, config, {"source": "points_to_evaluate"})
             else:  # a partial point (as Ray's OptunaSearch takes): the searcher proposes the rest
                 config = self.core.ask_completing(trial_id, config, {"source": "points_to_evaluate"})
         else:
             _, config = self.core.ask(trial_id)
-        return unflatten_dict({k: config[k] for k in self._dists})
+        return unflatten_dict({k: self._coded[k][config[k]] if k in self._coded else config[k]
+                               for k in self._dists})
+
+    def _index(self, key: str, value) -> int:
+        """The index of ``value`` among ``key``'s coded choices.
+
+        Raises:
+            ValueError: a ``points_to_evaluate`` value that is not one of the choices."""
+        for i, c in enumerate(self._coded[key]):
+            if c == value and type(c) is type(value):
+                return i
+        raise ValueError(f"points_to_evaluate: {key}={value!r} is not one of {self._coded[key]}")
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if self.core is None or trial_id not in self.core.pending:

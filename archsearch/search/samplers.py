@@ -79,7 +79,8 @@ def param_space_from_distributions(search_space: dict[str, BaseDistribution],
             ``CategoricalDistribution`` (categorical choices must be numbers, strings or
             booleans).
         directions: one per objective.
-        metric_names: the objectives' names (default ``objective_0``, ...).
+        metric_names: the objectives' names (default, or when a name repeats: ``objective_0``,
+            ...).
         constraint_keys: Optuna constraint keys; each is a metric ``constraint:KEY`` with
             ``max: 0``.
 
@@ -102,7 +103,9 @@ def param_space_from_distributions(search_space: dict[str, BaseDistribution],
             params[name] = {"type": "categorical", "choices": list(dist.choices)}
         else:
             raise ValueError(f"{name}: unsupported distribution {type(dist).__name__}")
-    names = list(metric_names) if metric_names else [f"objective_{i}" for i in range(len(directions))]
+    names = list(metric_names or [])
+    if len(set(names)) != len(directions):  # none, or a name twice (Optuna allows it): by position
+        names = [f"objective_{i}" for i in range(len(directions))]
     objectives = [{"metric": n, "mode": "max" if d == StudyDirection.MAXIMIZE else "min"}
                   for n, d in zip(names, directions)]
     constraints = {f"{CONSTRAINT_PREFIX}{k}": {"max": 0.0} for k in constraint_keys}
