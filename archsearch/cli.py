@@ -333,10 +333,30 @@ def data_prepare(
     max_len: int = typer.Option(48),
 ):
     """Load, tokenize and cache a dataset; print its sizes."""
-    from archsearch.data import prepare
+    from pydantic import ValidationError
 
-    d = prepare(name, vocab_size=vocab_size, max_len=max_len, tokenizer=tokenizer,
-                text_column=text_column, label_column=label_column, task=task)
+    from archsearch.data import prepare
+    from archsearch.space import DatasetSpec
+
+    options = dict(text_column=text_column, label_column=label_column, tokenizer=tokenizer,
+                   vocab_size=vocab_size, max_len=max_len)
+
+    def option(field) -> str:  # a dataset field as its command-line option
+        return f"--{str(field).replace('_', '-')}"
+
+    try:  # the limits a space file's dataset section has
+        DatasetSpec(name=name, **options)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise UserError(err["msg"], field=option(err["loc"][0])) from None
+    if task not in (None, "classification", "lm"):
+        raise UserError(f"expected classification or lm, got {task!r}", field="--task")
+    try:
+        d = prepare(name, task=task, **options)
+    except UserError as e:
+        if e.field not in ({*options} | {"task"}):
+            raise
+        raise UserError(e.message, file=e.file, field=option(e.field)) from None
     typer.echo(f"{name}: task {d.task}, vocab {d.vocab_size}, max_len {d.max_len}")
 
 

@@ -244,6 +244,9 @@ def test_a_search_stopped_before_any_trial_finished_says_resume_not_failed(tmp_p
     (("check", "space.yaml", "--bogus"), "No such option: --bogus"),
     (("check",), "Missing argument"),
     (("nosuchcmd",), "No such command 'nosuchcmd'"),
+    # data prepare's options: the limits of a space's dataset section, named as options
+    (("data", "prepare", "x.csv", "--max-len", "100000000"), "error: --max-len: Input should be less than or equal to 8192"),
+    (("data", "prepare", "x.csv", "--task", "foo"), "error: --task: expected classification or lm, got 'foo'"),
 ])
 def test_command_line_usage_errors_are_one_line_exit_2(tmp_path, args, says):
     """A bad option, value, command or missing argument: one ``error:`` line and exit 2, never
@@ -366,3 +369,11 @@ def test_search_address_with_a_port_out_of_range():
 
     with pytest.raises(UserError, match="expected auto, HOST:PORT or ray://HOST:PORT"):
         check_address("localhost:99999")  # before: OverflowError from socket
+
+
+def test_data_prepare_names_the_option_not_the_space_field(tmp_path):
+    """``data prepare`` has options, not a space file: a missing column is ``--label-column``
+    (before: ``label_column``, the space's field name)."""
+    (tmp_path / "x.csv").write_text("text,label\n" + _rows(20))
+    line = _one_line(run_cli("data", "prepare", "x.csv", "--label-column", "nope", cwd=tmp_path, timeout=120))
+    assert line == "error: x.csv: --label-column: column 'nope' not found; available columns: text, label", line
