@@ -215,11 +215,12 @@ def dashboard(
     import errno
     import socket
     import sqlite3
+    from urllib.parse import quote
 
     from optuna_dashboard import run_server
 
     try:  # a file that is not an Optuna database: one line, before the server starts (read-only)
-        with sqlite3.connect(f"file:{run.optuna_db.resolve()}?mode=ro", uri=True) as db:
+        with sqlite3.connect(f"file:{quote(str(run.optuna_db.resolve()))}?mode=ro", uri=True) as db:
             db.execute("SELECT count(*) FROM studies").fetchone()
     except sqlite3.Error as e:
         raise UserError(f"not an Optuna study database ({e})", file=str(run.optuna_db)) from None

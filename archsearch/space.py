@@ -559,6 +559,12 @@ class SearchSpace(_UnitCube, _Strict):
         """This space with each param in ``config`` pinned to its value (a one-choice
         categorical), so any searcher proposes exactly ``config``: re-running one trial.
 
+        What the pinned values make inactive is dropped, so the result is a space file of its
+        own (written as the run's ``space.yaml``, read back by ``report`` and ``resume``): a
+        param whose ``when:`` no longer holds (``dht_lambda`` when ``gating`` is pinned to
+        ``static``), ``when:`` values no longer among the choices, and params and ``fixed``
+        settings of strategies the space no longer picks.
+
         Raises:
             UserError: a key that is not a param of the space, a value outside its range, a
                 fraction for an int param, or a value the space's own checks refuse (a
@@ -577,7 +583,8 @@ class SearchSpace(_UnitCube, _Strict):
             if isinstance(p, IntParam) and value != int(value):
                 raise UserError(f"{key}={value!r}: {key} is an int param", file=self.source, field="--fixed")
             params[key] = CategoricalParam(type="categorical", choices=[value], when=p.when)
-        data = {**self.model_dump(), "params": {k: p.model_dump() for k, p in params.items()}}
+        params, fixed = self._active_under(params)
+        data = {**self.model_dump(), "params": {k: p.model_dump() for k, p in params.items()}, "fixed": fixed}
         try:  # every check a space file gets (a --fixed value is a value of the space)
             space = parse_space(data, source=self.source or "<space>")
         except UserError as e:
@@ -585,6 +592,41 @@ class SearchSpace(_UnitCube, _Strict):
             raise UserError(f"{given}: {e.field}: {e.message}" if e.field else f"{given}: {e.message}",
                             file=self.source, field="--fixed") from None
         return space.model_copy(update={"source": self.source})
+
+    def _active_under(self, params: dict[str, Param]) -> tuple[dict[str, Param], dict[str, Any]]:
+        """``params`` and this space's ``fixed`` without what can never be active (see
+        :meth:`pinned`)."""
+        from archsearch.dynamic import settings_owners
+
+        params = dict(params)
+        changed = True
+        while changed:  # a dropped param can make another's condition impossible
+            changed = False
+            for key, p in list(params.items()):
+                when = {}
+                for dep, val in (p.when or {}).items():
+                    d = params.get(dep)
+                    left = [v for v in (val if isinstance(val, list) else [val])
+                            if d is not None and v in d.choices]
+                    when[dep] = left if isinstance(val, list) else (left[0] if left else None)
+                if any(v in (None, []) for v in when.values()):
+                    del params[key]
+                    changed = True
+                elif when != (p.when or {}):
+                    params[key] = p.model_copy(update={"when": when})
+        picks = {}
+        for kind, default in (("gating", "static"), ("tying", "none")):
+            given = params.get(kind)
+            picks[kind] = set(given.choices) if given is not None and hasattr(given, "choices") \
+                else {self.fixed.get(kind, default)}
+        owners = settings_owners()
+
+        def used(key: str) -> bool:
+            return key not in owners or any(name in picks[kind] for kind, name in owners[key])
+
+        return ({k: p for k, p in params.items() if used(k)},
+                {k: v for k, v in self.fixed.items() if used(k)})
+
 
 def parse_fixed(text: str) -> dict[str, Any]:
     """The ``--fixed`` option's JSON object of param values (for :meth:`SearchSpace.pinned`).

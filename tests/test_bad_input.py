@@ -270,17 +270,36 @@ def test_distill_teacher_without_init_from(tmp_path, cache_dir, kept_run):
                  says="needs init_from (the teacher's architecture): the space gives none")
 
 
+@pytest.mark.slow
 def test_distill_teacher_missing_or_not_a_torch_file(tmp_path, cache_dir, kept_run, checkpoints):
     bert = str(checkpoints / "bert")
     garbage = tmp_path / "teacher.pt"
     garbage.write_bytes(b"not a checkpoint")
     for teacher, says in ((tmp_path / "none.pt", f"no such file: {tmp_path / 'none.pt'}"),
-                          (garbage, f"{garbage} is not a torch.save file (a zip archive)")):
+                          (garbage, f"{garbage} is not a torch.save file")):
         params = {"lr": TINY_SPACE["params"]["lr"],  # the architecture is the checkpoint's
                   "distill_teacher": {"type": "categorical", "choices": ["", str(teacher)]}}
         space = tiny_space_file(tmp_path, params=params, fixed={"init_from": bert, "gating": "dht"},
                                 dataset={**TINY_SPACE["dataset"], "tokenizer": bert})
         search_fails(space, kept_run, file=str(space), field="params.distill_teacher", says=says)
+
+
+def test_a_distill_teacher_in_either_torch_save_format_passes(tmp_path, checkpoints):
+    """The zip format and the legacy pickle stream (``_use_new_zipfile_serialization=False``,
+    which ``torch.load(weights_only=True)`` reads) both pass the pre-launch check."""
+    import torch
+
+    from archsearch.space import load_space
+    from archsearch.tune.preflight import check_distill_teacher
+
+    bert = str(checkpoints / "bert")
+    for i, zipped in enumerate((True, False)):
+        teacher = tmp_path / f"teacher{i}.pt"
+        torch.save({"w": torch.zeros(2)}, teacher, _use_new_zipfile_serialization=zipped)
+        space = load_space(tiny_space_file(tmp_path, params={"lr": TINY_SPACE["params"]["lr"]},
+                                           fixed={"init_from": bert, "gating": "dht",
+                                                  "distill_teacher": str(teacher)}))
+        check_distill_teacher(space)
 
 
 def test_a_relative_distill_teacher_is_made_absolute(tmp_path, monkeypatch):
@@ -306,6 +325,7 @@ def _one_line(proc, code: int = 2) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_dashboard_port_in_use_or_a_database_that_is_not_optuna(tmp_path, kept_run):
     """One line, exit 2 (before: a 58-line OSError traceback, or 118 lines from SQLAlchemy)."""
     import socket
@@ -330,6 +350,15 @@ def test_dashboard_port_in_use_or_a_database_that_is_not_optuna(tmp_path, kept_r
         port = busy.getsockname()[1]
         line = _one_line(run_cli("dashboard", run, "--port", str(port), cwd=tmp_path, timeout=60))
     assert line == f"error: --port: cannot serve on 127.0.0.1:{port}: Address already in use", line
+    odd = tmp_path / "a%41b#c?d"  # a valid database under a path with URI characters: not refused
+    odd.mkdir()
+    (odd / "optuna.db").write_bytes((run / "optuna.db").read_bytes())
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        line = _one_line(run_cli("dashboard", odd, "--port", str(port), cwd=tmp_path, timeout=60))
+    assert line.endswith("Address already in use"), line
     line = _one_line(run_cli("dashboard", run, "--port", "99999", cwd=tmp_path, timeout=60))
     assert line == "error: --port: 99999 is not a port (0 .. 65535)", line
 

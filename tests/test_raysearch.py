@@ -180,6 +180,13 @@ def test_choices_of_any_value_are_searched_by_their_index(tmp_path):
     again = QNEHVISearch(seed=0, n_init=2, **effort)
     again.restore(str(tmp_path / "s.pkl"))
     assert s.suggest("next") == again.suggest("next")
+    dicts = {"opt": tune.choice([{"n": i} for i in range(6)]), "lr": tune.uniform(0, 1)}
+    for seed in range(3):  # a dict choice in a point is taken whole (flattened, it was lost)
+        d = QNEHVISearch(seed=seed, param_space=dicts, metric="acc", mode="max",
+                         points_to_evaluate=[{"opt": {"n": 5}, "lr": 0.5}])
+        assert d.suggest("p") == {"opt": {"n": 5}, "lr": 0.5}
+    with pytest.raises(ValueError, match="a metric is listed twice"):
+        QNEHVISearch(metric=["loss", "loss"], mode=["min", "max"])
     bad = QNEHVISearch(seed=0, param_space=space, metric="acc", mode="max",
                        points_to_evaluate=[{"dropout": 0.7}])
     with pytest.raises(ValueError, match=r"points_to_evaluate: dropout=0.7 is not one of \[None, 0.1\]"):

@@ -175,6 +175,15 @@ def test_an_infinite_constraint_value_is_not_modelled_and_a_repeated_metric_name
                                                   constraints={"c": c}))
     core = study.sampler.build_core(study, dist)
     assert [o.metric for o in core.space.objectives] == ["objective_0", "objective_1"]
+    from archsearch.search import make
+    from archsearch.space import ParamSpace
+
+    both = make("ahto", ParamSpace(objectives=[{"metric": "val_loss", "mode": "min"}],
+                                   constraints={"val_loss": {"max": 1.0}},
+                                   params={"x": {"type": "float", "low": 0, "high": 1}}), seed=0)
+    for i, v in enumerate((0.5, 0.8, math.inf)):  # an objective that is also constrained
+        both.tell(f"t{i}", {"val_loss": v}, config={"x": i / 4})
+    assert [o.metrics["val_loss"] for o in both.modelled_observations()] == [0.5, 0.8]  # not 0.8: feasible
     assert core.observations[0].metrics["objective_0"] == 0.1 and core.observations[0].metrics["objective_1"] == 10
     assert [o.trial_id for o in core.modelled_observations()] == ["optuna-0", "optuna-2"]
 

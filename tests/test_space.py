@@ -314,3 +314,24 @@ def test_max_train_samples_is_a_fixed_random_subset_not_an_ordered_prefix(tmp_pa
     y = a.train.labels.float()
     assert len(y) == 1600 and 0.4 < float(y.mean()) < 0.6
     assert a.train.input_ids.equal(b.train.input_ids)
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in (Path(__file__).parent.parent / "search_spaces").glob("*.yaml")))
+def test_a_pinned_trial_of_every_shipped_space_is_a_space_file_of_its_own(tmp_path, path):
+    """``--fixed`` with a trial's whole config (what the report's repro command passes): the
+    pinned space proposes exactly it, and its ``space.yaml`` (what report and resume read
+    back) loads. (Before: pinning ``gating: static`` in dht.yaml kept ``dht_lambda`` and its
+    ``when``, and the space was refused: "a setting of gating: dht, which this space never
+    picks"; first when report or resume read it, then at check.)"""
+    import optuna
+    import yaml
+
+    space = load_space(path)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(8):
+        config = space.suggest(study.ask())
+        pinned = space.pinned(config)
+        assert pinned.suggest(optuna.create_study().ask()) == config
+        written = tmp_path / "space.yaml"
+        written.write_text(yaml.safe_dump(pinned.model_dump(mode="json"), sort_keys=False))
+        assert load_space(written).suggest(optuna.create_study().ask()) == config

@@ -134,15 +134,17 @@ class QNEHVISearcher(Searcher):
         """The finished observations the model is fitted on, every modelled value finite.
 
         A NaN modelled value (a Tune result's ``val_loss``) drops the observation: it would put
-        NaN into the GP fit and every later ask would raise. So does an infinite constraint
-        value (Optuna's ``set_constraint`` takes inf): clipped, it could look feasible; such a
-        trial still counts as infeasible on the front. An infinite objective (an objective that
-        returns ``inf`` for a diverged configuration) is clipped to the finite range observed
-        for that objective, as Optuna's ``GPSampler`` does (``optuna._gp``): the region is then
-        learned as the worst seen, not ignored (dropping it kept the model proposing there).
-        The clipped observations are copies: the recorded ones keep their values.
+        NaN into the GP fit and every later ask would raise. So does an infinite value of a
+        constrained metric (Optuna's ``set_constraint`` takes inf; an objective that is also
+        constrained): clipped, it could look feasible; such a trial still counts as infeasible
+        on the front. An infinite objective (an objective that returns ``inf`` for a diverged
+        configuration) is clipped to the finite range observed for that objective, as Optuna's
+        ``GPSampler`` does (``optuna._gp``) once a finite value exists (before, nothing is
+        modelled): the region is then learned as the worst seen, not ignored (dropping it kept
+        the model proposing there). The clipped observations are copies: the recorded ones
+        keep their values.
         """
-        clip = [k for k in self.modelled if k in self.metrics]
+        clip = [k for k in self.modelled if k in self.metrics and k not in self.constraints]
         obs = [o for o in self.finished()
                if all(k in o.metrics and (not math.isnan(o.metrics[k]) if k in clip else math.isfinite(o.metrics[k]))
                       for k in self.modelled)]

@@ -154,8 +154,9 @@ class Searcher(ABC):
                 given: a trial evaluated outside this searcher).
             metrics: metric name -> value (must hold every objective metric unless ``error``);
                 a NaN objective counts as an error; an infinite one is kept (a trainable's
-                "infinitely bad" result: the model clips it to the worst value observed, as
-                Optuna's ``GPSampler`` does).
+                "infinitely bad" result, from the Optuna sampler or the Ray searchers: AHTO's
+                model clips it to the worst value observed, as Optuna's ``GPSampler`` does;
+                the CLI's own trials report none, a diverged trial fails).
             fidelity: fraction of the training budget the trial got, in ``(0, 1]``.
             error: the trial failed; it is dropped from the pending set and never modelled.
             config: the config actually evaluated, when it differs from the suggestion (replay

@@ -93,6 +93,18 @@ def distributions_from_ray(param_space: dict) -> dict:
     return out
 
 
+def _at(nested: dict, key: str) -> list:
+    """``[value]`` at the flat ``a/b`` ``key`` of a nested or flat dict, ``[]`` if absent."""
+    if key in nested:
+        return [nested[key]]
+    node = nested
+    for part in key.split("/"):
+        if not isinstance(node, dict) or part not in node:
+            return []
+        node = node[part]
+    return [node]
+
+
 def _as_list(v) -> list | None:
     return None if v is None else list(v) if isinstance(v, (list, tuple)) else [v]
 
@@ -111,7 +123,7 @@ class CoreSearch(Searcher):
         searcher_kwargs: passed to the core's constructor (e.g. ``num_restarts``).
 
     Raises:
-        ValueError: ``metric`` and ``mode`` of different lengths, a mode other than
+        ValueError: ``metric`` and ``mode`` of different lengths, a metric twice, a mode other than
             ``min``/``max``, or a param space that cannot be converted
             (:func:`distributions_from_ray`).
     """
@@ -125,6 +137,8 @@ class CoreSearch(Searcher):
             raise ValueError(f"{len(metrics)} metrics but {len(modes)} modes")
         if any(m not in ("min", "max") for m in modes or []):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        if metrics is not None and len(set(metrics)) != len(metrics):
+            raise ValueError(f"a metric is listed twice: {metrics}")
         super().__init__(metric=metrics[0] if metrics else None, mode=modes[0] if modes else None)
         # not ``self.searcher``: Tune walks ``.searcher`` attributes to unwrap ConcurrencyLimiter
         self.core_name, self.seed, self.n_init = searcher, int(seed), int(n_init)
@@ -189,7 +203,9 @@ class CoreSearch(Searcher):
             raise RuntimeError(f"{type(self).__name__} has no search space and metric/mode: "
                                "give param_space/metric/mode to it or to the Tuner")
         if self._points:
-            point = flatten_dict(self._points.pop(0), prevent_delimiter=True)
+            raw = self._points.pop(0)
+            point = flatten_dict(raw, prevent_delimiter=True)
+            point.update({k: v for k in self._coded for v in _at(raw, k)})  # a dict choice whole
             config = {k: self._index(k, point[k]) if k in self._coded else point[k]
                       for k in self._dists if k in point}
             if len(config) == len(self._dists):

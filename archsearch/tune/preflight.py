@@ -242,8 +242,8 @@ def check_distill_teacher(space: SearchSpace) -> None:
     ``params``; falsy values mean "no teacher"), without loading a tensor: the space must give
     an ``init_from`` (the teacher's architecture, as
     :func:`archsearch.dynamic.exits.load_teacher` requires) and the path must be a readable
-    file in ``torch.save``'s format (a zip archive). What it holds is checked when a trial
-    loads it.
+    file in one of ``torch.save``'s formats (a zip archive, or the legacy pickle stream). What
+    it holds is checked when a trial loads it.
 
     Raises:
         UserError: naming the space file and ``fixed.distill_teacher`` or
@@ -265,12 +265,13 @@ def check_distill_teacher(space: SearchSpace) -> None:
         if not path.is_file():
             raise UserError(f"no such file: {value}", file=space.source, field=fld)
         try:
-            ok = zipfile.is_zipfile(path)
+            with open(path, "rb") as f:  # the legacy format: a pickle stream (protocol 2+)
+                ok = zipfile.is_zipfile(path) or f.read(2)[:1] == b"\x80"
         except OSError as e:
             raise UserError(f"cannot read {value}: {e.strerror or e.__class__.__name__}",
                             file=space.source, field=fld) from None
         if not ok:
-            raise UserError(f"{value} is not a torch.save file (a zip archive)", file=space.source, field=fld)
+            raise UserError(f"{value} is not a torch.save file", file=space.source, field=fld)
 
 
 def _check_cut_depths(space: SearchSpace, depths: dict[str, int]) -> None:
