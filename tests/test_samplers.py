@@ -188,6 +188,26 @@ def test_an_infinite_constraint_value_is_not_modelled_and_a_repeated_metric_name
     assert [o.trial_id for o in core.modelled_observations()] == ["optuna-0", "optuna-2"]
 
 
+def test_none_among_the_choices_is_modelled_by_index():
+    """``suggest_categorical("act", [None, "relu", "gelu"])`` is modelled (its index), as the
+    Ray searcher models ``tune.choice([None, ...])`` (before: sampled at random outside the
+    model); the objective gets the values themselves."""
+    def objective(t):
+        act = t.suggest_categorical("act", [None, "relu", "gelu"])
+        return (t.suggest_float("x", 0, 1) - 0.3) ** 2 + (act is not None)
+
+    study = optuna.create_study(sampler=_ahto())
+    study.optimize(objective, n_trials=6)
+    assert all(t.params["act"] in (None, "relu", "gelu") for t in study.trials)
+    last = study.trials[-1]
+    assert "act" in study.sampler.infer_relative_search_space(study, last)
+    core = study.sampler.build_core(study, study.sampler.infer_relative_search_space(study, last))
+    assert core.space.params["act"].choices == [0, 1, 2]
+    assert {o.config["act"] for o in core.observations} <= {0, 1, 2}
+    sources = [t.system_attrs[EXTRA_ATTR]["source"] for t in study.trials]
+    assert set(sources[2:]) <= MODEL_SOURCES, sources
+
+
 def test_single_objective_study_uses_the_model():
     study = optuna.create_study(sampler=_ahto())
     study.optimize(lambda t: (t.suggest_float("x", -2, 2) - 0.5) ** 2, n_trials=8)

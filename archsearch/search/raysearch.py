@@ -163,18 +163,10 @@ class CoreSearch(Searcher):
         from optuna.study import StudyDirection
 
         from archsearch.search import make
-        from archsearch.search.samplers import param_space_from_distributions
-
-        from optuna.distributions import CategoricalDistribution
+        from archsearch.search.samplers import code_choices, param_space_from_distributions
 
         dirs = [StudyDirection.MAXIMIZE if m == "max" else StudyDirection.MINIMIZE for m in self._modes]
-        # choices that are not numbers, strings or booleans (None, lists...): the core searches
-        # their index (an unordered categorical either way)
-        self._coded = {k: list(d.choices) for k, d in self._dists.items()
-                       if isinstance(d, CategoricalDistribution)
-                       and not all(isinstance(c, (bool, int, float, str)) for c in d.choices)}
-        dists = {k: CategoricalDistribution(list(range(len(self._coded[k])))) if k in self._coded else d
-                 for k, d in self._dists.items()}
+        dists, self._coded = code_choices(self._dists)  # None, lists...: searched by index
         space = param_space_from_distributions(dists, dirs, self._metrics)
         self.core = make(self.core_name, space, seed=self.seed, n_init=self.n_init, **self._kwargs)
 
@@ -222,10 +214,12 @@ class CoreSearch(Searcher):
 
         Raises:
             ValueError: a ``points_to_evaluate`` value that is not one of the choices."""
-        for i, c in enumerate(self._coded[key]):
-            if c == value and type(c) is type(value):
-                return i
-        raise ValueError(f"points_to_evaluate: {key}={value!r} is not one of {self._coded[key]}")
+        from archsearch.search.samplers import choice_index
+
+        try:
+            return choice_index(self._coded[key], value)
+        except ValueError as e:
+            raise ValueError(f"points_to_evaluate: {key}={e}") from None
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if self.core is None or trial_id not in self.core.pending:

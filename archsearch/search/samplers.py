@@ -23,7 +23,8 @@ space from the study. On every trial it
    ``model_branches=False`` the distributions every finished trial shares
    (``IntersectionSearchSpace``; branch params sampled independently, random by default);
 2. builds an :class:`archsearch.space.ParamSpace` from those distributions (float/int bounds,
-   ``log`` and ``step`` kept; categorical choices one-hot), the study's directions and metric
+   ``log`` and ``step`` kept; categorical choices one-hot; choices that are not numbers,
+   strings or booleans, e.g. ``None``, by their index: :func:`code_choices`), the study's directions and metric
    names (``study.set_metric_names``, else ``objective_0``, ...) and the constraint keys found
    on the trials (``Trial.set_constraint`` or the older ``constraints_func``; each becomes a
    learned constraint ``value <= 0``);
@@ -66,6 +67,29 @@ def _jsonable(v: Any) -> Any:
     if hasattr(v, "tolist"):
         return v.tolist()
     return v
+
+
+def code_choices(dists: dict[str, BaseDistribution]) -> tuple[dict[str, BaseDistribution], dict[str, list]]:
+    """``dists`` with every categorical whose choices are not all numbers, strings or booleans
+    (``None``, lists such as layer sizes, dicts) replaced by a categorical of their indices,
+    and ``{name: its choices}`` for those: the searcher cores search the index (an unordered
+    categorical either way; one-hot encoded) and the drop-ins map it back."""
+    coded = {k: list(d.choices) for k, d in dists.items() if isinstance(d, CategoricalDistribution)
+             and not all(isinstance(c, (bool, int, float, str)) for c in d.choices)}
+    return ({k: CategoricalDistribution(list(range(len(coded[k])))) if k in coded else d
+             for k, d in dists.items()}, coded)
+
+
+def choice_index(choices: list, value: Any) -> int:
+    """The index of ``value`` among ``choices`` (equal and of the same type: ``0`` is not
+    ``False``).
+
+    Raises:
+        ValueError: ``value`` is not one of ``choices``."""
+    for i, c in enumerate(choices):
+        if type(c) is type(value) and c == value:
+            return i
+    raise ValueError(f"{value!r} is not one of {choices}")
 
 
 def param_space_from_distributions(search_space: dict[str, BaseDistribution],
@@ -155,16 +179,8 @@ class CoreSearcherSampler(BaseSampler):
 
     # ------------------------------------------------------------------ relative sampling
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        out = {}
         space = self._union(study) if self.model_branches else self._intersection.calculate(study)
-        for name, dist in space.items():
-            if dist.single():
-                continue
-            if isinstance(dist, CategoricalDistribution) and not all(
-                    isinstance(c, (bool, int, float, str)) for c in dist.choices):
-                continue  # e.g. None among the choices: sampled independently
-            out[name] = dist
-        return out
+        return {name: dist for name, dist in space.items() if not dist.single()}
 
     @staticmethod
     def _union(study: Study) -> dict[str, BaseDistribution]:
@@ -185,6 +201,8 @@ class CoreSearcherSampler(BaseSampler):
             return {}
         core = self.build_core(study, search_space, exclude=trial.number)
         _, config = core.ask(f"optuna-{trial.number}")
+        _, coded = code_choices(search_space)
+        config = {k: coded[k][v] if k in coded else v for k, v in config.items()}
         extra = _jsonable(core.pending[f"optuna-{trial.number}"]["extra"])
         self.last_source = extra.get("source")
         # what the core decided at ask time (its source: sobol, optimizer, ...), kept
@@ -206,7 +224,7 @@ class CoreSearcherSampler(BaseSampler):
         # params some trials lack (branches): an "active" indicator each, when modelled
         branch = [k for k in search_space if self.model_branches and
                   not all(k in t.params for t in trials if t.state == TrialState.COMPLETE)]
-        dists = dict(search_space)
+        dists, coded = code_choices(search_space)
         dists.update({f"{k}{ACTIVE_SUFFIX}": IntDistribution(0, 1) for k in branch})
         space = param_space_from_distributions(dists, study.directions, names, keys)
         metrics = [o.metric for o in space.objectives]
@@ -218,7 +236,8 @@ class CoreSearcherSampler(BaseSampler):
             if t.state in (TrialState.RUNNING, TrialState.WAITING) and \
                     not any(k in t.params for k in search_space):
                 continue  # not sampled yet (another worker's fresh trial): no point to hold
-            config = {k: t.params[k] for k in search_space if k in t.params}
+            config = {k: choice_index(coded[k], t.params[k]) if k in coded else t.params[k]
+                      for k in search_space if k in t.params}
             for k in branch:  # an inactive param: fixed at its low end, indicator 0
                 config[f"{k}{ACTIVE_SUFFIX}"] = int(k in config)
                 if k not in config:
