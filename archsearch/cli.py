@@ -119,7 +119,7 @@ def _print_summary(summary: dict, report_dir: Path, run_dir: Path | None, wall: 
 
     from archsearch.report.values import to_float
 
-    con = Console()
+    con = Console(markup=False)  # config values and paths are printed as they are ("[/bold]")
     objs = [o["metric"] for o in summary["objectives"]]
     t = Table(title=f"Pareto front ({len(summary['pareto'])} of {summary['n_trials']} trials, "
                     f"{summary['n_failed']} failed)")

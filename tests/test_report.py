@@ -682,3 +682,55 @@ def test_an_integer_too_large_for_a_float_is_a_failed_value_not_a_crash(tmp_path
     trials[0]["metrics"]["flops_per_sample"] = 10 ** 400
     summary = write_report(trials, OBJECTIVES, tmp_path)
     assert summary["n_failed"] == 1 and (tmp_path / "index.html").is_file()
+
+
+def test_single_objective_png_draws_the_same_points_as_the_page():
+    """One objective: the PNG draws the anytime curves' sub-trials too (at their trial's
+    number), so its best point is pareto.json's (before: trials only, and another "best")."""
+    from archsearch.report.data import build_report_data
+    from archsearch.report.pngs import _png_single_objective, new_figure
+    from archsearch.report.synthetic import synthetic_trials
+
+    data = build_report_data(synthetic_trials(30, seed=1, dynamic=True),
+                             [{"metric": "flops_per_sample", "mode": "min"}])
+    assert data.subtrials and any(r.pareto for r in data.subtrials)
+    ax = new_figure(6, 4).subplots()
+    _png_single_objective(ax, data)
+    labels = {c.get_label(): c for c in ax.collections}
+    feasible = sum(r.feasible and not r.pareto for r in data.rows)
+    assert f"feasible ({feasible})" in labels, list(labels)
+    best = [r for r in data.rows if r.pareto]
+    assert labels["best trial"].get_offsets()[:, 1].tolist() == [data.Y[r.index, 0] for r in best]
+    line = next(ln for ln in ax.lines if ln.get_label() == "best trial so far")
+    assert line.get_ydata()[-1] == min(data.Y[r.index, 0] for r in data.rows if r.feasible)
+
+
+def test_the_printed_summary_shows_config_values_and_paths_as_they_are(tmp_path, capsys):
+    """rich markup in a config value or the report path is printed literally (before: a
+    MarkupError traceback after the files were written, or the text swallowed)."""
+    from archsearch.cli import _print_summary
+
+    summary = {"objectives": [{"metric": "accuracy", "mode": "max"}], "n_trials": 1, "n_failed": 0,
+               "pareto": [{"trial_id": "t1", "metrics": {"accuracy": 0.8}, "config": {"act": "[/bold]"}}],
+               "hypervolume": 0.1, "reference_point": [0.7]}
+    _print_summary(summary, tmp_path / "x[/b]" / "[draft]", None, None)
+    out = capsys.readouterr().out
+    assert "act=[/bold]" in out and str(tmp_path / "x[/b]" / "[draft]" / "index.html") in out.replace("\n", "")
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_compare_png_joins_a_front_only_with_two_objectives(m):
+    """With three objectives the first pair's projection of a front zigzags through points
+    dominated in that plane: no attainment line (as pareto.png and the page); with two, one per
+    run. The front's points are drawn either way."""
+    from archsearch.report.data import build_report_data
+    from archsearch.report.pngs import draw_runs_scatter, new_figure
+    from archsearch.report.synthetic import synthetic_trials
+
+    objs = [{"metric": "accuracy", "mode": "max"}, {"metric": "flops_per_sample", "mode": "min"},
+            {"metric": "latency_ms", "mode": "min"}][:m]
+    datas = [build_report_data(synthetic_trials(20, seed=s), objs) for s in (0, 1)]
+    ax = new_figure(6, 4).subplots()
+    draw_runs_scatter(ax, datas)
+    assert len(ax.lines) == (2 if m == 2 else 0)
+    assert len(ax.collections) == 4  # each run: its feasible points, its front

@@ -28,6 +28,7 @@ from archsearch.report.style import (
     front_step,
     hypervolume_units,
     pairs,
+    panel_points,
     palette,
     static_front,
     use_log,
@@ -181,11 +182,11 @@ def _png_pair(ax, data: ReportData, *, y_obj: int, x_obj: int, draw_front_line: 
 
 
 def _png_single_objective(ax, data: ReportData) -> None:
-    """One objective: value per trial number, best-so-far step line, best trial highlighted."""
+    """One objective: value per trial number (an anytime curve's sub-trials at their trial's
+    number, as in the interactive figure), best-so-far step line, best point highlighted."""
     obj = data.objectives[0]
-    rows = data.trials
-    n = np.arange(1, data.n_trials + 1)
-    y = data.Y[: data.n_trials, 0]
+    rows = data.rows
+    _, n, y, _ = panel_points(data, rows, 0, None)
     feas = np.array([t.feasible for t in rows])
     infeas = np.array([not t.failed and not t.feasible for t in rows])
     best = np.array([t.pareto for t in rows])
@@ -195,11 +196,13 @@ def _png_single_objective(ax, data: ReportData) -> None:
     if infeas.any():
         ax.scatter(n[infeas], y[infeas], marker="x", c=INFEASIBLE, s=26,
                    label=f"violates a constraint ({int(infeas.sum())})")
-    yf = np.where(feas, y, np.nan)
     sign = 1.0 if obj.mode == "max" else -1.0
-    running = sign * np.fmax.accumulate(np.where(np.isnan(yf), -np.inf, sign * yf))
+    per_trial = np.full(data.n_trials, -np.inf)  # the best feasible value of each trial's points
+    np.fmax.at(per_trial, n[feas].astype(int) - 1, sign * y[feas])
+    running = sign * np.fmax.accumulate(per_trial)
     running[~np.isfinite(running)] = np.nan
-    ax.step(n, running, where="post", color=FRONT, lw=1.5, label="best trial so far")
+    ax.step(np.arange(1, data.n_trials + 1), running, where="post", color=FRONT, lw=1.5,
+            label="best trial so far")
     _png_scatter(ax, n[best], y[best], [r for r, b in zip(rows, best) if b], FRONT, 60,
                  "best trial", zorder=4)
     if data.reference_point[0] is not None:
@@ -239,32 +242,40 @@ def hypervolume_png(curves: Sequence[tuple[str, Sequence[float]]], units: str, *
 
 def compare_png(labels: Sequence[str], datas: Sequence[ReportData], *, dpi: int = 100) -> bytes:
     """``compare.png`` of several runs (``labels[k]`` names ``datas[k]``), as PNG bytes.
-    Left: hypervolume curves (shared reference point); right: the first objective pair,
-    coloured by run, each run's front joined by its attainment line."""
+    Left: hypervolume curves (shared reference point); right: :func:`draw_runs_scatter`."""
     fig = new_figure(13.0, 4.8)
     ax_hv, ax_sc = fig.subplots(1, 2)
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.9, wspace=0.25)
     draw_hypervolume(ax_hv, [(label, d.hv_history) for label, d in zip(labels, datas)],
                      hypervolume_units(datas[0]), "Hypervolume vs trials (shared reference point)")
+    draw_runs_scatter(ax_sc, datas)
+    return png_bytes(fig, dpi)
+
+
+def draw_runs_scatter(ax, datas: Sequence[ReportData]) -> None:
+    """The first objective pair of several runs, coloured by run, each run's front large; with
+    exactly two objectives each front joined by its attainment line (with more, the projection
+    of a front zigzags through points dominated in this plane, so no line: as ``pareto.png``
+    and the page). Nothing with one objective (the axes are hidden)."""
     objs = datas[0].objectives
     if len(objs) >= 2:
         i, j = 0, 1
         for k, d in enumerate(datas):
             ok = [r.index for r in d.rows if r.feasible]
             front = sorted((r.index for r in d.rows if r.pareto), key=lambda q: d.Y[q, j])
-            ax_sc.scatter(d.Y[ok, j], d.Y[ok, i], s=14, color=palette(k), alpha=0.45)
+            ax.scatter(d.Y[ok, j], d.Y[ok, i], s=14, color=palette(k), alpha=0.45)
+            if front and len(objs) == 2:
+                ax.step(d.Y[front, j], d.Y[front, i], where=front_step(objs[j].mode)[0],
+                        color=palette(k), lw=1.5)
             if front:
-                ax_sc.step(d.Y[front, j], d.Y[front, i], where=front_step(objs[j].mode)[0],
-                           color=palette(k), lw=1.5)
-                ax_sc.scatter(d.Y[front, j], d.Y[front, i], s=40, color=palette(k),
-                              edgecolors="black", linewidths=0.6, zorder=3)
+                ax.scatter(d.Y[front, j], d.Y[front, i], s=40, color=palette(k),
+                           edgecolors="black", linewidths=0.6, zorder=3)
         allx = np.concatenate([d.Y[:, j] for d in datas])
         if use_log(objs[j].metric, allx):
-            ax_sc.set_xscale("log")
-        ax_sc.set_xlabel(mpl_text(f"{metric_label(objs[j].metric)} ({objs[j].mode})"))
-        ax_sc.set_ylabel(mpl_text(f"{metric_label(objs[i].metric)} ({objs[i].mode})"))
-        ax_sc.set_title("Feasible points by run (large = that run's front)", fontsize=10)
-        ax_sc.grid(True, alpha=0.3)
+            ax.set_xscale("log")
+        ax.set_xlabel(mpl_text(f"{metric_label(objs[j].metric)} ({objs[j].mode})"))
+        ax.set_ylabel(mpl_text(f"{metric_label(objs[i].metric)} ({objs[i].mode})"))
+        ax.set_title("Feasible points by run (large = that run's front)", fontsize=10)
+        ax.grid(True, alpha=0.3)
     else:
-        ax_sc.set_axis_off()
-    return png_bytes(fig, dpi)
+        ax.set_axis_off()
