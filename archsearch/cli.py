@@ -210,35 +210,47 @@ def dashboard(
         raise UserError(f"no {run.optuna_db.name} here: not a run directory", file=str(run_dir))
     if host not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(f"warning: binding {host}: the dashboard has no authentication", err=True)
-    if not 0 <= port <= 65535:
-        raise UserError(f"{port} is not a port (0 .. 65535)", field="--port")
-    import errno
-    import socket
-    import sqlite3
-    from urllib.parse import quote
-
     from optuna_dashboard import run_server
 
-    try:  # a file that is not an Optuna database: one line, before the server starts (read-only)
-        with sqlite3.connect(f"file:{quote(str(run.optuna_db.resolve()))}?mode=ro", uri=True) as db:
-            db.execute("SELECT count(*) FROM studies").fetchone()
-    except sqlite3.Error as e:
-        raise UserError(f"not an Optuna study database ({e})", file=str(run.optuna_db)) from None
-    def refused(e: OSError) -> UserError:  # port in use, an address this machine does not have
-        return UserError(f"cannot serve on {host}:{port}: {e.strerror or e}",
-                         field="--port" if e.errno == errno.EADDRINUSE else "--host")
-
-    try:  # bind once first (as the server will: address reuse on): it prints its banner before it binds
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((host, port))
-    except OSError as e:
-        raise refused(e) from None
+    refused = _check_dashboard(run, host, port)
     typer.echo(f"optuna-dashboard: http://{host}:{port}/  (Ctrl-C to stop)")
     try:
         run_server(run.optuna_url, host=host, port=port)
     except OSError as e:  # taken in between
         raise refused(e) from None
+
+
+def _check_dashboard(run, host: str, port: int):
+    """Before the server starts (it prints its banner before it binds): the port is one,
+    ``run``'s ``optuna.db`` is an Optuna database (opened read-only) and ``host:port`` can be
+    bound. Returns the function that turns a later bind error into the same one line.
+
+    Raises:
+        UserError: naming ``--port``, ``--host`` or the database file.
+    """
+    import errno
+    import socket
+    import sqlite3
+    from urllib.parse import quote
+
+    def refused(e: OSError) -> UserError:  # port in use, an address this machine does not have
+        return UserError(f"cannot serve on {host}:{port}: {e.strerror or e}",
+                         field="--port" if e.errno == errno.EADDRINUSE else "--host")
+
+    if not 0 <= port <= 65535:
+        raise UserError(f"{port} is not a port (0 .. 65535)", field="--port")
+    try:
+        with sqlite3.connect(f"file:{quote(str(run.optuna_db.resolve()))}?mode=ro", uri=True) as db:
+            db.execute("SELECT count(*) FROM studies").fetchone()
+    except sqlite3.Error as e:
+        raise UserError(f"not an Optuna study database ({e})", file=str(run.optuna_db)) from None
+    try:  # as the server will bind: address reuse on
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as e:
+        raise refused(e) from None
+    return refused
 
 
 _JOB_API_HELP = ("The head's dashboard (Ray job API): http://HEAD:8265 (default "
