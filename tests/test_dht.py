@@ -587,3 +587,28 @@ def test_shared_routed_forward_gives_the_separate_forward_s_loss_without_dropout
     torch.testing.assert_close(shared, separate, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(twin._pending["ce"], dht._pending["ce"], rtol=1e-5, atol=1e-6)
     assert len({g["depth"] for g in dht._pending["groups"]}) >= 2  # rows routed to several exits
+
+
+def test_a_language_model_counts_the_context_head_it_runs_before_routing():
+    """Routed once with ``dht_exit_context`` (an LM's default), DHT runs the vocabulary head at
+    block ``n_fixed`` for every sample before it routes (2 T d V FLOPs: more than a block here):
+    the reported FLOPs are the executed ones (before: 1.76x more executed than reported, more
+    than the full model, with every sample at depth 1)."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=1000, max_len=32, n_layers=3, d_model=32, n_heads=2,
+                                          d_ffn=64, dropout=0.0, task="lm")).eval()
+    x = torch.randint(1, 1000, (8, 32))
+    mask = torch.ones(8, 32, dtype=torch.bool)
+    for routed in (False, True):  # untrained: the full path, no context; then routed
+        dht = DHTGating(model, {}, {"seed": 0})
+        assert dht.routing == "once" and dht.exit_context
+        if routed:
+            dht.lin.b = 50.0 * np.random.default_rng(0).normal(size=dht.lin.b.shape)  # contexts differ
+            dht.lin._refresh()
+            dht.updates = 1
+            assert len({g["depth"] for g in dht._plan(*dht._trunk(x, mask, None), greedy=True)}) >= 2
+        _, flops = dht.predict(x, mask)
+        measured = flops_counted(lambda: dht.predict(x, mask), model) / 8
+        assert abs(measured - float(flops.mean())) / measured < 0.02, (routed, measured, float(flops.mean()))
+    head = costs.flops_per_sample(model.config, 32, n_layers=0)
+    assert head > costs.flops_per_sample(model.config, 32, n_layers=1) - head  # more than a block

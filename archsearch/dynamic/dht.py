@@ -382,7 +382,7 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
             q = self._quality(ce[rows, arms], norm)
             self._update_heads(p, ce, full_ce, norm)
             full = self._full_flops(T)
-            fraction = sum(self._flops(T, g["depth"], g["counts"]) * g["n"] for g in p["groups"]) / (full * B)
+            fraction = sum(self._group_flops(T, g) * g["n"] for g in p["groups"]) / (full * B)
             np.add.at(self._train_counts, p["arms"], 1)
         if self.stopping is not None:  # every exit of every sample (the deepest path ran)
             self.stopping.update(p["X"], self._quality(full_ce, norm), self._depth_costs(T), self.price.price)

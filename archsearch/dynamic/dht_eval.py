@@ -101,7 +101,7 @@ class DHTInference:
                 cnt = np.bincount(arms, minlength=len(self.depths))
                 for a in np.flatnonzero(cnt):
                     counts = self._heads_for(int(a), True, T, price)[1]
-                    used += cnt[a] * self._flops(T, self.depths[a], counts)
+                    used += cnt[a] * (self._flops(T, self.depths[a], counts) + self._context_flops(T))
                 full += len(X) * self._full_flops(T)
             return used / max(full, 1.0)
 
@@ -158,7 +158,7 @@ class DHTInference:
                         out = lg.new_empty((B,) + tuple(lg.shape[1:]))
                     out[g["idx"]] = lg
                 n = B if g["idx"] is None else len(g["idx"])
-                f = self._flops(T, g["depth"], g["counts"])
+                f = self._group_flops(T, g)
                 if g["idx"] is None:
                     flops.fill_(float(f))
                 else:

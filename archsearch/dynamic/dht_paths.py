@@ -58,6 +58,26 @@ class DHTPaths:
             self._flops_cache[key] = f
         return f
 
+    def _context_flops(self, T: int) -> int:
+        """FLOPs per sample of the head :meth:`_context` runs at block ``n_fixed`` before it
+        routes: a language model's vocabulary head (``2 T d V``, more than a block) when routed
+        once with ``dht_exit_context``; ``0`` otherwise (a cascade reads the exits it runs
+        anyway; a classifier's context head, ``2 d C``, under 0.01% of a block, stays
+        uncounted). Part of every routed sample's FLOPs (:meth:`_group_flops`), of the arm
+        costs and of the calibrated fraction, so the budget holds on executed FLOPs."""
+        conf = self.model.config
+        if conf.task != "lm" or not self.exit_context or self.stopping is not None:
+            return 0
+        key = (T, "context")
+        if key not in self._flops_cache:
+            self._flops_cache[key] = costs.flops_per_sample(conf, T, n_layers=0)  # the head alone
+        return self._flops_cache[key]
+
+    def _group_flops(self, T: int, g: dict) -> int:
+        """FLOPs per sample of a :meth:`_plan` group: its path, plus the context head when the
+        group was routed (not a forced depth, not the untrained full path)."""
+        return self._flops(T, g["depth"], g["counts"]) + (self._context_flops(T) if g.get("routed") else 0)
+
     def _full_flops(self, T: int) -> int:
         key = (T, "full")
         if key not in self._flops_cache:
@@ -68,7 +88,8 @@ class DHTPaths:
         """``K`` FLOPs fractions of the depth arms (all heads) at length ``T``."""
         H = self.model.config.n_heads
         full = self._full_flops(T)
-        return np.array([self._flops(T, d, (H,) * (d - min(self.n_fixed, d))) / full for d in self.depths])
+        ctx = self._context_flops(T)
+        return np.array([(self._flops(T, d, (H,) * (d - min(self.n_fixed, d))) + ctx) / full for d in self.depths])
 
     def _head_costs(self, T: int) -> np.ndarray:
         """FLOPs fractions (of the full model at length ``T``) of the attention heads of one block,
@@ -174,7 +195,7 @@ class DHTPaths:
             idx = None if rows is None else torch.from_numpy(rows).to(h.device)
             heads, counts, ucb_arms, masks = self._heads_for(int(a), greedy, T, price)
             groups.append(dict(arm=int(a), depth=self.depths[a], idx=idx, rows=rows, heads=heads, counts=counts,
-                               ucb_arms=ucb_arms, masks=masks))
+                               ucb_arms=ucb_arms, masks=masks, routed=True))
         if not greedy:
             self._pending = dict(X=X, arms=arms, groups=groups)
         return groups
