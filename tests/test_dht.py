@@ -435,6 +435,13 @@ def test_budget_calibration_on_validation_lands_within_005(small_data, device):
     assert abs(got - 0.6) <= 0.05 and loop.gating.eval_price == price
 
 
+def test_a_zero_warmup_max_is_zero_not_unset(tiny):
+    """``dht_warmup_max_steps: 0`` (allowed: >= 0) takes over at the end of the warm-up; only
+    None means 10 x the warm-up (before: 0 was read as unset)."""
+    assert DHTGating(tiny[0], {**PAPER, "dht_warmup_steps": 5, "dht_warmup_max_steps": 0}, {}).warmup_max == 0
+    assert DHTGating(tiny[0], {**PAPER, "dht_warmup_steps": 5}, {}).warmup_max == 50
+
+
 def test_bad_flops_budget_raises(tiny):
     with pytest.raises(ValueError, match="flops_budget"):
         DHTGating(tiny[0], {**PAPER, "flops_budget": 0.0}, {})

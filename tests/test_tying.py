@@ -184,6 +184,13 @@ def test_epsilon_reaches_005_at_40_percent_then_the_map_freezes(device):
     assert rl.metrics()["tying_map"] == final
     with pytest.raises(ValueError, match="tying_explore_frac"):
         RLTying(tiny_model(), {"tying_explore_frac": 0.0}, {"epochs": 1})
+    # the greedy final round is left even at tying_explore_frac 1 (before: every round explored,
+    # and the final map was an exploring round's, never frozen)
+    whole = RLTying(tiny_model(), {"tying_every": 4, "tying_explore_frac": 1.0},
+                    {"seed": 0, "epochs": 1, "steps_per_epoch": 16})
+    for step in range(1, 17):
+        whole.after_step(step, 3.0 - 0.01 * step)
+    assert (whole.total_rounds, whole.explore_rounds, whole.rounds, whole.frozen) == (4, 3, 3, True)
 
 
 def test_the_reward_decides_the_final_map(device):

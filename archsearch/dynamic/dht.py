@@ -222,7 +222,7 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         self.stop_context, self.reward, self.epsilon = s.dht_stop_context, s.dht_reward, s.dht_epsilon
         self.exits_from, self.routed_forward = s.dht_exits_from_step, s.dht_routed_forward
         self.teacher = load_teacher(s.distill_teacher, cfg.get("init_from"), loop)  # KD from a fine-tuned model
-        self.warmup_max = s.dht_warmup_max_steps or 10 * self.warmup
+        self.warmup_max = 10 * self.warmup if s.dht_warmup_max_steps is None else s.dht_warmup_max_steps
         self.patience = max(self.warmup, 10)
         self.calibration_rows = s.dht_calibration_rows
         self.price = DualPrice(self.flops_budget, lr=s.dht_price_lr, init=self.lam)

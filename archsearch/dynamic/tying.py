@@ -290,8 +290,9 @@ class RLTying(_MapTying):
         self.max_distinct = distinct_budget(s.tying_max_distinct, self.n_layers)
         steps = s.tying_total_steps or total_steps(settings, loop)
         self.total_rounds = max(1, steps // self.every)
-        #: rounds with exploration; the greedy final round follows them
-        self.explore_rounds = max(1, round(s.tying_explore_frac * self.total_rounds))
+        #: rounds with exploration; the greedy final round follows them (one round is left for
+        #: it even at tying_explore_frac 1, unless the run has a single round)
+        self.explore_rounds = max(1, min(round(s.tying_explore_frac * self.total_rounds), self.total_rounds - 1))
         n_explore = self.explore_rounds * max(1, self.n_layers - 1)
         self.agent = TyingAgent(self.n_layers, hidden=s.tying_hidden, gamma=s.tying_gamma, lr=s.tying_lr,
                                 epsilon=1.0, epsilon_min=s.tying_epsilon_end,
