@@ -81,7 +81,9 @@ class DHTSettings(StrategySettings):
 
     flops_budget: float | None = Field(0.5, gt=0, le=1, description=(
         "Fraction of the full model's FLOPs per sample that inference may spend; the price is "
-        "calibrated on validation to meet it. None: no budget, the price stays `dht_lambda`. "
+        "calibrated on validation to meet it. A trial always has one: `null` in a space or "
+        "trial config means the default, as for every setting (an inactive conditional param); "
+        "only a DHTGating built in Python can run without a budget, at the price `dht_lambda`. "
         "Default 0.5: the headline budget of dht.json."))
     dht_lambda: float = Field(0.5, ge=0, description=(
         "Initial price of a FLOPs fraction (reward units per unit fraction); the fixed price "
