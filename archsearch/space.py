@@ -554,6 +554,19 @@ class SearchSpace(_UnitCube, _Strict):
                         strategy_class(kind, name).Settings.from_config({key: v}, task=self.task)
                     except ValueError as e:
                         raise _FieldError(field, f"{kind} {name}: {str(e).removeprefix(key + ': ')}") from None
+        # settings that must go together (depth_supervision needs depth_all_exits...): exactly
+        # what every trial of a strategy gets when the space fixes all its settings it gives
+        for kind in picks:
+            for name in sorted(picks[kind]):
+                keys = [k for k, who in owners.items() if (kind, name) in who]
+                given = {k: self.fixed[k] for k in keys if k in self.fixed}
+                if len(given) < 2 or any(k in self.params for k in keys):
+                    continue
+                try:
+                    strategy_class(kind, name).Settings.from_config(given, task=self.task)
+                except ValueError as e:
+                    key = str(e).split(":", 1)[0]
+                    raise _FieldError(f"fixed.{key}" if key in given else "fixed", f"{kind} {name}: {e}") from None
 
     def pinned(self, config: dict[str, Any]) -> "SearchSpace":
         """This space with each param in ``config`` pinned to its value (a one-choice

@@ -25,6 +25,24 @@ params:
 """
 
 
+CROSS = """\
+name: t
+objectives:
+  - {metric: accuracy, mode: max}
+params:
+  n_layers: {type: int, low: 1, high: 3}
+fixed: {gating: depth_predictor, depth_all_exits: false, depth_supervision: 0.5}
+"""
+
+
+def test_settings_that_go_together_are_not_judged_when_one_is_searched(tmp_path):
+    """With one of the strategy's settings searched, some trials may get a combination that
+    works: the space is not refused (each trial's own check still applies)."""
+    text = CROSS.replace("fixed: {gating: depth_predictor, depth_all_exits: false, ",
+                         "  depth_all_exits: {type: categorical, choices: [true, false]}\nfixed: {gating: depth_predictor, ")
+    assert load_space(write(tmp_path, text)).params["depth_all_exits"].choices == [True, False]
+
+
 def write(tmp_path, text, name="space.yaml"):
     p = tmp_path / name
     p.write_text(text)
@@ -180,6 +198,9 @@ def test_ray_param_space_samples_conditions(tmp_path):
         (BASE + "  dropout: {type: float, low: 0, high: 0.3, step: .inf}\n", "params.dropout.step: Input should be a finite number"),
         (BASE + "fixed: {lr: .nan}\n", "fixed.lr: Input should be a finite number"),
         (BASE + "  d_model: {type: categorical, choices: [64, .inf]}\n", "params.d_model.choices.1: Input should be a finite number"),
+        # settings that must go together, all fixed: what every trial gets (before: each key
+        # was checked alone, and every trial failed)
+        (CROSS, "fixed.depth_supervision: gating depth_predictor: depth_supervision: 0.5 > 0 needs depth_all_exits"),
     ],
 )
 def test_bad_spaces_raise_one_line_naming_file_and_field(tmp_path, text, field):
