@@ -2,7 +2,8 @@
 
 Every mistake a user can make (bad YAML, unknown dataset, impossible constraint...) raises
 :class:`UserError`. The CLI prints it as one line, ``FILE: FIELD: message``, and exits with
-code 2; it never shows a traceback for these.
+code 2; it never shows a traceback for these. A search stopped for a reason that is not the
+user's input raises :class:`SearchStopped`: one line too, exit code 1.
 """
 
 from __future__ import annotations
@@ -30,3 +31,10 @@ class UserError(Exception):
         prefix = ": ".join(parts)
         text = " ".join(self.message.split())  # force one line
         return f"{prefix}: {text}" if prefix else text
+
+
+class SearchStopped(UserError):
+    """A search stopped for a reason outside the user's input (its searcher's state could not be
+    saved): one line, exit code 1, raised after the run directory and its report are written."""
+
+    exit_code = 1

@@ -73,6 +73,43 @@ def test_nan_trial_is_recorded_as_failed_and_search_goes_on(tmp_path, ray_sessio
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("when", ["at_start", "after_a_trial"])
+def test_a_searcher_state_that_cannot_be_saved_stops_the_search_in_one_line(
+        tmp_path, ray_session, cache_dir, monkeypatch, when):
+    """NSGA-II's state fails to save (as pickling Optuna 5.1's sampler did: a lock) before the
+    first trial (Tune's tuner.pkl) or after one (Tune's experiment checkpoint): the search stops
+    with one SearchStopped line naming the searcher (exit code 1), its run and report written."""
+    import optuna
+
+    from archsearch.errors import SearchStopped
+    from archsearch.runs import read_trials
+    from archsearch.search import baselines
+    from archsearch.tune.runner import run_search
+
+    real = baselines.study_state
+
+    def failing(study):
+        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if when == "at_start" or done:
+            raise TypeError("cannot pickle '_thread.lock' object")
+        return real(study)
+
+    monkeypatch.setattr(baselines, "study_state", failing)
+    space = tiny_space(tmp_path, budget={**TINY_SPACE["budget"], "trials": 3, "max_concurrent": 1,
+                                         "epochs": 1})
+    with pytest.raises(SearchStopped) as info:
+        run_search(space, searcher="nsga2", name="unsaved", storage=tmp_path / "runs",
+                   reports=tmp_path / "reports", progress=False)
+    line = info.value.one_line()
+    assert info.value.exit_code == 1 and "\n" not in line
+    assert line.startswith("--searcher: searcher nsga2 could not save its state (TypeError: cannot pickle")
+    assert line.endswith(f"report: {tmp_path / 'reports' / 'unsaved' / 'index.html'}")
+    assert (tmp_path / "reports" / "unsaved" / "index.html").is_file()
+    finished = [t for t in read_trials(tmp_path / "runs" / "unsaved") if t["status"] == "TERMINATED"]
+    assert len(finished) == 0 if when == "at_start" else len(finished) >= 1, finished
+
+
+@pytest.mark.ray
 def test_trials_cut_by_the_time_budget_are_stopped_not_failed(tmp_path, ray_session, cache_dir):
     """``budget.time_budget_s`` ends the search with trials part-way: Ray Tune stops them
     without telling the callbacks or the searcher. They end STOPPED (valid points with fewer

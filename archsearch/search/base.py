@@ -43,6 +43,16 @@ CostFn = Callable[[Mapping[str, Any]], Mapping[str, float]]
 KNOWN_COST_METRICS: Set[str] = KNOWN_COSTS
 
 
+def state_error(name: str, error: BaseException):
+    """The :class:`~archsearch.errors.SearchStopped` of a searcher whose state could not be
+    saved (field ``--searcher``)."""
+    from archsearch.errors import SearchStopped
+
+    why = " ".join(f"{type(error).__name__}: {error}".split())
+    return SearchStopped(f"searcher {name} could not save its state ({why}); the search was stopped",
+                         field="--searcher")
+
+
 @dataclass
 class Observation:
     """One finished (or failed) trial. ``x`` is the unit-cube encoding (``space.encode``)."""
@@ -256,10 +266,19 @@ class Searcher(ABC):
         self._load_state(state["impl"])
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`state_dict` to ``path`` atomically (:func:`archsearch.runs.atomic_write`)."""
+        """Write :meth:`state_dict` to ``path`` atomically (:func:`archsearch.runs.atomic_write`).
+
+        Raises:
+            SearchStopped: the state could not be taken or pickled (one line naming the
+                searcher; the file is left as it was).
+        """
         from archsearch.runs import atomic_write
 
-        atomic_write(path, pickle.dumps(self.state_dict()))
+        try:
+            blob = pickle.dumps(self.state_dict())
+        except Exception as e:
+            raise state_error(self.name, e) from e
+        atomic_write(path, blob)
 
     def restore(self, path: str | Path) -> None:
         """Load what :meth:`save` wrote (a file this program wrote itself: pickle)."""

@@ -22,8 +22,15 @@ is closed as ``FAIL`` and a ``COMPLETE`` trial with the evaluated params, values
 constraints is added, carrying the asked trial's system attributes, so NSGA-II counts it in
 its generation (after ``population_size`` of them the next generation is bred from them).
 
-The study these samplers learn from is private to the searcher (in memory, saved with its
-state). A run's Optuna storage holds one study, the record the Ray adapter writes
+The study these samplers learn from is private to the searcher (in memory). Its state is plain
+data, never a pickled sampler (Optuna 5.1's NSGA-II holds a ``threading.Lock``; a sampler's
+private attributes change between releases): the study's trials (params, distributions as
+Optuna's JSON, values, states, attributes), the study's attributes, the sampler's constructor
+arguments, the states of the NumPy generators it holds and, for ``GPSampler``, the kernel
+parameters its next fit starts from. A restore builds a new sampler from the arguments and
+puts the rest back, so the next suggestion is the one the saved searcher would have made. The
+same state is what ``pickle`` takes of the searcher (Ray Tune pickles its searcher into
+``tuner.pkl``). A run's Optuna storage holds one study, the record the Ray adapter writes
 (:mod:`archsearch.search.adapters.ray`), which is what ``archsearch dashboard`` opens.
 
 This module wraps Optuna (a baseline, not the framework-free core): Optuna is imported lazily.
@@ -37,6 +44,11 @@ from typing import Any
 from archsearch.search.base import CostFn, Observation, Searcher
 
 BASELINES = ("random", "tpe", "nsga2", "gp")
+
+#: GPSampler's warm starts: the kernel parameters of its last fit, per objective and per
+#: constraint (the attributes ``optuna._gp.gp.fit_kernel_params`` reads of its ``gpr_cache``).
+_GP_CACHES = ("_gprs_cache_list", "_constraints_gprs_cache_list")
+_KERNEL_FIELDS = ("inverse_squared_lengthscales", "kernel_scale", "noise_var")
 
 
 class OptunaSearcher(Searcher):
@@ -65,22 +77,28 @@ class OptunaSearcher(Searcher):
         self.name = kind
         self.max_resample = int(max_resample)
         horizon = int(space.budget.trials)
-        if kind == "random":
-            sampler = optuna.samplers.RandomSampler(seed=seed)
-        elif kind == "tpe":
-            startup = n_startup_trials if n_startup_trials is not None else min(6, horizon)
-            sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
-        elif kind == "gp":
-            startup = n_startup_trials if n_startup_trials is not None else min(6, horizon)
-            sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup,
-                                                warn_independent_sampling=False)
-        else:
-            pop = population_size or max(4, min(20, horizon // 3))
-            sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=pop)
+        startup = n_startup_trials if n_startup_trials is not None else min(6, horizon)
+        #: the sampler's class in ``optuna.samplers`` and its constructor arguments
+        self.sampler_args: tuple[str, dict[str, Any]] = {
+            "random": ("RandomSampler", {"seed": seed}),
+            "tpe": ("TPESampler", {"seed": seed, "n_startup_trials": startup, "multivariate": True}),
+            "gp": ("GPSampler", {"seed": seed, "n_startup_trials": startup,
+                                 "warn_independent_sampling": False}),
+            "nsga2": ("NSGAIISampler", {"seed": seed, "population_size":
+                                        population_size or max(4, min(20, horizon // 3))}),
+        }[kind]
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(
-            directions=["maximize" if s > 0 else "minimize" for s in self.signs], sampler=sampler)
+        self.study = self._new_study()
         self.trials: dict[str, tuple[int, dict]] = {}  # trial id -> (optuna number, params)
+
+    def _new_study(self):
+        """An empty in-memory study with a new sampler built from :attr:`sampler_args`."""
+        import optuna
+
+        cls, kwargs = self.sampler_args
+        return optuna.create_study(
+            directions=["maximize" if s > 0 else "minimize" for s in self.signs],
+            sampler=getattr(optuna.samplers, cls)(**kwargs))
 
     def _trial(self, number: int):
         """The live ``optuna.Trial`` of trial ``number`` (to set constraints before its tell)."""
@@ -146,8 +164,119 @@ class OptunaSearcher(Searcher):
                 params=obs.config, distributions={k: dists[k] for k in obs.config},
                 values=values, constraints=cvals, system_attrs=inherited))
 
+    # ------------------------------------------------------------------ state (plain data)
     def _state(self) -> Any:
-        return pickle.dumps((self.study, self.trials))
+        return {"study": study_state(self.study), "sampler_args": self.sampler_args,
+                "trials": {k: (n, dict(p)) for k, (n, p) in self.trials.items()}}
 
     def _load_state(self, state: Any) -> None:
-        self.study, self.trials = pickle.loads(state)
+        if isinstance(state, bytes):  # written before the plain-data state: a pickled study
+            self.study, self.trials = pickle.loads(state)
+            return
+        if tuple(state["sampler_args"][:1]) != tuple(self.sampler_args[:1]):
+            raise ValueError(f"state of a {state['sampler_args'][0]}, not a {self.sampler_args[0]}")
+        self.sampler_args = (state["sampler_args"][0], dict(state["sampler_args"][1]))
+        self.study = self._new_study()
+        load_study_state(self.study, state["study"])
+        self.trials = {k: (int(n), dict(p)) for k, (n, p) in state["trials"].items()}
+
+    def __getstate__(self):  # pickle (Ray Tune's tuner.pkl): the plain-data state, no sampler
+        out = self.__dict__.copy()
+        out["study"] = study_state(self.study)
+        return out
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        study = state["study"]
+        self.study = self._new_study()
+        load_study_state(self.study, study)
+
+
+def _rng_states(obj, path: str = "", seen: set | None = None, depth: int = 0) -> dict[str, Any]:
+    """``{attribute path: state}`` of the NumPy generators a sampler holds (its ``_rng``, its
+    fallback sampler's, ...), each reached once (NSGA-II's strategies share the sampler's). A
+    generator not drawn from yet is left out: a new sampler with the same seed has the same."""
+    import numpy as np
+    from optuna.samplers import BaseSampler
+
+    seen = set() if seen is None else seen
+    out: dict[str, Any] = {}
+    for name, value in sorted(vars(obj).items()):
+        key = f"{path}.{name}" if path else name
+        if id(value) in seen:
+            continue
+        rng = getattr(value, "_rng", None) if type(value).__name__ == "LazyRandomState" else value
+        if isinstance(rng, np.random.RandomState):
+            seen.add(id(value))
+            out[key] = rng.get_state()
+        elif isinstance(value, BaseSampler) and depth < 3:
+            seen.add(id(value))
+            out.update(_rng_states(value, key, seen, depth + 1))
+    return out
+
+
+def _set_rng_states(sampler, states: dict[str, Any]) -> None:
+    """Put :func:`_rng_states` back into a new sampler of the same class (in place, so that
+    objects sharing a generator keep sharing it). A path this Optuna release does not have is
+    skipped: the generator keeps its seeded start."""
+    import numpy as np
+
+    for key, state in states.items():
+        obj = sampler
+        for name in key.split("."):
+            obj = getattr(obj, name, None)
+        if type(obj).__name__ == "LazyRandomState":
+            obj = obj.rng
+        if isinstance(obj, np.random.RandomState):
+            obj.set_state(state)
+
+
+def study_state(study) -> dict[str, Any]:
+    """An in-memory Optuna study as plain data: every trial (number order), the study's
+    attributes, the sampler's generator states and GPSampler's kernel warm starts."""
+    from optuna.distributions import distribution_to_json
+
+    storage, sid = study._storage, study._study_id
+    trials = [{"state": t.state.name, "values": None if t.values is None else list(t.values),
+               "params": dict(t.params),
+               "distributions": {k: distribution_to_json(d) for k, d in t.distributions.items()},
+               "user_attrs": dict(t.user_attrs), "system_attrs": dict(t.system_attrs),
+               "intermediate_values": dict(t.intermediate_values)}
+              for t in study.get_trials(deepcopy=False)]
+    caches = {}
+    for name in _GP_CACHES:
+        gprs = getattr(study.sampler, name, None)
+        if gprs is not None:
+            caches[name] = [{f: getattr(g, f).detach().cpu().numpy().copy() for f in _KERNEL_FIELDS}
+                            for g in gprs]
+    return {"trials": trials, "system_attrs": dict(storage.get_study_system_attrs(sid)),
+            "user_attrs": dict(storage.get_study_user_attrs(sid)),
+            "rng": _rng_states(study.sampler), "gp_caches": caches}
+
+
+def load_study_state(study, state: dict[str, Any]) -> None:
+    """Put :func:`study_state` into a new, empty study whose sampler was built with the same
+    arguments: trials keep their numbers (an in-memory study numbers them in order)."""
+    from types import SimpleNamespace
+
+    import optuna
+    import torch
+    from optuna.distributions import json_to_distribution
+
+    storage, sid = study._storage, study._study_id
+    for k, v in state["system_attrs"].items():
+        storage.set_study_system_attr(sid, k, v)
+    for k, v in state["user_attrs"].items():
+        storage.set_study_user_attr(sid, k, v)
+    for t in state["trials"]:
+        frozen = optuna.trial.create_trial(
+            state=optuna.trial.TrialState[t["state"]], values=t["values"], params=t["params"],
+            distributions={k: json_to_distribution(d) for k, d in t["distributions"].items()},
+            user_attrs=t["user_attrs"], system_attrs=t["system_attrs"],
+            intermediate_values={int(k): v for k, v in t["intermediate_values"].items()})
+        storage.create_new_trial(sid, template_trial=frozen)
+    _set_rng_states(study.sampler, state["rng"])
+    for name, gprs in state["gp_caches"].items():
+        if hasattr(study.sampler, name):
+            setattr(study.sampler, name, [SimpleNamespace(**{f: torch.from_numpy(v.copy()) for f, v in g.items()})
+                                          for g in gprs])

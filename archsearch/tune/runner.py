@@ -251,11 +251,12 @@ def _tuner(launch: Launch, progress: bool, restore: bool):
         from archsearch.tune.pending import TimeBudget
 
         stop = CombinedStopper(stop, TimeBudget(launch.run.name))
+    search_alg = tune_searcher(launch.spec.searcher, space, launch.data, launch.run, seed=launch.spec.seed)
+    _check_picklable(search_alg, launch.spec.searcher)
     return tune.Tuner(
         _trainable(launch),
         tune_config=tune.TuneConfig(
-            search_alg=tune_searcher(launch.spec.searcher, space, launch.data, launch.run,
-                                     seed=launch.spec.seed),
+            search_alg=search_alg,
             scheduler=scheduler, num_samples=b.trials, reuse_actors=True),
         run_config=tune.RunConfig(
             name=launch.run.tune_name, storage_path=str(launch.run.path), verbose=0,
@@ -263,6 +264,23 @@ def _tuner(launch: Launch, progress: bool, restore: bool):
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             failure_config=tune.FailureConfig(max_failures=b.max_failures)),
     )
+
+
+def _check_picklable(search_alg, name: str) -> None:
+    """Tune pickles the searcher with the experiment (``tuner.pkl``) before any trial starts:
+    a searcher that cannot be pickled stops the search as one line, naming it.
+
+    Raises:
+        SearchStopped: the searcher cannot be pickled.
+    """
+    from ray import cloudpickle
+
+    from archsearch.search.base import state_error
+
+    try:
+        cloudpickle.dumps(search_alg)
+    except Exception as e:
+        raise state_error(name, e) from e
 
 
 def scheduler_metrics(space) -> tuple[Any, Any]:
@@ -332,11 +350,19 @@ def _fit(launch: Launch, *, progress: bool, ray_dashboard: bool, restore: bool,
         if progress:
             print_dashboards(launch.run.path, launch.spec.address, ray_dashboard)
         PendingWatch.verdicts.pop(str(launch.run.path), None)
-        tuner = _tuner(launch, progress, restore)
         budget_s = launch.space.budget.time_budget_s
         if budget_s is not None:  # what the earlier sessions of the run left
             TimeBudget.remaining[launch.run.name] = budget_s - launch.prior_wall
-        tuner.fit()
+        try:
+            _tuner(launch, progress, restore).fit()
+        except Exception as e:  # the searcher's state could not be saved: report, then one line
+            stopped = _stopped_by(e)
+            if stopped is None:
+                raise
+            PendingWatch.verdicts.pop(str(launch.run.path), None)
+            done = _finish(launch, reports)
+            raise type(stopped)(f"{stopped.message}; run: {done.run_dir}; report: "
+                                f"{done.report_dir / 'index.html'}", field=stopped.field) from None
         stuck = PendingWatch.verdicts.pop(str(launch.run.path), None)
         result = _finish(launch, reports)
     finally:  # the run is free for a resume in this process too (a test, a notebook)
@@ -344,6 +370,20 @@ def _fit(launch: Launch, *, progress: bool, ray_dashboard: bool, restore: bool,
     if stuck is not None:  # the run and its report are written; the search did not finish
         raise UserError(stuck[1], file=launch.space.source, field=stuck[0])
     return result
+
+
+def _stopped_by(error: BaseException):
+    """The :class:`~archsearch.errors.SearchStopped` that ``error`` is or was caused by (Tune
+    may wrap what a searcher raised), or ``None``."""
+    from archsearch.errors import SearchStopped
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, SearchStopped):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def check_reports_dir(reports: str | Path) -> None:
