@@ -1,4 +1,4 @@
-"""Command line: ``archsearch search | check | resume | submit | logs | report | compare | dashboard | data``.
+"""Command line: ``archsearch search | check | resume | submit | logs | report | export | predict | serve | compare | dashboard | data``.
 
 Only typer is imported at module level; torch, Ray, Optuna and BoTorch are imported inside the
 commands, so ``archsearch --help`` answers fast. A :class:`~archsearch.errors.UserError` is
@@ -175,6 +175,53 @@ def report(
 
 
 @app.command()
+def export(
+    run_dir: Path = typer.Argument(..., help="A run directory (runs/NAME)."),
+    out: Path = typer.Option(..., help="The new directory to write (with --pareto: one "
+                             "subdirectory per trial)."),
+    trial: Optional[str] = typer.Option(None, help="The trial id (as in the report; ID#k is its "
+                                        "trial ID)."),
+    best: Optional[str] = typer.Option(None, help="Export the successful trial best in this metric "
+                                       "(e.g. accuracy)."),
+    pareto: bool = typer.Option(False, help="Export every trial on the Pareto front."),
+):
+    """Write a trained trial as a model directory: weights (safetensors), gating state,
+    tokenizer, archsearch.json; load it with archsearch.load(DIR) or archsearch predict."""
+    from archsearch.export import export_trial, select_trials
+
+    ids = select_trials(run_dir, trial=trial, best=best, pareto=pareto)
+    if pareto and out.exists():
+        raise UserError("already exists: export writes a new directory", file=str(out), field="--out")
+    for tid in ids:
+        dest = out / tid if pareto else out
+        export_trial(run_dir, tid, dest)
+        typer.echo(f"trial {tid}: {dest}")
+
+
+@app.command()
+def predict(
+    model_dir: Path = typer.Argument(..., help="A directory written by archsearch export."),
+    data: Path = typer.Argument(..., help="Texts to classify: .csv, .tsv, .jsonl/.json or .parquet."),
+    out: Path = typer.Option(..., help="Where to write the predictions (.csv)."),
+    text_column: Optional[str] = typer.Option(None, help="The column holding the text (default: "
+                                              "the first of text, sentence, content, review, ...)."),
+    batch_size: int = typer.Option(64, min=1, help="Rows per forward pass."),
+    device: str = typer.Option("cpu", help="cpu, cuda, cuda:1, ..."),
+):
+    """Classify the rows of a file with an exported model; prints rows/s, the mean executed FLOPs
+    and the predicted label counts."""
+    from archsearch.export import predict_file
+
+    stats = predict_file(model_dir, data, out, text_column=text_column, batch_size=batch_size,
+                         device=device)
+    typer.echo(f"{stats['rows']} rows in {stats['seconds']:.2f} s ({stats['rows_per_s']:.1f} rows/s); "
+               f"mean executed FLOPs {stats['mean_flops']:.4g} per row "
+               f"({stats['mean_flops_fraction']:.3f} of the full model's)")
+    typer.echo("labels: " + ", ".join(f"{k} {v}" for k, v in stats["label_counts"].items()))
+    typer.echo(f"predictions: {out}")
+
+
+@app.command()
 def compare(
     run_dirs: list[Path] = typer.Argument(..., help="Two or more run directories (runs/NAME) "
                                           "with the same objectives."),
@@ -220,6 +267,36 @@ def dashboard(
         raise refused(e) from None
 
 
+def _bind_refusal(host: str, port: int):
+    """The function that turns a bind error on ``host:port`` into one line (``--port`` when the
+    port is in use, else ``--host``)."""
+    import errno
+
+    def refused(e: OSError) -> UserError:  # port in use, an address this machine does not have
+        return UserError(f"cannot serve on {host}:{port}: {e.strerror or e}",
+                         field="--port" if e.errno == errno.EADDRINUSE else "--host")
+
+    return refused
+
+
+def _check_bind(host: str, port: int) -> None:
+    """``port`` is a port and ``host:port`` can be bound now (as a server binds: address reuse on).
+
+    Raises:
+        UserError: naming ``--port`` or ``--host``.
+    """
+    import socket
+
+    if not 0 <= port <= 65535:
+        raise UserError(f"{port} is not a port (0 .. 65535)", field="--port")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as e:
+        raise _bind_refusal(host, port)(e) from None
+
+
 def _check_dashboard(run, host: str, port: int):
     """Before the server starts (it prints its banner before it binds): the port is one,
     ``run``'s ``optuna.db`` is an Optuna database (opened read-only) and ``host:port`` can be
@@ -228,14 +305,8 @@ def _check_dashboard(run, host: str, port: int):
     Raises:
         UserError: naming ``--port``, ``--host`` or the database file.
     """
-    import errno
-    import socket
     import sqlite3
     from urllib.parse import quote
-
-    def refused(e: OSError) -> UserError:  # port in use, an address this machine does not have
-        return UserError(f"cannot serve on {host}:{port}: {e.strerror or e}",
-                         field="--port" if e.errno == errno.EADDRINUSE else "--host")
 
     if not 0 <= port <= 65535:
         raise UserError(f"{port} is not a port (0 .. 65535)", field="--port")
@@ -244,13 +315,31 @@ def _check_dashboard(run, host: str, port: int):
             db.execute("SELECT count(*) FROM studies").fetchone()
     except sqlite3.Error as e:
         raise UserError(f"not an Optuna study database ({e})", file=str(run.optuna_db)) from None
-    try:  # as the server will bind: address reuse on
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((host, port))
-    except OSError as e:
-        raise refused(e) from None
-    return refused
+    _check_bind(host, port)
+    return _bind_refusal(host, port)
+
+
+@app.command()
+def serve(
+    model_dir: Path = typer.Argument(..., help="A directory written by archsearch export."),
+    host: str = typer.Option("127.0.0.1", help="Address the HTTP proxy binds (0.0.0.0: every "
+                             "interface; not the default)."),
+    port: int = typer.Option(8000, help="HTTP port."),
+    address: Optional[str] = typer.Option(None, help="A running Ray cluster to deploy on "
+                                          "(default: start Ray on this machine)."),
+    cpus: float = typer.Option(1.0, min=0.01, help="CPUs per replica (also its torch threads)."),
+    replicas: int = typer.Option(1, min=1, help="Replicas behind the proxy."),
+    max_batch_size: int = typer.Option(32, min=1, help="Requests batched into one forward pass."),
+    device: str = typer.Option("cpu", help="cpu, cuda, ..."),
+):
+    """Serve an exported model on Ray Serve: POST /predict {"texts": [...]} answers with one
+    prediction per text; concurrent requests are batched. Ctrl-C stops it."""
+    from archsearch.serve import serve_model
+
+    if address is None:
+        _check_bind(host, port)
+    serve_model(model_dir, host=host, port=port, address=address, num_cpus=cpus,
+                num_replicas=replicas, max_batch_size=max_batch_size, device=device)
 
 
 _JOB_API_HELP = ("The head's dashboard (Ray job API): http://HEAD:8265 (default "

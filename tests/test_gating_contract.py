@@ -147,6 +147,51 @@ def test_a_checkpoint_round_trip_predicts_the_same(gating_run, small_data, devic
     torch.testing.assert_close(after[1], before[1])
 
 
+def test_an_export_round_trip_predicts_the_same(gating_run, small_data, tmp_path):
+    """``archsearch export``'s directory (weights in safetensors, the gating's calibrated state,
+    the tokenizer) loaded by :func:`archsearch.export.load` predicts what the trained loop does:
+    logits within 1e-5, the same executed FLOPs, and the trial's validation accuracy exactly."""
+    from archsearch.export import export_loop, load
+
+    name, loop, val, _ = gating_run
+    before = predictions(loop)
+    export_loop(loop, tmp_path / "model")
+    model = load(tmp_path / "model", device=str(loop.device))
+    test = small_data["test"]
+    logits, flops = model.predict_ids(test.input_ids, test.attention_mask, batch_size=256)
+    torch.testing.assert_close(logits, before[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(flops, before[1].to(torch.float64), rtol=0, atol=0)
+    v = small_data["validation"]
+    logits, _ = model.predict_ids(v.input_ids, v.attention_mask, batch_size=256)
+    assert int((logits.argmax(-1) == v.labels).sum()) / len(v.labels) == pytest.approx(val["accuracy"], abs=1e-12), name
+
+
+@pytest.mark.parametrize("tying", ["every_k", "paper"])
+def test_an_export_of_a_tied_model_keeps_its_tying(tying, small_data, device, tmp_path):
+    """Tied blocks are stored per name (safetensors keeps no shared tensors) and tied again on
+    load, a fixed map (every_k) and one the agent chose while training (paper): the loaded model
+    has the trial's map and parameter count and predicts the same."""
+    from archsearch.export import export_loop, load
+    from archsearch.models import costs
+    from archsearch.models.transformer import Transformer
+    from archsearch.tune.trainable import TrialLoop
+
+    torch.set_num_threads(1)
+    loop = TrialLoop({"gating": "static", "tying": tying, "n_layers": 4, "d_model": 32, "n_heads": 4,
+                      "warmup_steps": 4, "lr": 2e-3}, small_data,
+                     {"epochs": 1, "batch_size": 32, "seed": 0, "device": str(device)})
+    loop.train_epoch()
+    before = predictions(loop)
+    export_loop(loop, tmp_path / "model")
+    model = load(tmp_path / "model", device=str(device))
+    test = small_data["test"]
+    logits, _ = model.predict_ids(test.input_ids, test.attention_mask, batch_size=256)
+    torch.testing.assert_close(logits, before[0], rtol=0, atol=1e-5)
+    assert model.tying.state_dict()["tying_map"] == loop.tying.state_dict()["tying_map"]
+    untied = Transformer(loop.model.config)
+    assert costs.params_total(model.model) == costs.params_total(loop.model) < costs.params_total(untied)
+
+
 def test_same_seed_same_result_and_calibration_reads_no_labels(gating_run, small_data, device):
     name, loop, val, _ = gating_run
     twin = trained(name, poisoned(small_data), device)

@@ -151,6 +151,29 @@ class PreparedData:
         return self._tok.decode(ids.tolist() if hasattr(ids, "tolist") else ids)
 
 
+def pad_encoded(tok: TextTokenizer, ids_list, max_len: int):
+    """Token ids of texts (``tok.encode_batch``, no special tokens) as the model's classification
+    inputs: the tokenizer's prefix, the text's ids cut to what ``max_len`` leaves, its suffix,
+    then ``pad_id`` to ``max_len`` (how :func:`prepare` encodes every split, and how an exported
+    model encodes new text: :mod:`archsearch.export`).
+
+    Returns:
+        ``(input_ids, attention_mask)``: ``N x max_len`` int64 and bool (True = real token).
+    """
+    import numpy as np
+    import torch
+
+    room = max_len - len(tok.prefix) - len(tok.suffix)
+    arr = np.full((len(ids_list), max_len), tok.pad_id, dtype=np.int64)
+    lengths = np.empty(len(ids_list), dtype=np.int64)
+    for i, ids in enumerate(ids_list):
+        seq = tok.prefix + list(ids[:room]) + tok.suffix
+        arr[i, :len(seq)] = seq
+        lengths[i] = len(seq)
+    mask = torch.arange(max_len)[None, :] < torch.from_numpy(lengths)[:, None]
+    return torch.from_numpy(arr), mask
+
+
 def _slug(name: str) -> str:
     """Readable file-name part: a path's last component, or the name (``/`` -> ``__``)."""
     path_like = name.startswith((".", "/", "~")) or bool(Path(name).suffix) or os.sep in name
@@ -322,18 +345,11 @@ def _build(name: str, kind: str | None, tok_path: str | None, vocab_size: int, m
             texts = train_texts if split == "train" else list(ds["text"])
             ids_list = tok.encode_batch(texts)
             n = len(ids_list)
-            arr = np.full((n, max_len), tok.pad_id, dtype=np.int64)
-            lengths = np.empty(n, dtype=np.int64)
-            n_trunc = 0
-            for i, ids in enumerate(ids_list):
-                if len(ids) > room:
-                    n_trunc += 1
-                seq = tok.prefix + list(ids[:room]) + tok.suffix
-                arr[i, :len(seq)] = seq
-                lengths[i] = len(seq)
+            ids, mask = pad_encoded(tok, ids_list, max_len)
+            n_trunc = sum(len(x) > room for x in ids_list)
+            lengths = mask.sum(1).numpy()
             labels = np.asarray(ds["label"], dtype=np.int64)
-            tensors[f"{split}.input_ids"] = torch.from_numpy(arr)
-            mask = torch.arange(max_len)[None, :] < torch.from_numpy(lengths)[:, None]
+            tensors[f"{split}.input_ids"] = ids
             tensors[f"{split}.attention_mask"] = mask
             tensors[f"{split}.labels"] = torch.from_numpy(labels)
             n_special = len(tok.prefix) + len(tok.suffix)

@@ -1,0 +1,513 @@
+"""From a trial of a finished search to a model directory a user can load and run.
+
+:func:`export_trial` writes one trial of a run (``archsearch export``) as a self-contained
+directory, weights only (no optimizer state), readable without the run or its data cache::
+
+    DIR/
+      config.json         the model's TransformerConfig, the task, the class names
+      model.safetensors   the weights (tied blocks stored once per name; re-tied on load)
+      gating.safetensors  the tensors of the gating's calibrated state (absent when it has none)
+      tokenizer/          the tokenizer: tokenizer.json (trained BPE/WordPiece/char) or the
+                          pretrained checkpoint's tokenizer files
+      archsearch.json     format version; the trial's full config, gating and tying names and
+                          state (thresholds, price, stop rule, exit heads, tying map), the
+                          recorded metrics, the run, trial id, commit; a sha256 of every file
+
+:func:`load` reads it back (checking every file against its sha256) as an
+:class:`ExportedModel` whose :meth:`ExportedModel.predict` runs the trial's own gating: a
+dynamic gating (DHT, the confidence exit, the depth predictor, LengthDrop) runs its per-sample
+inference and reports the FLOPs it executed per row (:mod:`archsearch.models.costs`'s analytic
+count at the batch's trimmed length, as the trial's ``flops_per_sample``).
+
+The exported model scores the trial's validation split to its recorded accuracy
+(``tests/test_export.py``): the checkpoint is the one written after the trial's last
+evaluation, which holds the gating's calibrated state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from archsearch.errors import UserError
+
+#: archsearch.json's ``format``; :func:`load` refuses a newer one
+FORMAT = 1
+_TENSOR, _ARRAY = "__tensor__", "__ndarray__"
+
+
+# ---------------------------------------------------------------------- state <-> files
+def pack_state(state: Any, prefix: str, tensors: dict) -> Any:
+    """A nested state (dicts, lists, tensors, NumPy arrays, numbers, strings) as JSON-able data;
+    each tensor or array goes to ``tensors`` under a path-like name and is replaced by a marker."""
+    import numpy as np
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        tensors[prefix] = state.detach().cpu().contiguous().clone()
+        return {_TENSOR: prefix}
+    if isinstance(state, np.ndarray):
+        tensors[prefix] = torch.from_numpy(np.ascontiguousarray(state).copy())
+        return {_ARRAY: prefix}
+    if isinstance(state, dict):
+        return {str(k): pack_state(v, f"{prefix}/{k}", tensors) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return [pack_state(v, f"{prefix}/{i}", tensors) for i, v in enumerate(state)]
+    if isinstance(state, np.generic):
+        return state.item()
+    return state
+
+
+def unpack_state(packed: Any, tensors: dict) -> Any:
+    """Inverse of :func:`pack_state`."""
+    if isinstance(packed, dict):
+        if set(packed) == {_TENSOR}:
+            return tensors[packed[_TENSOR]]
+        if set(packed) == {_ARRAY}:
+            return tensors[packed[_ARRAY]].numpy().copy()
+        return {k: unpack_state(v, tensors) for k, v in packed.items()}
+    if isinstance(packed, list):
+        return [unpack_state(v, tensors) for v in packed]
+    return packed
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+# ---------------------------------------------------------------------- choosing trials
+def trial_checkpoint(run, trial_id: str) -> Path | None:
+    """The newest checkpoint directory of ``trial_id`` under the run's ``tune/`` (Tune keeps
+    one per trial, written after its last evaluation), or ``None``."""
+    found = sorted(run.tune_dir.glob(f"*/train_trial_{trial_id}_*/checkpoint_*/state.pt"))
+    found += sorted(run.tune_dir.glob(f"train_trial_{trial_id}_*/checkpoint_*/state.pt"))
+    if not found:
+        return None
+    return max(found, key=lambda p: (p.stat().st_mtime, p.parent.name)).parent
+
+
+def select_trials(run_dir: str | Path, *, trial: str | None = None, best: str | None = None,
+                  pareto: bool = False) -> list[str]:
+    """Trial ids of a run: ``trial`` itself, the best successful trial of metric ``best``
+    (its objective's mode, else the metric's), or the trials on the Pareto front (a
+    sub-trial ``ID#k`` of an anytime curve counts as its trial ``ID``).
+
+    Raises:
+        UserError: not exactly one of the three; an unknown trial or metric; no successful trial.
+    """
+    from archsearch.report.data import build_report_data
+    from archsearch.report.inputs import load_run
+
+    if sum(x is not None and x is not False for x in (trial, best, pareto)) != 1:
+        raise UserError("give exactly one of --trial ID, --best METRIC, --pareto", field="--trial")
+    run = load_run(run_dir)
+    ids = [r["trial_id"] for r in run.trials]
+    if trial is not None:
+        base = str(trial).split("#")[0]
+        if base not in ids:
+            known = ", ".join(ids[:8]) + (" ..." if len(ids) > 8 else "")
+            raise UserError(f"no trial {trial!r} in this run (its trials: {known or 'none'})",
+                            file=str(run_dir), field="--trial")
+        return [base]
+    try:
+        data = build_report_data(run.trials, run.objectives, run.constraints, run.run_info)
+    except ValueError as e:
+        raise UserError(f"bad trial records: {e}", file=str(run_dir)) from None
+    ok = [r for r in data.trials if not r.failed]
+    if not ok:
+        raise UserError("no trial of this run succeeded: nothing to export", file=str(run_dir))
+    if pareto:
+        return list(dict.fromkeys((r.parent or r.trial_id) for r in data.rows if r.pareto))
+    from archsearch.metrics import METRICS
+
+    mode = next((o.mode for o in data.objectives if o.metric == best), None)
+    if mode is None:
+        known = METRICS.get(best)
+        if known is None or all(best not in r.metrics for r in ok):
+            raise UserError(f"no trial reports metric {best!r} (objectives: "
+                            f"{', '.join(o.metric for o in data.objectives)})",
+                            file=str(run_dir), field="--best")
+        mode = known.mode
+    scored = [r for r in ok if isinstance(r.metrics.get(best), (int, float))]
+    if not scored:
+        raise UserError(f"no successful trial reports {best!r}", file=str(run_dir), field="--best")
+    pick = (max if mode == "max" else min)(scored, key=lambda r: r.metrics[best])
+    return [pick.trial_id]
+
+
+# ---------------------------------------------------------------------- export
+def export_trial(run_dir: str | Path, trial_id: str, out: str | Path) -> Path:
+    """Write trial ``trial_id`` of the run at ``run_dir`` to the new directory ``out`` (layout:
+    module docstring). Nothing is left at ``out`` when it fails.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        UserError: ``out`` exists; the trial is unknown, failed, or has no checkpoint (field
+            ``--trial``); the checkpoint is unreadable.
+    """
+    from archsearch.runs import FINISHED, RunDir
+    from archsearch.tune.runner import trial_settings
+    from archsearch.tune.trainable import TrialLoop
+
+    out = Path(out)
+    if out.exists():
+        raise UserError("already exists: export writes a new directory", file=str(out), field="--out")
+    run = RunDir.open(run_dir)
+    recs = {r["trial_id"]: r for r in run.read_trials()}
+    rec = recs.get(trial_id)
+    if rec is None:
+        raise UserError(f"no trial {trial_id!r} in this run", file=str(run_dir), field="--trial")
+    if rec["status"] not in FINISHED:
+        why = rec.get("error") or "it has not finished"
+        raise UserError(f"trial {trial_id} is {rec['status']} ({' '.join(str(why).split())[:120]}): "
+                        "no trained model to export", file=str(run_dir), field="--trial")
+    ckpt = trial_checkpoint(run, trial_id)
+    if ckpt is None:
+        raise UserError(f"trial {trial_id} has no checkpoint under {run.tune_dir} (removed, or the "
+                        "run was copied without tune/)", file=str(run_dir), field="--trial")
+    space = run.load_space()
+    from archsearch.data import prepare_for_space
+
+    data = prepare_for_space(space)
+    settings = {**trial_settings(space, 1), "device": "cpu"}
+    loop = TrialLoop(rec["config"], data, settings)
+    try:
+        loop.load(str(ckpt))
+    except RuntimeError as e:
+        raise UserError(str(e), file=str(ckpt / "state.pt"), field="--trial") from None
+    return export_loop(loop, out, record=rec, run_dir=run_dir, seed=int(space.seed))
+
+
+def export_loop(loop, out: str | Path, *, record: dict | None = None, run_dir: str | Path | None = None,
+                seed: int = 0) -> Path:
+    """Write the model of a trial's :class:`~archsearch.tune.trainable.TrialLoop` (trained or
+    loaded from its checkpoint) to the new directory ``out`` (layout: module docstring),
+    atomically: a ``.NAME.partial`` directory renamed into place.
+
+    Args:
+        loop: the trial's loop (its ``cfg``, ``data``, ``model``, ``gating``, ``tying``).
+        record: the trial's record (``trial_id``, ``status``, ``metrics``), when it has one.
+        run_dir: the run it came from, when it has one.
+        seed: the run's seed (the gating's generators at load).
+
+    Raises:
+        UserError: ``out`` exists.
+    """
+    out = Path(out)
+    if out.exists():
+        raise UserError("already exists: export writes a new directory", file=str(out), field="--out")
+    tmp = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        _write(tmp, loop, record or {}, run_dir=run_dir, seed=seed)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _write(out: Path, loop, rec: dict, *, run_dir, seed: int) -> None:
+    from safetensors.torch import save_file
+
+    cfg, data = loop.cfg, loop.data
+    model_cfg = asdict(loop.model.config)
+    (out / "config.json").write_text(json.dumps(
+        {"model_type": "archsearch-transformer", "archsearch_format": FORMAT, **model_cfg,
+         "label_names": data.label_names}, indent=2) + "\n")
+    weights = {k: v.detach().cpu().contiguous().clone() for k, v in loop.model.state_dict().items()}
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    gating_tensors: dict = {}
+    gating_state = pack_state(loop.gating.state_dict(), "gating", gating_tensors)
+    tying_tensors: dict = {}
+    tying_state = pack_state(loop.tying.state_dict(), "tying", tying_tensors)
+    if gating_tensors or tying_tensors:
+        save_file({**gating_tensors, **tying_tensors}, str(out / "gating.safetensors"))
+    tok_dir = out / "tokenizer"
+    tok_dir.mkdir()
+    kind = data.tokenizer if data.tokenizer in ("bpe", "wordpiece", "char") else "pretrained"
+    if kind == "pretrained":
+        data.load_tokenizer().tok.save_pretrained(str(tok_dir))
+    else:
+        shutil.copyfile(data.tokenizer_file, tok_dir / "tokenizer.json")
+    files = sorted(p for p in out.rglob("*") if p.is_file())
+    meta = {
+        "format": FORMAT, "task": data.task, "max_len": data.max_len, "tokenizer": kind,
+        "label_names": data.label_names, "seed": seed,
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.items()},
+        "gating": str(cfg["gating"]), "tying": str(cfg["tying"]),
+        "gating_state": gating_state, "tying_state": tying_state,
+        "metrics": rec.get("metrics") or {}, "status": rec.get("status"),
+        "run": None if run_dir is None else str(Path(run_dir).resolve()),
+        "trial_id": rec.get("trial_id"), "commit": _commit(),
+        "sha256": {str(p.relative_to(out)): _sha256(p) for p in files},
+    }
+    (out / "archsearch.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+
+# ---------------------------------------------------------------------- load and predict
+@dataclass
+class Prediction:
+    """One row of :meth:`ExportedModel.predict`: ``label`` (class index), ``label_name``,
+    ``probabilities`` (one per class, softmax of the logits), ``flops`` (FLOPs executed for
+    this row: the analytic count of what the gating ran, at its batch's trimmed length)."""
+
+    label: int
+    label_name: str | None
+    probabilities: list[float]
+    flops: float
+
+
+class ExportedModel:
+    """A model written by :func:`export_trial`, with its gating and tokenizer (use :func:`load`).
+
+    Attributes:
+        model: the :class:`~archsearch.models.transformer.Transformer` (eval mode).
+        gating, tying: the trial's strategies with their exported state.
+        meta: ``archsearch.json``.
+    """
+
+    def __init__(self, directory: Path, model, gating, tying, tokenizer, meta: dict):
+        self.directory, self.model, self.gating, self.tying = directory, model, gating, tying
+        self.tokenizer, self.meta = tokenizer, meta
+        self.max_len = int(meta["max_len"])
+        self.label_names = meta.get("label_names")
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def to(self, device) -> "ExportedModel":
+        """Move the model and the gating's modules to ``device``; returns self."""
+        self.model.to(device)
+        for m in self.gating.extra_modules():
+            m.to(device)
+        return self
+
+    def encode(self, texts: Sequence[str]):
+        """``texts`` as inputs: ``(input_ids, attention_mask)``, ``N x max_len`` (int64, bool),
+        encoded as the trial's data was (:func:`archsearch.data.prepare.pad_encoded`)."""
+        from archsearch.data.prepare import pad_encoded
+
+        return pad_encoded(self.tokenizer, self.tokenizer.encode_batch(list(texts)), self.max_len)
+
+    def predict_ids(self, input_ids, attention_mask, *, batch_size: int = 256):
+        """Logits and executed FLOPs of encoded inputs, ``batch_size`` rows at a time (each
+        batch trimmed of its all-padding columns, as the trial was evaluated).
+
+        Returns:
+            ``(logits, flops)``: ``N x C`` float32 and ``N`` float64 tensors (CPU).
+        """
+        import torch
+
+        from archsearch.models.config import trim_padding
+
+        dev = self.device
+        logits, flops = [], []
+        self.model.eval()
+        with torch.inference_mode():
+            for i in range(0, len(input_ids), batch_size):
+                x, m = trim_padding(input_ids[i:i + batch_size], attention_mask[i:i + batch_size])
+                out, f = self.gating.predict(x.to(dev), m.to(dev))
+                logits.append(out.float().cpu())
+                flops.append(torch.as_tensor(f, dtype=torch.float64).cpu())
+        if not logits:
+            return torch.empty(0, len(self.label_names or [])), torch.empty(0, dtype=torch.float64)
+        return torch.cat(logits), torch.cat(flops)
+
+    def predict(self, texts: Sequence[str], *, batch_size: int = 64, device: str | None = None
+                ) -> list[Prediction]:
+        """Classify ``texts``: one :class:`Prediction` per text, in order.
+
+        Args:
+            texts: the strings to classify.
+            batch_size: rows per forward pass (a dynamic gating decides per row within it).
+            device: ``"cpu"``, ``"cuda"``, ...; default: where the model is.
+
+        Raises:
+            TypeError: ``texts`` is a single string or holds a non-string.
+        """
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise TypeError("texts must be a sequence of strings")
+        if device is not None:
+            self.to(device)
+        ids, mask = self.encode(texts)
+        logits, flops = self.predict_ids(ids, mask, batch_size=batch_size)
+        probs = logits.softmax(-1)
+        names = self.label_names
+        return [Prediction(label=int(p.argmax()), label_name=names[int(p.argmax())] if names else None,
+                           probabilities=[float(v) for v in p], flops=float(f))
+                for p, f in zip(probs, flops)]
+
+
+def load(directory: str | Path, *, device: str = "cpu") -> ExportedModel:
+    """Load a directory written by :func:`export_trial` (``archsearch.load``).
+
+    Raises:
+        UserError: not an export directory; a file missing, truncated or not matching its
+            sha256 in ``archsearch.json``; an ``archsearch.json`` of a newer format.
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    from archsearch.data.tokenizer import load_tokenizer
+    from archsearch.dynamic import gating_class, tying_class
+    from archsearch.models.transformer import Transformer, TransformerConfig
+
+    d = Path(directory)
+    meta_file = d / "archsearch.json"
+    if not meta_file.is_file():
+        raise UserError("not an exported model (no archsearch.json)", file=str(d))
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"unreadable ({e.__class__.__name__}: {e})", file=str(meta_file)) from None
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    if not isinstance(fmt, int):
+        raise UserError("no format number: not written by archsearch export", file=str(meta_file),
+                        field="format")
+    if fmt > FORMAT:
+        raise UserError(f"format {fmt} is newer than this archsearch reads ({FORMAT}): upgrade "
+                        "archsearch", file=str(meta_file), field="format")
+    for name, digest in meta.get("sha256", {}).items():
+        path = d / name
+        if not path.is_file():
+            raise UserError("missing (listed in archsearch.json)", file=str(path))
+        if _sha256(path) != digest:
+            raise UserError("does not match its sha256 in archsearch.json (truncated or changed)",
+                            file=str(path))
+    cfg_raw = json.loads((d / "config.json").read_text())
+    fields = TransformerConfig.__dataclass_fields__
+    model = Transformer(TransformerConfig(**{k: v for k, v in cfg_raw.items() if k in fields}))
+    cfg = dict(meta["config"])
+    cfg.pop("distill_teacher", None)  # training-time only: the teacher is not exported
+    settings = {"seed": int(meta.get("seed", 0)), "device": device}
+    gating = gating_class(meta["gating"])(model, cfg, settings, loop=None)
+    tying = tying_class(meta["tying"])(model, cfg, settings, loop=None)
+    extra = load_file(str(d / "gating.safetensors")) if (d / "gating.safetensors").is_file() else {}
+    tying.load_state_dict(unpack_state(meta["tying_state"], extra))  # re-ties before the weights
+    model.load_state_dict(load_file(str(d / "model.safetensors")))
+    gating.load_state_dict(unpack_state(meta["gating_state"], extra))
+    tok_dir = d / "tokenizer"
+    kind = meta["tokenizer"]
+    tokenizer = load_tokenizer(kind, tok_dir if kind == "pretrained" else tok_dir / "tokenizer.json")
+    out = ExportedModel(d, model.eval(), gating, tying, tokenizer, meta).to(torch.device(device))
+    return out
+
+
+def read_texts(path: str | Path, text_column: str | None = None) -> list[str]:
+    """The texts of a file to classify, in row order: ``.csv``, ``.tsv``, ``.jsonl``/``.json``
+    (records) or ``.parquet``; the column ``text_column``, else the first of
+    :data:`archsearch.data.loading.TEXT_CANDIDATES` (any case), else the only string column.
+
+    Raises:
+        UserError: missing or unreadable file, unknown format, no such column (the message lists
+            the file's columns), an empty or non-string text (field ``--text-column``).
+    """
+    import pandas as pd
+
+    from archsearch.data.loading import TEXT_CANDIDATES
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError("no such file", file=str(p))
+    readers = {".csv": lambda: pd.read_csv(p, keep_default_na=False),
+               ".tsv": lambda: pd.read_csv(p, sep="\t", keep_default_na=False),
+               ".jsonl": lambda: pd.read_json(p, lines=True), ".parquet": lambda: pd.read_parquet(p),
+               ".json": lambda: pd.read_json(p, lines=p.read_text()[:1] != "[")}
+    if p.suffix.lower() not in readers:
+        raise UserError(f"unknown format {p.suffix!r} (use .csv, .tsv, .jsonl, .json or .parquet)",
+                        file=str(p))
+    try:
+        df = readers[p.suffix.lower()]()
+    except Exception as e:  # pandas raises many kinds for a malformed file
+        raise UserError(f"unreadable ({e.__class__.__name__}: {' '.join(str(e).split())[:200]})",
+                        file=str(p)) from None
+    cols = [str(c) for c in df.columns]
+    if text_column is not None:
+        col = text_column if text_column in cols else None
+    else:
+        lower = {c.lower(): c for c in cols}
+        col = next((lower[c] for c in TEXT_CANDIDATES if c in lower), None)
+        if col is None:
+            strings = [c for c in cols if df[c].map(lambda v: isinstance(v, str)).all()]
+            col = strings[0] if len(strings) == 1 else None
+    if col is None:
+        raise UserError(f"no text column {text_column or ''} (columns: {', '.join(cols) or 'none'}); "
+                        "name it with --text-column", file=str(p), field="--text-column")
+    texts = df[col].tolist()
+    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()), None)
+    if bad is not None:
+        raise UserError(f"row {bad + 1}: column {col!r} is empty or not text", file=str(p),
+                        field="--text-column")
+    return texts
+
+
+def predict_file(model_dir: str | Path, data: str | Path, out: str | Path, *,
+                 text_column: str | None = None, batch_size: int = 64, device: str = "cpu"
+                 ) -> dict[str, Any]:
+    """``archsearch predict``: classify every row of ``data`` with the model at ``model_dir``
+    and write ``out`` (CSV: ``row, label, label_name, p_<class>..., flops``; written only when
+    every row was predicted).
+
+    Returns:
+        ``rows``, ``seconds``, ``rows_per_s``, ``mean_flops`` (executed FLOPs per row),
+        ``mean_flops_fraction`` (executed / the full model's at the same lengths) and
+        ``label_counts``.
+
+    Raises:
+        UserError: see :func:`load` and :func:`read_texts`.
+    """
+    import time
+
+    import pandas as pd
+    from rich.progress import Progress
+
+    from archsearch.models import costs
+    from archsearch.models.config import trim_padding
+    from archsearch.runs import atomic_write
+
+    texts = read_texts(data, text_column)
+    model = load(model_dir, device=device)
+    names = model.label_names or [str(i) for i in range(model.model.config.n_classes)]
+    rows, executed, full = [], 0.0, 0.0
+    t0 = time.perf_counter()
+    with Progress(transient=True) as bar:
+        task = bar.add_task("predict", total=len(texts))
+        for i in range(0, len(texts), batch_size):
+            ids, mask = model.encode(texts[i:i + batch_size])
+            logits, flops = model.predict_ids(ids, mask, batch_size=batch_size)
+            t = trim_padding(ids, mask)[0].shape[1]
+            full += costs.flops_per_sample(model.model.config, t) * len(ids)
+            executed += float(flops.sum())
+            for p, f in zip(logits.softmax(-1), flops):
+                k = int(p.argmax())
+                rows.append({"row": len(rows), "label": k, "label_name": names[k],
+                             **{f"p_{n}": float(v) for n, v in zip(names, p)}, "flops": float(f)})
+            bar.advance(task, len(ids))
+    seconds = time.perf_counter() - t0
+    atomic_write(out, pd.DataFrame(rows).to_csv(index=False))
+    counts = pd.Series([r["label_name"] for r in rows]).value_counts()
+    return {"rows": len(rows), "seconds": seconds, "rows_per_s": len(rows) / max(seconds, 1e-9),
+            "mean_flops": executed / max(len(rows), 1), "mean_flops_fraction": executed / max(full, 1e-9),
+            "label_counts": {str(k): int(v) for k, v in counts.items()}}

@@ -1,0 +1,130 @@
+"""Serve an exported model over HTTP on Ray Serve (``archsearch serve DIR``).
+
+One deployment, :func:`build_app`: each replica loads the directory written by
+``archsearch export`` (:func:`archsearch.export.load`) and answers ``POST /predict`` with JSON
+``{"texts": ["...", ...]}`` -> ``{"predictions": [{"label", "label_name", "probabilities",
+"flops"}, ...]}`` (one per text, in order). Concurrent requests are batched together by
+``@serve.batch`` (Ray Serve's dynamic batching: up to ``max_batch_size`` requests, waiting at most
+``batch_wait_timeout_s`` for more), so the gating decides per row over one forward pass of
+many requests' rows. Bad requests get HTTP 400 and ``{"error": "..."}``.
+
+The HTTP proxy binds 127.0.0.1 by default, as the dashboards do; ``--host 0.0.0.0`` exposes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+#: the route of the endpoint
+ROUTE = "/predict"
+#: at most this many texts in one request
+MAX_TEXTS = 4096
+
+
+def parse_request(body) -> list[str]:
+    """The texts of a request body (``{"texts": [str, ...]}``).
+
+    Raises:
+        ValueError: anything else (the message is the HTTP 400 answer's ``error``).
+    """
+    if not isinstance(body, dict) or "texts" not in body:
+        raise ValueError('expected a JSON object {"texts": ["...", ...]}')
+    texts = body["texts"]
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise ValueError('"texts" must be a list of strings')
+    if len(texts) > MAX_TEXTS:
+        raise ValueError(f'at most {MAX_TEXTS} texts per request, got {len(texts)}')
+    return texts
+
+
+def build_app(model_dir: str | Path, *, device: str = "cpu", num_cpus: float = 1.0,
+              max_batch_size: int = 32, batch_wait_timeout_s: float = 0.005, num_replicas: int = 1):
+    """The Ray Serve application of an exported model (``serve.run(build_app(DIR))``).
+
+    Args:
+        model_dir: a directory written by ``archsearch export`` (loaded in each replica).
+        device: where each replica runs the model.
+        num_cpus: CPUs each replica holds (Ray resources; also its torch threads).
+        max_batch_size: requests batched into one forward pass at most (``@serve.batch``).
+        batch_wait_timeout_s: how long a batch waits for more requests (s).
+        num_replicas: replicas behind the proxy.
+    """
+    from ray import serve
+
+    model_dir = str(Path(model_dir).resolve())
+
+    @serve.deployment(name="archsearch-model", num_replicas=num_replicas,
+                      ray_actor_options={"num_cpus": num_cpus})
+    class ModelServer:
+        def __init__(self, directory: str, device: str, threads: int):
+            import torch
+
+            from archsearch.export import load
+
+            torch.set_num_threads(max(1, threads))
+            self.model = load(directory, device=device)
+
+        @serve.batch(max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_timeout_s)
+        async def predict_batch(self, requests: list[list[str]]) -> list[list[dict]]:
+            flat = [t for texts in requests for t in texts]
+            preds = self.model.predict(flat, batch_size=max(1, len(flat))) if flat else []
+            out, i = [], 0
+            for texts in requests:
+                out.append([asdict(p) for p in preds[i:i + len(texts)]])
+                i += len(texts)
+            return out
+
+        async def __call__(self, request):
+            from starlette.responses import JSONResponse
+
+            if request.method != "POST":
+                return JSONResponse({"error": f"use POST {ROUTE}"}, status_code=405)
+            try:
+                body = await request.json()
+            except ValueError:  # json.JSONDecodeError, UnicodeDecodeError
+                return JSONResponse({"error": "the body is not JSON"}, status_code=400)
+            try:
+                texts = parse_request(body)
+            except ValueError as e:
+                return JSONResponse({"error": str(e)}, status_code=400)
+            return JSONResponse({"predictions": await self.predict_batch(texts)})
+
+    return ModelServer.bind(model_dir, device, int(num_cpus))
+
+
+def serve_model(model_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000,
+                address: str | None = None, blocking: bool = True, **app_options) -> str:
+    """Start Ray (local, or ``address``), Ray Serve's HTTP proxy on ``host:port`` and the model's
+    application at :data:`ROUTE`; with ``blocking``, wait until interrupted (Ctrl-C), then shut
+    the application down. Returns the endpoint URL.
+
+    Raises:
+        UserError: not an export directory (see :func:`archsearch.export.load`, checked here
+            before Ray starts).
+    """
+    import ray
+    from ray import serve
+
+    from archsearch.export import load
+    from archsearch.tune.ray_session import init_ray
+
+    load(model_dir)  # every bad-directory error before anything starts
+    if not ray.is_initialized():
+        init_ray(address, num_cpus=None, dashboard=False)
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(build_app(model_dir, **app_options), name="archsearch", route_prefix=ROUTE,
+              blocking=False)
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}{ROUTE}"
+    if blocking:
+        import time
+
+        print(f"serving {model_dir} at {url} (Ctrl-C stops)", flush=True)
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            serve.shutdown()
+    return url

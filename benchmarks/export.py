@@ -1,0 +1,225 @@
+"""Export, load, predict and serve the trials of a real search (issue 62): fidelity, speed, disk.
+
+Protocol (``benchmarks/protocols/export.json``, committed before the run):
+
+* Input: a finished run of the default search (``bash scripts/run.sh search``:
+  ``search_spaces/minilm_budget.yaml`` with AHTO, MiniLM-L6 fine-tuned on Rotten Tomatoes
+  sentences), given as ``--run``. Every successful trial is exported with the product's own
+  :func:`archsearch.export.export_trial` (timed: ``export_s`` is the mean per trial, data from
+  the cache), then loaded with :func:`archsearch.export.load`.
+* Fidelity, per trial: the loaded model's logits on the validation split (the run's tokenized
+  ids, 256-row batches as the trial evaluated) against the trial's own loop restored from its
+  checkpoint (:class:`archsearch.tune.trainable.TrialLoop`): ``export_roundtrip_max_abs_logit_diff``
+  (max over trials and rows); and the loaded model's accuracy on the validation **texts**
+  (through the exported tokenizer) minus the trial's recorded accuracy:
+  ``export_accuracy_minus_recorded`` (the largest absolute difference, signed).
+* Predict: ``model.predict`` over the validation texts at batch size 1, 32 and 128 on
+  ``--threads`` (2) torch threads, best of 3 passes: ``predict_rows_per_s_b{1,32,128}``, for the
+  best trial by validation accuracy.
+* Serve: the best trial on real Ray Serve (:func:`archsearch.serve.serve_model`, 127.0.0.1, one
+  replica with ``--threads`` CPUs, ``max_batch_size`` 32) under a bounded local load: 1,000
+  requests of one validation text each, 16 client threads over loopback, after 32 warm-up
+  requests. ``serve_p50_ms`` / ``serve_p99_ms`` (client-side latency), ``serve_errors`` (non-200
+  answers or a label different from ``model.predict``'s), ``serve_rows_per_s`` (requests / wall),
+  ``serve_vs_predict_b32`` = serve_rows_per_s / predict_rows_per_s_b32.
+* Disk: ``run_disk_mb`` (the run directory as given), ``export_dir_mb`` (the best trial's export).
+
+Targets (issue 62): roundtrip diff <= 1e-5; accuracy difference == 0; serve_errors == 0;
+serve_vs_predict_b32 >= 0.8. Not measured here (no runtime regime chooser, no HF/ONNX static
+export yet): the ``runtime_wall_ratio_*``, ``hf_static_*`` and ``onnx_static_*`` keys.
+
+    python benchmarks/export.py --run runs/minilm_budget [--threads 2] [--out benchmarks/results/export.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from common import ROOT, provenance, write_result
+
+sys.path.insert(0, str(ROOT))
+
+
+def dir_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file()) / 2**20
+
+
+def fidelity(run_dir: Path, rec: dict, exported: Path) -> dict:
+    import torch
+
+    from archsearch.data import prepare_for_space
+    from archsearch.data.loading import load as load_dataset
+    from archsearch.export import load, trial_checkpoint
+    from archsearch.runs import RunDir
+    from archsearch.tune.runner import trial_settings
+    from archsearch.tune.trainable import TrialLoop
+
+    run = RunDir.open(run_dir)
+    space = run.load_space()
+    data = prepare_for_space(space)
+    loop = TrialLoop(rec["config"], data, {**trial_settings(space, 1), "device": "cpu"})
+    loop.load(str(trial_checkpoint(run, rec["trial_id"])))
+    loop.model.eval()
+    model = load(exported)
+    val = data["validation"]
+    with torch.inference_mode():
+        want = torch.cat([loop.gating.predict(x, m)[0].float() for x, m, _ in loop.eval_batches("validation")])
+    got, _ = model.predict_ids(val.input_ids, val.attention_mask, batch_size=256)
+    texts = load_dataset(space.dataset.name)["validation"]
+    preds = model.predict(list(texts["text"]), batch_size=256)
+    acc = sum(p.label == y for p, y in zip(preds, texts["label"])) / len(preds)
+    return {"trial_id": rec["trial_id"], "gating": model.meta["gating"],
+            "max_abs_logit_diff": float((got - want).abs().max()),
+            "accuracy": acc, "recorded_accuracy": rec["metrics"]["accuracy"],
+            "accuracy_minus_recorded": acc - rec["metrics"]["accuracy"]}
+
+
+def predict_speed(exported: Path, texts: list[str], batch_size: int) -> float:
+    from archsearch.export import load
+
+    model = load(exported)
+    model.predict(texts[:batch_size], batch_size=batch_size)  # warm-up
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        model.predict(texts, batch_size=batch_size)
+        best = max(best, len(texts) / (time.perf_counter() - t0))
+    return best
+
+
+def serve_load(exported: Path, texts: list[str], threads: int, n_requests: int = 1000,
+               concurrency: int = 16) -> dict:
+    import socket
+    import urllib.request
+
+    import ray
+    from ray import serve
+
+    from archsearch.export import load
+    from archsearch.serve import serve_model
+
+    want = {t: p.label for t, p in zip(texts, load(exported).predict(texts, batch_size=128))}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    from archsearch.tune.ray_session import init_ray
+
+    init_ray(None, num_cpus=threads + 1, dashboard=False)
+    url = serve_model(exported, port=port, blocking=False, num_cpus=threads, max_batch_size=32)
+
+    def post(text: str) -> tuple[float, bool]:
+        body = json.dumps({"texts": [text]}).encode()
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        t0 = time.perf_counter()
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                ok = r.status == 200 and json.load(r)["predictions"][0]["label"] == want[text]
+        except Exception:
+            ok = False
+        return (time.perf_counter() - t0) * 1e3, ok
+
+    try:
+        for t in texts[:32]:
+            post(t)
+        latencies, errors, lock = [], 0, threading.Lock()
+        jobs = iter([texts[i % len(texts)] for i in range(n_requests)])
+
+        def client():
+            nonlocal errors
+            while True:
+                with lock:
+                    text = next(jobs, None)
+                if text is None:
+                    return
+                ms, ok = post(text)
+                with lock:
+                    latencies.append(ms)
+                    errors += not ok
+
+        t0 = time.perf_counter()
+        workers = [threading.Thread(target=client) for _ in range(concurrency)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        wall = time.perf_counter() - t0
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    import numpy as np
+
+    return {"serve_p50_ms": round(float(np.percentile(latencies, 50)), 2),
+            "serve_p99_ms": round(float(np.percentile(latencies, 99)), 2),
+            "serve_errors": int(errors), "serve_rows_per_s": round(n_requests / wall, 2),
+            "serve_requests": n_requests, "serve_concurrency": concurrency}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", required=True, type=Path)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/export.json")
+    args = ap.parse_args()
+    import torch
+
+    from archsearch.data.loading import load as load_dataset
+    from archsearch.export import export_trial
+    from archsearch.runs import FINISHED, RunDir
+
+    torch.set_num_threads(args.threads)
+    t_start = time.time()
+    run = RunDir.open(args.run)
+    recs = [r for r in run.read_trials() if r["status"] in FINISHED and r.get("metrics", {}).get("accuracy") is not None]
+    work = Path(tempfile.mkdtemp(prefix="export-bench-"))
+    rows, export_s = [], []
+    for rec in recs:
+        out = work / rec["trial_id"]
+        t0 = time.perf_counter()
+        export_trial(args.run, rec["trial_id"], out)
+        export_s.append(time.perf_counter() - t0)
+        rows.append({**fidelity(args.run, rec, out), "export_s": round(export_s[-1], 2),
+                     "export_dir_mb": round(dir_mb(out), 1)})
+        print(json.dumps(rows[-1]), flush=True)
+    best = max(rows, key=lambda r: r["recorded_accuracy"])
+    best_dir = work / best["trial_id"]
+    texts = list(load_dataset(run.load_space().dataset.name)["validation"]["text"])
+    speeds = {f"predict_rows_per_s_b{b}": round(predict_speed(best_dir, texts, b), 2) for b in (1, 32, 128)}
+    print(json.dumps(speeds), flush=True)
+    served = serve_load(best_dir, texts, args.threads)
+    print(json.dumps(served), flush=True)
+    worst_acc = max((r["accuracy_minus_recorded"] for r in rows), key=abs)
+    summary = {
+        "trials_exported": len(rows),
+        "export_gatings_ok": sorted({r["gating"] for r in rows if r["max_abs_logit_diff"] <= 1e-5
+                                     and r["accuracy_minus_recorded"] == 0}),
+        "export_gatings": sorted({r["gating"] for r in rows}),
+        "export_roundtrip_max_abs_logit_diff": max(r["max_abs_logit_diff"] for r in rows),
+        "export_accuracy_minus_recorded": worst_acc,
+        "export_s": round(sum(export_s) / len(export_s), 2),
+        "export_dir_mb": best["export_dir_mb"],
+        "run_disk_mb": round(dir_mb(args.run), 1),
+        **speeds, **served,
+        "serve_vs_predict_b32": round(served["serve_rows_per_s"] / speeds["predict_rows_per_s_b32"], 3),
+        "best_trial": best["trial_id"], "best_gating": best["gating"],
+    }
+    targets = {"export_roundtrip_max_abs_logit_diff": "<= 1e-5", "export_accuracy_minus_recorded": "== 0",
+               "serve_errors": "== 0", "serve_vs_predict_b32": ">= 0.8"}
+    ops = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b}
+    met = {f"{k} {t}": ops[t.split()[0]](summary[k], float(t.split()[1])) for k, t in targets.items()}
+    write_result(args.out, summary, provenance(seeds=None, wall_s=time.time() - t_start,
+                                               protocol="benchmarks/protocols/export.json",
+                                               run=str(args.run)),
+                 targets=targets, targets_met=met, trials=rows)
+    shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps({"summary": summary, "targets_met": met}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
