@@ -54,7 +54,7 @@ def search(
                      storage=storage, reports=reports, progress=progress,
                      cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
                      ray_dashboard=ray_dashboard, fixed=pinned)
-    _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds)
+    _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds, res.disk)
     _exit_if_nothing_succeeded(res)
 
 
@@ -113,7 +113,8 @@ def _exit_if_nothing_succeeded(res) -> None:
     raise typer.Exit(1)
 
 
-def _print_summary(summary: dict, report_dir: Path, run_dir: Path | None, wall: float | None):
+def _print_summary(summary: dict, report_dir: Path, run_dir: Path | None, wall: float | None,
+                   disk: dict | None = None):
     from rich.console import Console
     from rich.table import Table
 
@@ -136,6 +137,10 @@ def _print_summary(summary: dict, report_dir: Path, run_dir: Path | None, wall: 
               f"{summary['reference_point']})")
     if wall is not None:
         con.print(f"wall time {wall:.0f} s")
+    if disk is not None:
+        con.print(f"disk:   {disk['run_mb']:.0f} MB (checkpoints {disk['tune_mb_before']:.0f} -> "
+                  f"{disk['tune_mb_after']:.0f} MB: budget.keep_weights {disk['policy']} kept the "
+                  f"weights of {len(disk['kept'])} trials)")
     if run_dir is not None:
         con.print(f"run:    {run_dir}")
     con.print(f"report: {report_dir / 'index.html'}")
@@ -155,7 +160,7 @@ def resume(
 
     res = resume_search(run_dir, address=address, reports=reports, progress=progress,
                         ray_dashboard=ray_dashboard)
-    _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds)
+    _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds, res.disk)
     _exit_if_nothing_succeeded(res)
 
 

@@ -6,6 +6,8 @@ directory, weights only (no optimizer state), readable without the run or its da
     DIR/
       config.json         the model's TransformerConfig, the task, the class names
       model.safetensors   the weights (tied blocks stored once per name; re-tied on load)
+      modeling_archsearch.py  a static trial only: the model as a transformers class
+                          (archsearch/models/hf_modeling.py; config.json's auto_map names it)
       gating.safetensors  the tensors of the gating's calibrated state (absent when it has none)
       tokenizer/          the tokenizer: tokenizer.json (trained BPE/WordPiece/char) or the
                           pretrained checkpoint's tokenizer files
@@ -183,8 +185,10 @@ def export_trial(run_dir: str | Path, trial_id: str, out: str | Path) -> Path:
                         "no trained model to export", file=str(run_dir), field="--trial")
     ckpt = trial_checkpoint(run, trial_id)
     if ckpt is None:
-        raise UserError(f"trial {trial_id} has no checkpoint under {run.tune_dir} (removed, or the "
-                        "run was copied without tune/)", file=str(run_dir), field="--trial")
+        raise UserError(f"trial {trial_id} has no checkpoint under {run.tune_dir}: budget.keep_weights "
+                        "kept none for it (by default only the Pareto front's and each objective's best "
+                        "trial keep their weights), or the run was copied without tune/",
+                        file=str(run_dir), field="--trial")
     space = run.load_space()
     from archsearch.data import prepare_for_space
 
@@ -232,9 +236,21 @@ def _write(out: Path, loop, rec: dict, *, run_dir, seed: int) -> None:
 
     cfg, data = loop.cfg, loop.data
     model_cfg = asdict(loop.model.config)
+    hf = {}
+    if str(cfg["gating"]) == "static" and data.task == "classification":
+        # a transformers model too (remote code: archsearch/models/hf_modeling.py, which imports
+        # no archsearch): AutoModelForSequenceClassification.from_pretrained(DIR, trust_remote_code=True)
+        shutil.copyfile(Path(__file__).parent / "models" / "hf_modeling.py", out / "modeling_archsearch.py")
+        names = data.label_names or [str(i) for i in range(model_cfg["n_classes"])]
+        hf = {"architectures": ["ArchsearchForSequenceClassification"],
+              "auto_map": {"AutoConfig": "modeling_archsearch.ArchsearchConfig",
+                           "AutoModelForSequenceClassification":
+                               "modeling_archsearch.ArchsearchForSequenceClassification"},
+              "id2label": {str(i): n for i, n in enumerate(names)},
+              "label2id": {n: i for i, n in enumerate(names)}}
     (out / "config.json").write_text(json.dumps(
         {"model_type": "archsearch-transformer", "archsearch_format": FORMAT, **model_cfg,
-         "label_names": data.label_names}, indent=2) + "\n")
+         "label_names": data.label_names, **hf}, indent=2) + "\n")
     weights = {k: v.detach().cpu().contiguous().clone() for k, v in loop.model.state_dict().items()}
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     gating_tensors: dict = {}

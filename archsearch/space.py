@@ -226,6 +226,10 @@ class Budget(_Strict):
     #: by default (measured faster than bf16 for small batches on an H100); ``auto`` = bf16 where
     #: the GPU supports it, fp32 on a CPU
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
+    #: what a finished search keeps of its trials' checkpoints (:mod:`archsearch.tune.weights`):
+    #: ``pareto`` the front's and each objective's best trial, weights only; ``all`` every
+    #: finished trial, weights only; ``none`` nothing (no trial can be exported)
+    keep_weights: Literal["pareto", "all", "none"] = "pareto"
 
 
 class _UnitCube:

@@ -22,11 +22,19 @@ Protocol (``benchmarks/protocols/export.json``, committed before the run):
   requests. ``serve_p50_ms`` / ``serve_p99_ms`` (client-side latency), ``serve_errors`` (non-200
   answers or a label different from ``model.predict``'s), ``serve_rows_per_s`` (requests / wall),
   ``serve_vs_predict_b32`` = serve_rows_per_s / predict_rows_per_s_b32.
-* Disk: ``run_disk_mb`` (the run directory as given), ``export_dir_mb`` (the best trial's export).
+* Disk: ``run_disk_mb`` (the run directory as given), ``export_dir_mb`` (the best trial's
+  export); ``run_disk_mb_keep_weights_pareto``: a copy of the run after
+  :func:`archsearch.tune.weights.keep_weights` with the default policy (what a search ends with
+  since ``budget.keep_weights``; a run written before it keeps every checkpoint whole).
 
-Targets (issue 62): roundtrip diff <= 1e-5; accuracy difference == 0; serve_errors == 0;
-serve_vs_predict_b32 >= 0.8. Not measured here (no runtime regime chooser, no HF/ONNX static
-export yet): the ``runtime_wall_ratio_*``, ``hf_static_*`` and ``onnx_static_*`` keys.
+* HF: each static trial's export loaded by plain transformers
+  (``AutoModelForSequenceClassification``, ``trust_remote_code``) in a Python that cannot import
+  archsearch, on the first 256 validation texts: ``hf_static_max_abs_logit_diff`` (max over
+  static trials; ``null`` when the run has none).
+
+Targets (issue 62): roundtrip and HF diffs <= 1e-5; accuracy difference == 0; serve_errors == 0;
+serve_vs_predict_b32 >= 0.8. Not measured here (no runtime regime chooser, no ONNX export
+yet): the ``runtime_wall_ratio_*`` and ``onnx_static_*`` keys.
 
     python benchmarks/export.py --run runs/minilm_budget [--threads 2] [--out benchmarks/results/export.json]
 """
@@ -79,6 +87,45 @@ def fidelity(run_dir: Path, rec: dict, exported: Path) -> dict:
             "max_abs_logit_diff": float((got - want).abs().max()),
             "accuracy": acc, "recorded_accuracy": rec["metrics"]["accuracy"],
             "accuracy_minus_recorded": acc - rec["metrics"]["accuracy"]}
+
+
+#: plain transformers in a Python that cannot import archsearch (a finder refuses it)
+HF_SCRIPT = r"""
+import sys
+class NoArchsearch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "archsearch" or name.startswith("archsearch."):
+            raise ImportError("archsearch is not installed here")
+sys.meta_path.insert(0, NoArchsearch())
+import torch
+from transformers import AutoModelForSequenceClassification
+model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+ids = torch.load(sys.argv[2], weights_only=True)
+with torch.no_grad():
+    torch.save(model(input_ids=ids["input_ids"], attention_mask=ids["attention_mask"]).logits, sys.argv[3])
+"""
+
+
+def hf_static_diff(exported: Path, work: Path) -> float:
+    """Max |logit difference| on the first 256 validation texts between archsearch.load and
+    plain transformers (AutoModelForSequenceClassification, remote code, no archsearch)."""
+    import subprocess
+
+    import torch
+
+    from archsearch.data.loading import load as load_dataset
+    from archsearch.export import load
+
+    model = load(exported)
+    texts = list(load_dataset("rotten_tomatoes_sentences")["validation"]["text"])[:256]
+    ids, mask = model.encode(texts)
+    torch.save({"input_ids": ids, "attention_mask": mask}, work / "ids.pt")
+    (work / "hf.py").write_text(HF_SCRIPT)
+    subprocess.run([sys.executable, str(work / "hf.py"), str(exported), str(work / "ids.pt"),
+                    str(work / "hf_logits.pt")], check=True, cwd=work)
+    with torch.no_grad():
+        want = model.model(ids, mask)
+    return float((torch.load(work / "hf_logits.pt", weights_only=True) - want).abs().max())
 
 
 def predict_speed(exported: Path, texts: list[str], batch_size: int) -> float:
@@ -186,6 +233,8 @@ def main() -> None:
         export_s.append(time.perf_counter() - t0)
         rows.append({**fidelity(args.run, rec, out), "export_s": round(export_s[-1], 2),
                      "export_dir_mb": round(dir_mb(out), 1)})
+        if rows[-1]["gating"] == "static":
+            rows[-1]["hf_static_max_abs_logit_diff"] = hf_static_diff(out, work)
         print(json.dumps(rows[-1]), flush=True)
     best = max(rows, key=lambda r: r["recorded_accuracy"])
     best_dir = work / best["trial_id"]
@@ -194,6 +243,13 @@ def main() -> None:
     print(json.dumps(speeds), flush=True)
     served = serve_load(best_dir, texts, args.threads)
     print(json.dumps(served), flush=True)
+    from archsearch.report import report_run
+    from archsearch.tune.weights import keep_weights
+
+    copy = work / "run-copy"
+    shutil.copytree(args.run, copy)
+    _, pareto = report_run(copy, work / "reports")
+    kept = keep_weights(RunDir.open(copy), "pareto", pareto)
     worst_acc = max((r["accuracy_minus_recorded"] for r in rows), key=abs)
     summary = {
         "trials_exported": len(rows),
@@ -202,17 +258,22 @@ def main() -> None:
         "export_gatings": sorted({r["gating"] for r in rows}),
         "export_roundtrip_max_abs_logit_diff": max(r["max_abs_logit_diff"] for r in rows),
         "export_accuracy_minus_recorded": worst_acc,
+        "hf_static_max_abs_logit_diff": max((r["hf_static_max_abs_logit_diff"] for r in rows
+                                             if "hf_static_max_abs_logit_diff" in r), default=None),
         "export_s": round(sum(export_s) / len(export_s), 2),
         "export_dir_mb": best["export_dir_mb"],
         "run_disk_mb": round(dir_mb(args.run), 1),
+        "run_disk_mb_keep_weights_pareto": kept["run_mb"], "keep_weights_kept_trials": len(kept["kept"]),
         **speeds, **served,
         "serve_vs_predict_b32": round(served["serve_rows_per_s"] / speeds["predict_rows_per_s_b32"], 3),
         "best_trial": best["trial_id"], "best_gating": best["gating"],
     }
     targets = {"export_roundtrip_max_abs_logit_diff": "<= 1e-5", "export_accuracy_minus_recorded": "== 0",
+               "hf_static_max_abs_logit_diff": "<= 1e-5",
                "serve_errors": "== 0", "serve_vs_predict_b32": ">= 0.8"}
     ops = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b}
-    met = {f"{k} {t}": ops[t.split()[0]](summary[k], float(t.split()[1])) for k, t in targets.items()}
+    met = {f"{k} {t}": ops[t.split()[0]](summary[k], float(t.split()[1])) for k, t in targets.items()
+           if summary[k] is not None}
     write_result(args.out, summary, provenance(seeds=None, wall_s=time.time() - t_start,
                                                protocol="benchmarks/protocols/export.json",
                                                run=str(args.run)),

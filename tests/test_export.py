@@ -167,3 +167,84 @@ def test_the_reports_export_command_runs_as_written(tiny_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     trial = argv[argv.index("--trial") + 1]
     assert (tmp_path / "models" / trial / "model.safetensors").is_file()
+
+
+@pytest.mark.ray
+def test_a_finished_search_keeps_weights_only_of_its_front_and_best_trials(tiny_run, tmp_path):
+    """``budget.keep_weights: pareto`` (the default, which tiny_run ran with): the front's and each
+    objective's best trial keep one checkpoint without optimizer state; the others keep none.
+    ``none`` on a copy deletes every checkpoint, and export then says why it has no weights."""
+    import torch
+
+    from archsearch.runs import RunDir
+    from archsearch.tune.weights import WEIGHTS_KEYS, checkpoints, keep_weights, kept_trials
+
+    run = RunDir.open(tiny_run.run_dir)
+    recs = run.read_trials()
+    keep = kept_trials(tiny_run.summary, recs)
+    assert tiny_run.disk["policy"] == "pareto" and set(tiny_run.disk["kept"]) == keep
+    assert _best(tiny_run)["trial_id"] in keep
+    for rec in recs:
+        dirs = checkpoints(run, rec["trial_id"])
+        if rec["trial_id"] in keep:
+            assert len(dirs) == 1
+            assert set(torch.load(dirs[0] / "state.pt", weights_only=True)) <= set(WEIGHTS_KEYS)
+        else:
+            assert dirs == [], rec["trial_id"]
+    assert tiny_run.disk["tune_mb_after"] < tiny_run.disk["tune_mb_before"]
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run.run_dir, copy)
+    out = keep_weights(RunDir.open(copy), "none", tiny_run.summary)
+    assert out["kept"] == [] and all(checkpoints(RunDir.open(copy), r["trial_id"]) == [] for r in recs)
+    proc = run_cli("export", copy, "--best", "accuracy", "--out", tmp_path / "m")
+    assert proc.returncode == 2 and "budget.keep_weights kept none for it" in proc.stderr
+
+
+#: run in a Python that cannot import archsearch (its editable install hidden by a finder)
+_HF_SCRIPT = r"""
+import json, sys
+class NoArchsearch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "archsearch" or name.startswith("archsearch."):
+            raise ImportError("archsearch is not installed here")
+sys.meta_path.insert(0, NoArchsearch())
+import torch
+from transformers import AutoModelForSequenceClassification
+model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+ids = torch.load(sys.argv[2], weights_only=True)
+with torch.no_grad():
+    logits = model(input_ids=ids["input_ids"], attention_mask=ids["attention_mask"]).logits
+torch.save(logits, sys.argv[3])
+print(json.dumps({"archsearch_loaded": any(m.startswith("archsearch") for m in sys.modules),
+                  "labels": model.config.id2label}))
+"""
+
+
+@pytest.mark.ray
+def test_a_static_trial_loads_in_plain_transformers_with_the_same_logits(exported, tmp_path):
+    """A static trial's export is also a transformers model (its modeling file in the directory):
+    AutoModelForSequenceClassification, in a Python where archsearch cannot be imported, gives the
+    logits archsearch.load gives (within 1e-5) on validation texts of many lengths."""
+    import subprocess
+    import sys
+
+    import torch
+
+    import archsearch
+    from archsearch.data.loading import load as load_dataset
+
+    texts = list(load_dataset("rotten_tomatoes_sentences")["validation"]["text"])[:64]
+    model = archsearch.load(exported)
+    ids, mask = model.encode(texts)
+    torch.save({"input_ids": ids, "attention_mask": mask}, tmp_path / "ids.pt")
+    (tmp_path / "run.py").write_text(_HF_SCRIPT)
+    proc = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(exported), str(tmp_path / "ids.pt"),
+                           str(tmp_path / "logits.pt")], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["archsearch_loaded"] is False and info["labels"] == {"0": "negative", "1": "positive"}
+    with torch.no_grad():
+        want = model.model(ids, mask)
+    torch.testing.assert_close(torch.load(tmp_path / "logits.pt", weights_only=True), want, rtol=0, atol=1e-5)

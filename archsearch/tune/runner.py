@@ -37,6 +37,8 @@ class RunResult:
     report_dir: Path
     summary: dict
     wall_seconds: float
+    #: what ``budget.keep_weights`` kept (:func:`archsearch.tune.weights.keep_weights`)
+    disk: dict | None = None
 
 
 @dataclass
@@ -538,4 +540,7 @@ def _finish(launch: Launch, reports: str | Path) -> RunResult:
     launch.spec.wall_seconds = launch.prior_wall + (time.time() - launch.t0)
     launch.run.write_spec(launch.spec)
     report_dir, summary = report_run(launch.run.path, reports)
-    return RunResult(launch.run.path, report_dir, summary, launch.spec.wall_seconds)
+    from archsearch.tune.weights import keep_weights
+
+    disk = keep_weights(launch.run, b.keep_weights, summary)
+    return RunResult(launch.run.path, report_dir, summary, launch.spec.wall_seconds, disk)

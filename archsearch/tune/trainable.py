@@ -428,7 +428,8 @@ class TrialLoop:
             json.dump(progress, f)
 
     def load(self, directory: str) -> None:
-        """Restore what :meth:`save` wrote (``torch.load(weights_only=True)``).
+        """Restore what :meth:`save` wrote (``torch.load(weights_only=True)``), or a weights-only
+        checkpoint (``model``, ``gating``, ``tying``: :mod:`archsearch.tune.weights`).
 
         Raises:
             RuntimeError: the checkpoint is truncated or corrupt (names the file); the trial
@@ -452,9 +453,13 @@ class TrialLoop:
         self.model.load_state_dict(state["model"])
         self.gating.load_state_dict(state.get("gating", {}))
         self.rebuild_optimizer()  # the parameter set may differ from a fresh model's
-        self.opt.load_state_dict(state["opt"])
-        self.sched.load_state_dict(state["sched"])
-        self.gen.set_state(state["gen"])
+        # a weights-only checkpoint (budget.keep_weights, after the search: archsearch.tune.weights)
+        # has no optimizer, schedule or generator: it predicts (export), it does not train on
+        if "opt" in state:
+            self.opt.load_state_dict(state["opt"])
+            self.sched.load_state_dict(state["sched"])
+        if "gen" in state:
+            self.gen.set_state(state["gen"])
         if "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
         if "rng" in state:
