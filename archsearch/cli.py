@@ -332,17 +332,23 @@ def serve(
     port: int = typer.Option(8000, help="HTTP port."),
     address: Optional[str] = typer.Option(None, help="A running Ray cluster to deploy on "
                                           "(default: start Ray on this machine)."),
-    cpus: float = typer.Option(1.0, min=0.01, help="CPUs per replica (also its torch threads)."),
+    cpus: Optional[float] = typer.Option(None, min=0.01, help="CPUs per replica (also its torch "
+                                         "threads; default: 2, or this machine's count if fewer: "
+                                         "measured faster than 1, benchmarks/results/export.json)."),
     replicas: int = typer.Option(1, min=1, help="Replicas behind the proxy."),
     max_batch_size: int = typer.Option(32, min=1, help="Requests batched into one forward pass."),
     device: str = typer.Option("cpu", help="cpu, cuda, ..."),
 ):
     """Serve an exported model on Ray Serve: POST /predict {"texts": [...]} answers with one
     prediction per text; concurrent requests are batched. Ctrl-C stops it."""
+    import os
+
     from archsearch.serve import serve_model
 
     if address is None:
         _check_bind(host, port)
+    if cpus is None:
+        cpus = float(min(2, os.cpu_count() or 1))
     serve_model(model_dir, host=host, port=port, address=address, num_cpus=cpus,
                 num_replicas=replicas, max_batch_size=max_batch_size, device=device)
 
