@@ -99,11 +99,10 @@ def _commit() -> str | None:
 def trial_checkpoint(run, trial_id: str) -> Path | None:
     """The newest checkpoint directory of ``trial_id`` under the run's ``tune/`` (Tune keeps
     one per trial, written after its last evaluation), or ``None``."""
-    found = sorted(run.tune_dir.glob(f"*/train_trial_{trial_id}_*/checkpoint_*/state.pt"))
-    found += sorted(run.tune_dir.glob(f"train_trial_{trial_id}_*/checkpoint_*/state.pt"))
-    if not found:
-        return None
-    return max(found, key=lambda p: (p.stat().st_mtime, p.parent.name)).parent
+    from archsearch.tune.weights import checkpoints
+
+    found = [d for d in checkpoints(run, trial_id) if (d / "state.pt").is_file()]
+    return found[-1] if found else None
 
 
 def select_trials(run_dir: str | Path, *, trial: str | None = None, best: str | None = None,

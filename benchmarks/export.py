@@ -59,7 +59,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def dir_mb(path: Path) -> float:
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file()) / 2**20
+    from archsearch.tune.weights import dir_bytes
+
+    return dir_bytes(path) / 2**20
 
 
 def fidelity(run_dir: Path, rec: dict, exported: Path) -> dict:
@@ -92,9 +94,11 @@ def fidelity(run_dir: Path, rec: dict, exported: Path) -> dict:
             "accuracy_minus_recorded": acc - rec["metrics"]["accuracy"]}
 
 
-#: plain transformers in a Python that cannot import archsearch (a finder refuses it)
+#: plain transformers in a Python that cannot import archsearch (a finder refuses it): argv
+#: DIR IDS.pt LOGITS.pt; prints whether archsearch got loaded and the labels (tests/test_export.py
+#: runs it too)
 HF_SCRIPT = r"""
-import sys
+import json, sys
 class NoArchsearch:
     def find_spec(self, name, path=None, target=None):
         if name == "archsearch" or name.startswith("archsearch."):
@@ -106,6 +110,8 @@ model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_re
 ids = torch.load(sys.argv[2], weights_only=True)
 with torch.no_grad():
     torch.save(model(input_ids=ids["input_ids"], attention_mask=ids["attention_mask"]).logits, sys.argv[3])
+print(json.dumps({"archsearch_loaded": any(m.startswith("archsearch") for m in sys.modules),
+                  "labels": model.config.id2label}))
 """
 
 

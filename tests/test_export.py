@@ -201,24 +201,6 @@ def test_a_finished_search_keeps_weights_only_of_its_front_and_best_trials(tiny_
     assert proc.returncode == 2 and "budget.keep_weights kept none for it" in proc.stderr
 
 
-#: run in a Python that cannot import archsearch (its editable install hidden by a finder)
-_HF_SCRIPT = r"""
-import json, sys
-class NoArchsearch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "archsearch" or name.startswith("archsearch."):
-            raise ImportError("archsearch is not installed here")
-sys.meta_path.insert(0, NoArchsearch())
-import torch
-from transformers import AutoModelForSequenceClassification
-model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
-ids = torch.load(sys.argv[2], weights_only=True)
-with torch.no_grad():
-    logits = model(input_ids=ids["input_ids"], attention_mask=ids["attention_mask"]).logits
-torch.save(logits, sys.argv[3])
-print(json.dumps({"archsearch_loaded": any(m.startswith("archsearch") for m in sys.modules),
-                  "labels": model.config.id2label}))
-"""
 
 
 @pytest.mark.ray
@@ -238,7 +220,9 @@ def test_a_static_trial_loads_in_plain_transformers_with_the_same_logits(exporte
     model = archsearch.load(exported)
     ids, mask = model.encode(texts)
     torch.save({"input_ids": ids, "attention_mask": mask}, tmp_path / "ids.pt")
-    (tmp_path / "run.py").write_text(_HF_SCRIPT)
+    from conftest import load_benchmark
+
+    (tmp_path / "run.py").write_text(load_benchmark("export").HF_SCRIPT)
     proc = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(exported), str(tmp_path / "ids.pt"),
                            str(tmp_path / "logits.pt")], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)

@@ -173,7 +173,7 @@ class OptunaSearcher(Searcher):
         if isinstance(state, bytes):  # written before the plain-data state: a pickled study
             self.study, self.trials = pickle.loads(state)
             return
-        if tuple(state["sampler_args"][:1]) != tuple(self.sampler_args[:1]):
+        if state["sampler_args"][0] != self.sampler_args[0]:
             raise ValueError(f"state of a {state['sampler_args'][0]}, not a {self.sampler_args[0]}")
         self.sampler_args = (state["sampler_args"][0], dict(state["sampler_args"][1]))
         self.study = self._new_study()
