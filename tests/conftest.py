@@ -310,11 +310,16 @@ def sentence_subsets(**rows: int):
 
 
 def load_benchmark(name: str):
-    """The script ``benchmarks/<name>.py`` loaded as a module (benchmarks are scripts, not a
-    package): ``load_benchmark("length_adaptive").summarize(...)``. ``benchmarks/`` goes on
-    ``sys.path`` first, since the scripts import their sibling ``common.py``."""
+    """A benchmark module: ``load_benchmark("depth.dht_seeded")`` is ``benchmarks.depth.dht_seeded``
+    (benchmarks/ is a package: a question's runner is ``benchmarks/<question>/<runner>.py``).
+
+    A name without a dot is a script not yet moved into its question (``benchmarks/<name>.py``,
+    loaded by path with ``benchmarks/`` on ``sys.path`` for its sibling ``common.py``)."""
+    import importlib
     import importlib.util
 
+    if "." in name:
+        return importlib.import_module(f"benchmarks.{name}")
     if str(ROOT / "benchmarks") not in sys.path:
         sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
