@@ -95,25 +95,27 @@ def test_seeds():
 
 
 def test_ledger_marks_a_protocol_written_after_a_test_read(tmp_path):
-    led = tmp_path / "ledger.json"
+    led = tmp_path / "ledger"
     p1, p2 = tmp_path / "v1.json", tmp_path / "v2.json"
     p1.write_text('{"v": 1}')
     p2.write_text('{"v": 2}')
     first = ledger.record(ledger.Read("rt:test", p1), "a.json", ledger=led)
     assert first["test_reads_before"] == 0 and not first["exploratory"]
     again = ledger.record(ledger.Read("rt:test", p1), "a.json", ledger=led)  # re-analysis: the same read
-    assert again == first and len(ledger.load(led)) == 1
+    assert again == first and len(ledger.load("rt:test", led)) == 1
     later = ledger.record(ledger.Read("rt:test", p2), "b.json", ledger=led)
     assert later["test_reads_before"] == 1 and later["exploratory"] and "v1.json" in later["why"]
     other = ledger.record(ledger.Read("tweets:test", p2), "b.json", ledger=led)
     assert not other["exploratory"]
     p1.write_text('{"v": 1, "changed": true}')  # the same file changed after its read
     changed = ledger.record(ledger.Read("rt:test", p1), "a.json", ledger=led, write=False)
-    assert changed["exploratory"] and len(ledger.load(led)) == 3  # check mode writes nothing
+    assert changed["exploratory"] and len(ledger.load("rt:test", led)) == 2  # check mode writes nothing
+    ledger.backfill("rt:test", "old.json", "abc", "old.json", "0" * 40, "2026-11-01", "backfilled", ledger=led)
+    assert ledger.load("rt:test", led)[-1]["note"] == "backfilled"
 
 
 def test_result_schema_and_compare(tmp_path, monkeypatch):
-    monkeypatch.setattr(ledger, "LEDGER", tmp_path / "ledger.json")
+    monkeypatch.setattr(ledger, "LEDGER", tmp_path / "ledger")
     proto = tmp_path / "p.json"
     proto.write_text("{}")
     path = tmp_path / "r.json"

@@ -1,9 +1,10 @@
 """The test-read ledger: which protocol read which test split, in what order.
 
-``benchmarks/ledger.json`` (committed) lists every read of a test split, oldest first, one entry
-per (test set, protocol version, result): ``{"test_set", "protocol", "protocol_sha256",
-"result", "commit", "date", "note"}``. A *test set* names the rows or tasks a claim is scored on
-(``"rt_sentences:test"``, ``"lcbench:test_tasks"``...), shared by every protocol scoring them.
+``benchmarks/ledger/<test set>.json`` (committed; one file per test set) lists every read of
+that test split, oldest first, one entry per (protocol version, result): ``{"test_set",
+"protocol", "protocol_sha256", "result", "commit", "date", "note"}``. A *test set* names the rows
+or tasks a claim is scored on (``"rt_sentences:test"``, ``"lcbench:test_tasks"``...), shared by
+every protocol scoring them, whichever question it belongs to.
 
 A result records, per read, how many reads of the same test set came before it, and is
 **exploratory** when any earlier read was made under another protocol (or another version of
@@ -26,8 +27,13 @@ from typing import Any
 from benchmarks.evidence.protocol import protocol_record
 from benchmarks.evidence.provenance import ROOT, git_commit
 
-#: The committed ledger.
-LEDGER = ROOT / "benchmarks" / "ledger.json"
+#: The committed ledger: one JSON file per test set.
+LEDGER = ROOT / "benchmarks" / "ledger"
+
+
+def ledger_file(test_set: str, ledger: Path | None = None) -> Path:
+    """The file holding ``test_set``'s reads (``:`` and ``/`` become ``__``)."""
+    return Path(ledger or LEDGER) / (test_set.replace(":", "__").replace("/", "__") + ".json")
 
 
 @dataclass(frozen=True)
@@ -45,37 +51,55 @@ class Read:
     section: str = ""
 
 
-def load(ledger: Path = LEDGER) -> list[dict[str, Any]]:
-    """The ledger's entries, oldest first (``[]`` when there is none).
+def load(test_set: str, ledger: Path | None = None) -> list[dict[str, Any]]:
+    """``test_set``'s reads, oldest first (``[]`` when there are none).
 
     Raises:
-        ValueError: the file is not a JSON object with a ``reads`` list.
+        ValueError: the file is not a JSON object with a ``reads`` list (naming the file).
     """
-    if not Path(ledger).exists():
+    path = ledger_file(test_set, ledger)
+    if not path.exists():
         return []
-    data = json.loads(Path(ledger).read_text())
+    data = json.loads(path.read_text())
     if not isinstance(data, dict) or not isinstance(data.get("reads"), list):
-        raise ValueError(f"{ledger}: reads: expected a list of test reads")
+        raise ValueError(f"{path}: reads: expected a list of test reads")
     return data["reads"]
 
 
-def _save(entries: list[dict[str, Any]], ledger: Path) -> None:
-    tmp = Path(ledger).with_name(Path(ledger).name + ".tmp")
-    tmp.write_text(json.dumps({"about": "test reads, oldest first: benchmarks/evidence/ledger.py",
-                               "reads": entries}, indent=1) + "\n")
-    os.replace(tmp, ledger)
+def _save(test_set: str, entries: list[dict[str, Any]], ledger: Path | None) -> None:
+    path = ledger_file(test_set, ledger)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"about": "reads of this test split, oldest first: benchmarks/evidence/ledger.py",
+                               "test_set": test_set, "reads": entries}, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def backfill(test_set: str, protocol: str, protocol_sha256: str, result: str, commit: str, date: str,
+             note: str, ledger: Path | None = None) -> None:
+    """Append a read made before the ledger existed, as git history shows it (``protocol``: the
+    path it ran under, ``protocol_sha256``: of that file at ``commit`` — ``git show
+    COMMIT:PATH | sha256sum`` — or a label such as ``"none: stop 27"`` where a choice was made
+    on the test split without a protocol). Entries stay in the order they are appended: backfill
+    oldest first. An equal (protocol version, result) entry is not added twice."""
+    entries = load(test_set, ledger)
+    if any((e["protocol_sha256"], e["result"]) == (protocol_sha256, result) for e in entries):
+        return
+    entries.append({"test_set": test_set, "protocol": protocol, "protocol_sha256": protocol_sha256,
+                    "result": result, "commit": commit, "date": date, "note": note})
+    _save(test_set, entries, ledger)
 
 
 def assess(entries: list[dict[str, Any]], test_set: str, sha: str, result: str) -> dict[str, Any]:
-    """The ledger's verdict on one read (``entries``: the ledger; the read is placed where an
+    """The ledger's verdict on one read (``entries``: the test set's reads; the read is placed where an
     equal entry already is, else after every entry).
 
     Returns:
         ``{"test_set", "test_reads_before", "exploratory", "why"}``.
     """
-    pos = next((i for i, e in enumerate(entries) if (e["test_set"], e["protocol_sha256"], e["result"])
-                == (test_set, sha, result)), len(entries))
-    earlier = [e for e in entries[:pos] if e["test_set"] == test_set]
+    pos = next((i for i, e in enumerate(entries) if (e["protocol_sha256"], e["result"]) == (sha, result)),
+               len(entries))
+    earlier = entries[:pos]
     other = [e for e in earlier if e["protocol_sha256"] != sha]
     why = ""
     if other:
@@ -84,7 +108,7 @@ def assess(entries: list[dict[str, Any]], test_set: str, sha: str, result: str) 
     return {"test_set": test_set, "test_reads_before": len(earlier), "exploratory": bool(other), "why": why}
 
 
-def record(read: Read, result: str, *, write: bool = True, ledger: Path = LEDGER,
+def record(read: Read, result: str, *, write: bool = True, ledger: Path | None = None,
            note: str = "") -> dict[str, Any]:
     """Record ``read`` by ``result`` (e.g. ``"dht.json#rt"``) and return what the result stores:
     ``{"protocol", "protocol_sha256", "test_set", "test_reads_before", "exploratory", "why"}``.
@@ -94,13 +118,12 @@ def record(read: Read, result: str, *, write: bool = True, ledger: Path = LEDGER
     nothing.
     """
     proto = protocol_record(read.protocol)
-    entries = load(ledger)
+    entries = load(read.test_set, ledger)
     verdict = assess(entries, read.test_set, proto["sha256"], result)
-    known = any((e["test_set"], e["protocol_sha256"], e["result"]) == (read.test_set, proto["sha256"], result)
-                for e in entries)
+    known = any((e["protocol_sha256"], e["result"]) == (proto["sha256"], result) for e in entries)
     if write and not known:
         entries.append({"test_set": read.test_set, "protocol": proto["path"], "protocol_sha256": proto["sha256"],
                         "result": result, "commit": git_commit(),
                         "date": datetime.date.today().isoformat(), "note": note})
-        _save(entries, ledger)
+        _save(read.test_set, entries, ledger)
     return {"protocol": proto["path"], "protocol_sha256": proto["sha256"], **verdict}

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: What benchmarks write (results, run logs): changes there do not make the checkout dirty.
 _WRITTEN = [":(exclude,glob)benchmarks/results/**", ":(exclude,glob)benchmarks/**/results/**",
-            ":(exclude,glob)benchmarks/**/runs/**", ":(exclude,glob)benchmarks/ledger.json"]
+            ":(exclude,glob)benchmarks/**/runs/**", ":(exclude,glob)benchmarks/ledger/**"]
 
 
 def git_commit() -> str:
