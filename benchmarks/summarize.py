@@ -1,29 +1,55 @@
-"""The README's "Measured" section, generated from the benchmark results.
+"""The measured numbers of README.md and docs/, generated from the benchmark results.
 
-    python benchmarks/summarize.py           # rewrite README.md between the markers
-    python benchmarks/summarize.py --check   # exit 1 and print a diff when README.md differs
+    python benchmarks/summarize.py             # rewrite the generated parts of README.md and docs/*.md
+    python benchmarks/summarize.py --check     # exit 1, printing a diff, when a page differs
+    python -m benchmarks.summarize [--check]   # the same
 
-Reads every ``benchmarks/results/*.json`` (written by ``benchmarks/NAME.py``, see
-``benchmarks/common.py``) and ``reports/example/pareto.json`` (the committed example run of
-``search_spaces/default.yaml``), and writes three tables between ``<!-- measured:begin -->`` and
-``<!-- measured:end -->`` in ``README.md``:
+Results: every ``benchmarks/**/results/*.json`` (written by the benchmark runners, one folder per
+question, e.g. ``benchmarks/depth/results/dht.json``; the older ``benchmarks/results/*.json``
+too) is found by its file name, which names the result (``dht``); a name found twice is an
+error. ``reports/example/pareto.json`` (the committed example run of ``search_spaces/default.yaml``)
+is the result ``reports/example``.
 
-* the headline (:data:`HEADLINE`): one row per claim the product makes (per-sample depth, early
-  exit, length-adaptive, tying, AHTO's searcher and scheduler, GPU wall-clock): our number with its
+What is generated:
+
+* ``README.md``, between ``<!-- measured:begin -->`` and ``<!-- measured:end -->``: the headline
+  table (:data:`HEADLINE`): one row per claim the product makes (per-sample depth, early exit,
+  length-adaptive, tying, AHTO's searcher and scheduler, GPU wall-clock): our number with its
   interval where the result has one (else "no interval"), the simple baseline a user would try
-  first, the paper's claim, the target and whether it is met;
-* numbers: one row per ``summary`` entry (nested entries flattened to ``a.b``, a section with
-  ``_ci`` intervals key by key; a table of
-  equal-keyed dicts, e.g. hypervolume per searcher after 10 / 20 / 40 trials, one row per outer
-  key), with the target where one is stated and whether the value meets it;
-* provenance: per result, the commit(s), machine, wall time and command from its ``provenance``.
+  first, the paper's claim, the target and whether it is met.
+* ``docs/measured.md``, between the same markers (the file is created when missing): the
+  headline, then the numbers table, one row per ``summary`` entry (nested entries flattened to
+  ``a.b``, a section with ``_ci`` intervals key by key; a table of equal-keyed dicts, e.g.
+  hypervolume per searcher after 10 / 20 / 40 trials, one row per outer key) with the target
+  where one is stated and whether the value meets it, then the provenance table: per result, the
+  commit(s), machine, wall time and command from its ``provenance``.
+* Placeholders, in the prose of ``README.md`` and ``docs/*.md`` (outside code): a measured
+  number in prose is never typed by hand. Write ``{{RESULT.KEY}}`` where it goes: ``RESULT`` is
+  the result's file name without ``.json``, ``KEY`` the path of the value in its ``summary``
+  (sections joined by ``.``; a key that itself holds dots, ``dht_gain_over_static_pts_at_0.5``,
+  is found whole; a path not in the summary is looked up from the top of the JSON, e.g.
+  ``tying.extra.switch_minus_best_fixed_best_val_ppl``), optionally ``:SPEC``, a Python format
+  spec applied to each number (``{{dht.rt.dht_gain_over_static_pts_at_0.5:.1f}}``). The
+  generator rewrites it to ``<!--{{RESULT.KEY}}-->VALUE<!--/-->``: HTML comments, so a rendered
+  page shows VALUE only; the page stays the source (edit the text around it, or the placeholder
+  inside the comment, and rerun). VALUE is :func:`fmt` of the number (a list ``[a, b]``, e.g.
+  an interval). ``--check`` fails when a VALUE differs from its result, when a placeholder names
+  a value no result has, and when :func:`scan` finds a hand-typed number next to a result key
+  (a token such as ``dht_gain_over_static_pts_at_0.5`` followed, in the same sentence, first by a
+  number that is none of that key's values, to the digits shown).
 
 A result without ``summary`` or ``provenance`` is shown as such ("no summary", "no provenance"),
-never skipped and never an error. Targets come from the result itself (``targets``:
-``{"metric": "<= 0.5"}``, a bare number meaning "<="; or ``targets_met``: ``{"metric <= 0.35":
-bool}``), else from :data:`TARGETS` (targets issue 18 states that the result does not carry).
-Numbers are formatted deterministically (:func:`fmt`). Standard library only;
-``tests/test_readme_numbers.py`` fails when the README differs from what this writes.
+never skipped and never an error. Targets come from the result itself: ``targets`` as
+``{"metric": {"target": "<= 0.5", "value": 0.43, "met": true}}`` (what ``benchmarks.evidence``
+writes; ``met`` is the verdict shown, joint rules included), or the older ``{"metric": "<= 0.5"}``
+(a bare number meaning "<="), or ``targets_met``: ``{"metric <= 0.35": bool}``; else from
+:data:`TARGETS` (targets issue 18 states that the result does not carry). A result marked
+exploratory (top-level ``"exploratory": true``, or its ``ledger``'s) says so in every table: its
+name reads "NAME (exploratory)" in the numbers table and the headline, "NAME (exploratory: WHY)"
+in the provenance table. Numbers are formatted deterministically (:func:`fmt`). Standard library
+only, no import of its siblings (so it runs as a script and as ``benchmarks.summarize``);
+``tests/test_readme_numbers.py`` and ``tests/test_docs_numbers.py`` fail when a page differs
+from what this writes.
 """
 
 from __future__ import annotations
@@ -32,15 +58,17 @@ import argparse
 import csv
 import difflib
 import json
+import math
 import re
 import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 EXAMPLE = ROOT / "reports" / "example"
-README = ROOT / "README.md"
+README = "README.md"  # pages, relative to the root
+MEASURED = "docs/measured.md"
+DOCS = "docs"
 BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
 
 #: Targets stated by issue 18 for results that do not carry them: (result, metric) -> "OP VALUE".
@@ -217,32 +245,73 @@ def flatten(summary: dict, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
             yield name, fmt(v), None
 
 
-def _targets(name: str, data: dict) -> dict[str, str]:
-    """metric -> "OP VALUE" for one result: :data:`TARGETS`, then its ``targets_met`` keys, then
-    its ``targets`` (a bare number: an upper bound)."""
-    out = {m: t for (b, m), t in TARGETS.items() if b == name}
+def _targets(name: str, data: dict) -> dict[str, dict[str, Any]]:
+    """metric -> ``{"target": "OP VALUE", "met": bool | None, "with": [metrics]}`` for one result:
+    :data:`TARGETS`, then its ``targets_met`` keys, then its ``targets`` (a bare number: an upper
+    bound; a dict: the evidence library's ``{"target", "value", "met"[, "with"]}``)."""
+    out: dict[str, dict[str, Any]] = {m: {"target": t} for (b, m), t in TARGETS.items() if b == name}
     met = data.get("targets_met")
     for key in met if isinstance(met, dict) else ():
         m = re.match(r"^\s*(\S+)\s*(<=|>=|==|<|>)\s*(\S+)\s*$", str(key))
         if m:
-            out[m[1]] = f"{m[2]} {m[3]}"
+            out[m[1]] = {"target": f"{m[2]} {m[3]}"}
     stated = data.get("targets")
     for metric, t in stated.items() if isinstance(stated, dict) else ():
-        out[metric] = f"<= {t}" if isinstance(t, (int, float)) and not isinstance(t, bool) else str(t)
+        if isinstance(t, dict):
+            if "target" not in t:
+                continue
+            spec: dict[str, Any] = {"target": _target_text(t["target"])}
+            if isinstance(t.get("met"), bool):
+                spec["met"] = t["met"]
+            if isinstance(t.get("with"), list) and t["with"]:
+                spec["with"] = [str(w) for w in t["with"]]
+            out[metric] = spec
+        else:
+            out[metric] = {"target": _target_text(t)}
     return out
 
 
-def _target_cell(target: str | None, value: Any) -> str:
-    if not target:
+def _target_text(t: Any) -> str:
+    return f"<= {t}" if isinstance(t, (int, float)) and not isinstance(t, bool) else str(t)
+
+
+def _target_cell(spec: dict[str, Any] | str | None, value: Any) -> str:
+    """"OP BOUND: met|missed" (the result's own ``met`` when it states one, else the bound applied
+    to ``value``); the bare target when neither can say."""
+    if isinstance(spec, str):
+        spec = {"target": spec}
+    if not spec or not spec.get("target"):
         return ""
+    target = spec["target"]
     m = _TARGET.match(target)
     if not m:
-        return target
-    op, bound = m[1], float(m[2])
-    shown = f"{op} {fmt(int(bound) if bound.is_integer() else bound)}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        shown = target
+    else:
+        op, bound = m[1], float(m[2])
+        shown = f"{op} {fmt(int(bound) if bound.is_integer() else bound)}"
+    if isinstance(spec.get("met"), bool):
+        return f"{shown}: {'met' if spec['met'] else 'missed'}"
+    if not m or isinstance(value, bool) or not isinstance(value, (int, float)):
         return shown
     return f"{shown}: {'met' if _OPS[op](value, bound) else 'missed'}"
+
+
+def exploratory(data: Any) -> str | None:
+    """Why a result is exploratory ("" when it gives no reason), or None when it is not."""
+    if not isinstance(data, dict):
+        return None
+    ledger = data.get("ledger") if isinstance(data.get("ledger"), dict) else {}
+    if data.get("exploratory") is True or ledger.get("exploratory") is True:
+        return str(ledger.get("why") or data.get("why") or "")
+    return None
+
+
+def _label(name: str, data: Any, why: bool = False) -> str:
+    """The result's name as the tables show it: marked when exploratory (with the reason: ``why``)."""
+    reason = exploratory(data)
+    if reason is None:
+        return name
+    return f"{name} (exploratory: {reason})" if why and reason else f"{name} (exploratory)"
 
 
 def _machine(m: Any) -> str:
@@ -267,16 +336,42 @@ def _commits(c: Any) -> str:
     return ", ".join(re.sub(r"^([0-9a-f]{7})[0-9a-f]*", r"\1", str(x)) for x in commits if x) or "n/a"
 
 
-def load_results(results: Path = RESULTS, example: Path = EXAMPLE) -> list[tuple[str, dict | None]]:
-    """``(name, parsed JSON or None)`` per result, sorted by name, then the
-    example report (summary: its best validation accuracy and its number of trials)."""
-    out = []
-    for path in sorted(Path(results).glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            data = None
-        out.append((path.stem, data))
+class DuplicateResult(ValueError):
+    """Two result files share a name (``benchmarks/a/results/x.json`` and ``benchmarks/b/results/x.json``)."""
+
+
+def result_paths(root: Path = ROOT) -> dict[str, Path]:
+    """name -> file of every result under ``root``: ``benchmarks/**/results/*.json``, sorted by name.
+
+    Raises:
+        DuplicateResult: one name in two places.
+    """
+    bench = Path(root) / "benchmarks"
+    found: dict[str, Path] = {}
+    for path in sorted(set(bench.glob("**/results/*.json")) | set(bench.glob("results/*.json"))):
+        if path.stem in found:
+            raise DuplicateResult(f"result {path.stem!r} is in two places: {found[path.stem].relative_to(root)} "
+                                  f"and {path.relative_to(root)}; rename or remove one")
+        found[path.stem] = path
+    return dict(sorted(found.items()))
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def load_results(results: Path | None = None, example: Path = EXAMPLE,
+                 root: Path = ROOT) -> list[tuple[str, dict | None]]:
+    """``(name, parsed JSON or None)`` per result, sorted by name, then the example report
+    (summary: its best validation accuracy and its number of trials). ``results``: one folder of
+    ``*.json`` instead of every result under ``root`` (:func:`result_paths`)."""
+    paths = ({p.stem: p for p in sorted(Path(results).glob("*.json"))} if results is not None
+             else result_paths(root))
+    out = [(name, _read(path)) for name, path in paths.items()]
     pareto = Path(example) / "pareto.json"
     if pareto.is_file():
         try:
@@ -308,6 +403,8 @@ def headline(items: list[tuple[str, dict | None]]) -> list[str]:
         summary = data.get("summary") if isinstance(data.get("summary"), dict) else {}
         if section:
             summary = summary.get(section) if isinstance(summary.get(section), dict) else {}
+        if exploratory(data) is not None:
+            claim = f"{claim} (exploratory)"
         if metric not in summary:
             lines.append(f"| {_cell(claim)} | not measured (`{name}.json` has no `{metric}`) | | {_cell(paper)} | |")
             continue
@@ -317,80 +414,331 @@ def headline(items: list[tuple[str, dict | None]]) -> list[str]:
                     else "no interval")
         ours = f"**{fmt(value)}** {_fill(unit, summary)}; {interval}"
         targets = _targets(name, data)
-        target = _target_cell(targets.get(f"{section}.{metric}" if section else metric), value)
-        also = [(m, targets[m], summary.get(m)) for m in JOINT_TARGETS.get((name, metric), ()) if m in targets]
-        if also:  # met only when every joint target is met too
+        spec = targets.get(f"{section}.{metric}" if section else metric)
+        target = _target_cell(spec, value)
+        joint = (spec or {}).get("with") or JOINT_TARGETS.get((name, metric), ())
+        also = [(m, targets[m], summary.get(m)) for m in joint if m in targets]
+        if also:  # met only when every joint target is met too (or as the result says)
             parts = [target] + [f"`{m}` {_target_cell(t, v)} ({fmt(v)})" for m, t, v in also]
-            met = all(p.endswith(": met") or ": met (" in p for p in parts)
+            met = (spec["met"] if isinstance((spec or {}).get("met"), bool)
+                   else all(p.endswith(": met") or ": met (" in p for p in parts))
             target = f"{'; and '.join(parts)}: **{'met' if met else 'missed'}**"
         lines.append(f"| {_cell(claim)} | {_cell(ours)} | {_cell(_fill(baseline, summary))} | {_cell(paper)} "
                      f"| {_cell(target)} |")
     return lines
 
 
-def render(results: Path = RESULTS, example: Path = EXAMPLE) -> str:
-    """The text between the markers (without them), ending in a newline."""
-    items = load_results(results, example)
-    lines = ["<!-- generated by `python benchmarks/summarize.py` from the result files; do not edit -->",
-             "Read from `benchmarks/results/NAME.json` (written by `benchmarks/NAME.py`) and from",
-             "`reports/example/` (the committed run of `search_spaces/default.yaml`, described in its README);",
-             "the JSON files hold every number behind these. After rerunning a benchmark, run",
-             "`python benchmarks/summarize.py`: `tests/test_readme_numbers.py` fails while this",
-             "section differs from what it writes.", "",
-             "**Headline**: one row per claim; `benchmarks/results/NAME.json` and the detailed table below",
-             "hold the rest (per-seed values, other budgets, provenance).", "", *headline(items),
-             "", "| benchmark | metric | value | target |", "|---|---|---|---|"]
+def render(results: Path | None = None, example: Path = EXAMPLE, full: bool = True, root: Path = ROOT) -> str:
+    """The text between the markers (without them), ending in a newline: the headline, and with
+    ``full`` (docs/measured.md) the numbers and provenance tables."""
+    items = load_results(results, example, root)
+    lines = ["<!-- generated by `python benchmarks/summarize.py` from the result files; do not edit -->"]
+    if not full:
+        lines += ["One row per claim, from the result files (`benchmarks/**/results/NAME.json`); every other",
+                  "number, with provenance: [docs/measured.md](docs/measured.md).", "", *headline(items)]
+        return "\n".join(lines) + "\n"
+    lines += ["Read from `benchmarks/**/results/NAME.json` (written by the benchmark runners) and from",
+              "`reports/example/` (the committed run of `search_spaces/default.yaml`, described in its README);",
+              "the JSON files hold every number behind these. After rerunning a benchmark, run",
+              "`python benchmarks/summarize.py`: `tests/test_readme_numbers.py` fails while this",
+              "section differs from what it writes.", "",
+              "**Headline**: one row per claim (also in the README); the tables below hold the rest",
+              "(per-seed values, other budgets, provenance).", "", *headline(items),
+              "", "| benchmark | metric | value | target |", "|---|---|---|---|"]
     for name, data in items:
         if not isinstance(data, dict):
             lines.append(f"| {name} | unreadable JSON | | |")
             continue
+        label = _label(name, data)
         summary = data.get("summary")
         if not isinstance(summary, dict) or not summary:
-            lines.append(f"| {name} | no summary | | |")
+            lines.append(f"| {label} | no summary | | |")
             continue
         targets = _targets(name, data)
-        for label, shown, raw in flatten(summary):
-            lines.append(f"| {name} | `{_cell(label)}` | {_cell(shown)} | {_cell(_target_cell(targets.get(label), raw))} |")
+        for row, shown, raw in flatten(summary):
+            lines.append(f"| {label} | `{_cell(row)}` | {_cell(shown)} | {_cell(_target_cell(targets.get(row), raw))} |")
     lines += ["", "| benchmark | commit | machine | wall | command |", "|---|---|---|---|---|"]
     for name, data in items:
         prov = data.get("provenance") if isinstance(data, dict) else None
+        label = _cell(_label(name, data, why=True))
         if not isinstance(prov, dict):
-            lines.append(f"| {name} | no provenance | | | |")
+            lines.append(f"| {label} | no provenance | | | |")
             continue
         wall = prov.get("wall_s", prov.get("wall_time_s"))
-        lines.append(f"| {name} | {_cell(_commits(prov.get('git_commit')))} | {_cell(_machine(prov.get('machine')))} "
+        lines.append(f"| {label} | {_cell(_commits(prov.get('git_commit')))} | {_cell(_machine(prov.get('machine')))} "
                      f"| {'' if wall is None else fmt(wall) + ' s'} | {_cell(str(prov.get('command') or ''))} |")
     return "\n".join(lines) + "\n"
 
 
-def updated(readme: str, section: str) -> str:
-    """``readme`` with the text between the markers replaced by ``section``."""
-    begin, end = readme.find(BEGIN), readme.find(END)
+def updated(page: str, section: str, name: str = "README.md") -> str:
+    """``page`` with the text between the measured markers replaced by ``section``.
+
+    Raises:
+        ValueError: the markers are missing.
+    """
+    begin, end = page.find(BEGIN), page.find(END)
     if begin < 0 or end < begin:
-        raise SystemExit(f"error: README.md: no {BEGIN} ... {END} markers (add them where the section goes)")
-    return readme[:begin + len(BEGIN)] + "\n" + section + readme[end:]
+        raise ValueError(f"{name}: no {BEGIN} ... {END} markers (add them where the section goes)")
+    return page[:begin + len(BEGIN)] + "\n" + section + page[end:]
+
+
+# ---- placeholders: {{RESULT.KEY}} in prose -> <!--{{RESULT.KEY}}-->VALUE<!--/--> ----
+
+PLACED = re.compile(r"<!--\{\{([^{}\n]+?)\}\}-->(.*?)<!--/-->")
+BARE = re.compile(r"\{\{([^{}\s]+?)\}\}")
+_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)  # an inline code span
+
+
+class UnknownKey(KeyError):
+    """A placeholder names a value no result has."""
+
+
+def lookup(tree: Any, path: str) -> Any:
+    """The value at ``path`` (keys joined by ``.``; a key holding dots is found whole, the
+    longest first) in nested dicts; raises ``KeyError`` when absent."""
+    if not isinstance(tree, dict):
+        raise KeyError(path)
+    if path in tree:
+        return tree[path]
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        head = ".".join(parts[:i])
+        if head in tree:
+            try:
+                return lookup(tree[head], ".".join(parts[i:]))
+            except KeyError:
+                continue
+    raise KeyError(path)
+
+
+def value_of(key: str, results: dict[str, dict | None]) -> Any:
+    """The value a placeholder ``RESULT.KEY`` names: ``KEY`` in the result's summary, else from
+    the top of its JSON.
+
+    Raises:
+        UnknownKey: no such result or key.
+    """
+    name, _, path = key.partition(".")
+    data = results.get(name)
+    if not path or not isinstance(data, dict):
+        raise UnknownKey(f"{{{{{key}}}}}: no result {name!r}" if not isinstance(data, dict)
+                         else f"{{{{{key}}}}}: no key after the result's name")
+    for tree in (data.get("summary"), data):
+        try:
+            return lookup(tree, path)
+        except KeyError:
+            pass
+    raise UnknownKey(f"{{{{{key}}}}}: {name}.json has no {path!r}")
+
+
+def show(value: Any, spec: str = "") -> str:
+    """A placeholder's text: :func:`fmt` of the value (``spec``: a format spec for each number),
+    a list as ``[a, b]``."""
+    if isinstance(value, list):
+        return "[" + ", ".join(show(v, spec) for v in value) + "]"
+    if spec and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format(value, spec)
+    return fmt(value)
+
+
+def _prose_spans(text: str) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of the text outside fenced code blocks and inline code spans."""
+    pos, fence = 0, None
+    chunks, start = [], 0
+    for line in text.splitlines(True):
+        stripped = line.lstrip()
+        if fence is None and stripped.startswith(("```", "~~~")):
+            chunks.append((start, pos))
+            fence = stripped[:3]
+        elif fence is not None and stripped.startswith(fence):
+            fence, start = None, pos + len(line)
+        pos += len(line)
+    if fence is None:
+        chunks.append((start, pos))
+    for a, b in chunks:
+        at = a
+        for m in _CODE.finditer(text, a, b):
+            yield at, m.start()
+            at = m.end()
+        yield at, b
+
+
+def fill(text: str, results: dict[str, dict | None], errors: list[str] | None = None) -> str:
+    """``text`` with every placeholder (bare or already rendered) rendered from ``results``;
+    an unknown one is left as it is and reported in ``errors``."""
+    errors = [] if errors is None else errors
+
+    def one(key: str, whole: str) -> str:
+        path, _, spec = key.partition(":")
+        try:
+            return f"<!--{{{{{key}}}}}-->{show(value_of(path, results), spec)}<!--/-->"
+        except UnknownKey as e:
+            errors.append(e.args[0])
+        except (ValueError, TypeError) as e:
+            errors.append(f"{{{{{key}}}}}: {e}")
+        return whole
+
+    out, last = [], 0
+    for a, b in _prose_spans(text):
+        out.append(text[last:a])
+        chunk = text[a:b]
+        pieces, at = [], 0
+        for m in PLACED.finditer(chunk):
+            pieces.append(BARE.sub(lambda n: one(n[1], n[0]), chunk[at:m.start()]))
+            pieces.append(one(m[1], m[0]))
+            at = m.end()
+        pieces.append(BARE.sub(lambda n: one(n[1], n[0]), chunk[at:]))
+        out.append("".join(pieces))
+        last = b
+    out.append(text[last:])
+    return "".join(out)
+
+
+# ---- the scan: a hand-typed number next to a result key ----
+
+_GENERATED = re.compile(r"<!-- ([a-z-]+):begin\b.*?<!-- \1:end -->", re.S)
+_FENCED = re.compile(r"^\s*(```|~~~).*?^\s*\1[^\n]*$", re.S | re.M)
+_TOKEN = re.compile(r"(?<![\w./-])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*")
+_NUMBER = re.compile(r"(?<![\w.])[-\u2212+]?\d[\d,]*(?:\.\d+)?(?![\w])|\u27e6v\u27e7")
+_STOP = re.compile(r"[.!?;](?=\s|$)|\n\s*\n")
+
+
+def _numbers(v: Any) -> list[float]:
+    if isinstance(v, bool) or v is None:
+        return []
+    if isinstance(v, (int, float)):
+        return [float(v)] if math.isfinite(v) else []
+    if isinstance(v, list):
+        return [x for item in v for x in _numbers(item)]
+    return []
+
+
+def result_keys(results: dict[str, dict | None]) -> dict[str, list[float]]:
+    """Every key that names a number in a result's summary (with at least one ``_``), alone and as
+    ``section.key`` and ``result.section.key``, -> the numbers it names (in every result)."""
+    keys: dict[str, list[float]] = {}
+
+    def walk(tree: dict, prefix: list[str]) -> None:
+        for k, v in tree.items():
+            if isinstance(v, dict):
+                walk(v, prefix + [str(k)])
+                continue
+            nums = _numbers(v)
+            if not nums or "_" not in str(k):
+                continue
+            path = prefix + [str(k)]
+            for i in range(len(path)):
+                keys.setdefault(".".join(path[i:]), []).extend(nums)
+
+    for name, data in results.items():
+        if isinstance(data, dict) and isinstance(data.get("summary"), dict):
+            walk(data["summary"], [name])
+    return keys
+
+
+def _matches(shown: str, values: list[float]) -> bool:
+    """Whether a number as typed is one of ``values`` (or its magnitude) to the digits typed."""
+    text = shown.replace(",", "").replace("\u2212", "-")
+    try:
+        x = float(text)
+    except ValueError:
+        return True
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    tol = 0.5 * 10 ** -decimals + 1e-9
+    return any(abs(v - x) <= tol or abs(abs(v) - abs(x)) <= tol for v in values)
+
+
+def scan(text: str, keys: dict[str, list[float]], name: str = "page") -> list[str]:
+    """Problems in ``text``: a result key (a token of :func:`result_keys`) whose first number
+    after it, in the same sentence and before the next key, is none of that key's values.
+    Generated blocks and fenced code are skipped; a rendered placeholder counts as a right number."""
+    blank = lambda m: re.sub(r"[^\n]", " ", m[0])  # keep offsets and line numbers
+    text = _FENCED.sub(blank, _GENERATED.sub(blank, text))
+    text = PLACED.sub(lambda m: "\u27e6v\u27e7".ljust(len(m[0])), text)
+    found = []
+    for m in _TOKEN.finditer(text):
+        token = m[0]
+        parts = token.split(".")
+        key = next((".".join(parts[i:]) for i in range(len(parts)) if ".".join(parts[i:]) in keys), None)
+        if key is not None:
+            found.append((m.start(), m.end(), key))
+    problems = []
+    for i, (start, end, key) in enumerate(found):
+        limit = found[i + 1][0] if i + 1 < len(found) else len(text)
+        stop = _STOP.search(text, end, limit)
+        scope = text[end:stop.start() if stop else limit]
+        num = _NUMBER.search(scope)
+        if num is None or num[0] == "\u27e6v\u27e7" or _matches(num[0], keys[key]):
+            continue
+        line = text.count("\n", 0, start) + 1
+        values = ", ".join(sorted({fmt(v) for v in keys[key]}))
+        problems.append(f"{name}:{line}: `{key}` is followed by {num[0]}, but its value is {values}: "
+                        f"write {{{{RESULT.{key}}}}} there")
+    return problems
+
+
+# ---- the pages ----
+
+MEASURED_PAGE = ("# Measured\n\nEvery number the benchmarks measured, generated from the result files "
+                 "(`python benchmarks/summarize.py`).\n\n" + BEGIN + "\n" + END + "\n")
+
+
+def pages(root: Path = ROOT, results: Path | None = None,
+          example: Path | None = None) -> tuple[dict[Path, tuple[str, str]], list[str]]:
+    """path -> (current text, generated text) for README.md, docs/measured.md and every other
+    docs/*.md with placeholders; and the problems (unknown placeholders, :func:`scan`)."""
+    root = Path(root)
+    example = root / "reports" / "example" if example is None else example
+    items = load_results(results, example, root)
+    by_name = dict(items)
+    keys = result_keys(by_name)
+    out: dict[Path, tuple[str, str]] = {}
+    problems: list[str] = []
+    readme, measured = root / README, root / MEASURED
+    docs = sorted((root / DOCS).glob("*.md")) if (root / DOCS).is_dir() else []
+    for path in [readme, measured, *[d for d in docs if d != measured]]:
+        current = path.read_text(encoding="utf-8") if path.is_file() else (MEASURED_PAGE if path == measured else None)
+        if current is None:
+            continue
+        rel = path.relative_to(root).as_posix()
+        new = current
+        if path in (readme, measured):
+            new = updated(new, render(results, example, full=path == measured, root=root), rel)
+        errors: list[str] = []
+        new = fill(new, by_name, errors)
+        problems += [f"{rel}: {e}" for e in errors] + scan(new, keys, rel)
+        out[path] = ((current if path.is_file() else ""), new)
+    return out, problems
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 with a diff when README.md differs")
-    ap.add_argument("--readme", type=Path, default=README)
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 with a diff when README.md or a docs page differs from what this writes")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this one)")
     args = ap.parse_args(argv)
-    current = args.readme.read_text()
-    new = updated(current, render())
+    try:
+        generated, problems = pages(args.root)
+    except ValueError as e:  # a duplicate result, missing markers
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    stale = {p: (cur, new) for p, (cur, new) in generated.items() if cur != new}
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
     if args.check:
-        if new == current:
-            return 0
-        sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), new.splitlines(True),
-                                                   f"{args.readme.name} (committed)", f"{args.readme.name} (generated)"))
-        print(f"{args.readme.name} differs: run `python benchmarks/summarize.py`", file=sys.stderr)
-        return 1
-    if new != current:
-        args.readme.write_text(new)
-        print(f"rewrote the measured section of {args.readme}")
-    else:
-        print(f"{args.readme} is up to date")
-    return 0
+        for path, (cur, new) in stale.items():
+            rel = path.relative_to(args.root).as_posix()
+            sys.stdout.writelines(difflib.unified_diff(cur.splitlines(True), new.splitlines(True),
+                                                       f"{rel} (committed)", f"{rel} (generated)"))
+            print(f"{rel} differs: run `python benchmarks/summarize.py`", file=sys.stderr)
+        return 1 if stale or problems else 0
+    for path, (_, new) in stale.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(new, encoding="utf-8")
+        print(f"rewrote {path.relative_to(args.root).as_posix()}")
+    if not stale:
+        print("README.md and docs/ are up to date")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
-"""The README's "Measured" section is exactly what benchmarks/summarize.py writes from the
-result files, so no number in it can drift from its JSON (standard library only, fast)."""
+"""The README's headline and docs/measured.md are exactly what benchmarks/summarize.py writes
+from the result files, so no number in them can drift from its JSON (standard library only, fast)."""
 
 import difflib
 import json
 from pathlib import Path
+
+import pytest
 
 from conftest import load_benchmark
 
@@ -11,19 +13,44 @@ ROOT = Path(__file__).resolve().parents[1]
 summarize = load_benchmark("summarize")
 
 
-def test_readme_measured_section_is_what_summarize_writes():
-    current = (ROOT / "README.md").read_text()
-    assert summarize.BEGIN in current and summarize.END in current, "README.md lacks the measured markers"
-    expected = summarize.updated(current, summarize.render())
-    diff = "".join(difflib.unified_diff(current.splitlines(True), expected.splitlines(True),
-                                        "README.md", "generated", n=0))
-    assert current == expected, f"README.md differs; run `python benchmarks/summarize.py`:\n{diff}"
+@pytest.mark.parametrize("page", ["README.md", "docs/measured.md"])
+def test_measured_section_is_what_summarize_writes(page):
+    current = (ROOT / page).read_text()
+    assert summarize.BEGIN in current and summarize.END in current, f"{page} lacks the measured markers"
+    generated, _ = summarize.pages(ROOT)
+    expected = generated[ROOT / page][1]
+    diff = "".join(difflib.unified_diff(current.splitlines(True), expected.splitlines(True), page, "generated", n=0))
+    assert current == expected, f"{page} differs; run `python benchmarks/summarize.py`:\n{diff}"
+
+
+def test_readme_has_the_headline_only_and_measured_md_has_everything():
+    readme, measured = (ROOT / "README.md").read_text(), (ROOT / "docs" / "measured.md").read_text()
+    head = summarize.headline(summarize.load_results())
+    assert len(head) - 2 <= 25 and "\n".join(head) in readme and "\n".join(head) in measured
+    assert "| benchmark | metric | value | target |" in measured and "| benchmark | metric |" not in readme
+    assert "| benchmark | commit | machine | wall | command |" in measured
 
 
 def test_every_result_file_appears():
     section = summarize.render()
-    for path in (ROOT / "benchmarks" / "results").glob("*.json"):
-        assert f"| {path.stem} |" in section, path.name
+    paths = summarize.result_paths()
+    assert "dht" in paths and "searchers" in paths
+    for name in paths:
+        assert f"| {name} |" in section or f"| {name} (exploratory" in section, name
+
+
+def test_results_are_found_by_name_in_any_results_folder_and_a_name_twice_is_an_error(tmp_path):
+    for rel in ("benchmarks/results/old.json", "benchmarks/depth/results/dht.json",
+                "benchmarks/searchers/results/searchers.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(json.dumps({"summary": {"x_y": 1}}))
+    assert list(summarize.result_paths(tmp_path)) == ["dht", "old", "searchers"]
+    (tmp_path / "benchmarks/product/results").mkdir(parents=True)
+    (tmp_path / "benchmarks/product/results/dht.json").write_text("{}")
+    with pytest.raises(summarize.DuplicateResult, match="'dht' is in two places"):
+        summarize.result_paths(tmp_path)
+    (tmp_path / "README.md").write_text(f"{summarize.BEGIN}\n{summarize.END}\n")
+    assert summarize.main(["--check", "--root", str(tmp_path)]) == 2
 
 
 def test_missing_summary_provenance_and_broken_json_are_shown_not_fatal(tmp_path):
@@ -61,13 +88,43 @@ def test_missing_summary_provenance_and_broken_json_are_shown_not_fatal(tmp_path
 
 
 def test_check_exits_1_with_a_diff(tmp_path, capsys):
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "a.json").write_text(json.dumps({"summary": {"a_b": 0.5}}))
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{summarize.BEGIN}\nstale\n{summarize.END}\n")
-    assert summarize.main(["--check", "--readme", str(readme)]) == 1
-    assert "-stale" in capsys.readouterr().out
-    assert summarize.main(["--readme", str(readme)]) == 0
-    assert summarize.main(["--check", "--readme", str(readme)]) == 0
+    assert summarize.main(["--check", "--root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "-stale" in out and "docs/measured.md (generated)" in out  # created when missing
+    assert summarize.main(["--root", str(tmp_path)]) == 0
+    assert summarize.main(["--check", "--root", str(tmp_path)]) == 0
     assert readme.read_text().startswith(f"# x\n\n{summarize.BEGIN}\n<!-- generated")
+    measured = (tmp_path / "docs" / "measured.md").read_text()
+    assert "| a | `a_b` | 0.5 |  |" in measured and "`a_b`" not in readme.read_text()
+
+
+def test_new_target_schema_and_exploratory_results_are_shown(tmp_path):
+    """The evidence library's ``targets: {key: {target, value, met}}`` (its ``met`` is the verdict,
+    joint rules included) beside the old shapes; an exploratory result says so in every table."""
+    (tmp_path / "schedulers.json").write_text(json.dumps({
+        "summary": {"ahto_time_to_95_ratio_vs_asha": 0.8, "ahto_wilcoxon_p_vs_asha": 0.01,
+                    "ahto_time_to_95_ratio_vs_hyperband": 0.9, "other_key": 3},
+        "targets": {"ahto_time_to_95_ratio_vs_asha": {"target": "<= 0.85", "value": 0.8, "met": False,
+                                                      "with": ["ahto_wilcoxon_p_vs_asha"]},
+                    "ahto_wilcoxon_p_vs_asha": {"target": "< 0.05", "value": 0.01, "met": True},
+                    "other_key": {"target": ">= 1", "value": 3, "met": True}},
+        "exploratory": True,
+        "ledger": {"protocol": "p.json", "protocol_sha256": "0" * 64, "test_reads_before": 2,
+                   "exploratory": True, "why": "protocol amended after a test read"},
+        "provenance": {"git_commit": "abcdef0123", "command": "x"}}))
+    (tmp_path / "old.json").write_text(json.dumps({"summary": {"m_n": 2}, "targets": {"m_n": "<= 1"},
+                                                   "targets_met": 0}))
+    rows = summarize.render(tmp_path, tmp_path / "no-example").splitlines()
+    assert "| schedulers (exploratory) | `other_key` | 3 | >= 1: met |" in rows
+    assert "| old | `m_n` | 2 | <= 1: missed |" in rows
+    assert any(r.startswith("| schedulers (exploratory: protocol amended after a test read) | abcdef0 |") for r in rows)
+    sched = next(r for r in rows if r.startswith("| AHTO scheduler"))
+    assert "(exploratory) |" in sched
+    assert sched.endswith("| <= 0.85: missed; and `ahto_wilcoxon_p_vs_asha` < 0.05: met (0.01): **missed** |")
 
 
 def test_headline_rows_read_their_result_interval_and_target(tmp_path):

@@ -25,7 +25,7 @@ def test_every_gating_and_tying_has_a_frozen_strict_settings_model():
     assert gating_class("dht").Settings.model_fields["dht_routing"].description
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/design.md"])
+@pytest.mark.parametrize("doc", ["docs/usage.md", "docs/design.md"])
 def test_settings_tables_in_the_docs_are_generated_from_the_models(doc):
     from archsearch.dynamic import settings_tables
     from archsearch.dynamic.settings import with_tables
@@ -36,12 +36,12 @@ def test_settings_tables_in_the_docs_are_generated_from_the_models(doc):
 
 
 def test_a_changed_default_shows_as_drift(monkeypatch):
-    """The drift check can fail: a default changed in code no longer matches the README."""
+    """The drift check can fail: a default changed in code no longer matches the user guide."""
     from archsearch.dynamic import settings_tables
-    from archsearch.dynamic.dht import DHTSettings
+    from archsearch.dynamic.depth.settings import DHTSettings
     from archsearch.dynamic.settings import with_tables
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
     field = DHTSettings.model_fields["dht_stop_rule"]
     monkeypatch.setattr(field, "default", "regression")
     assert with_tables(text, settings_tables()) != text
