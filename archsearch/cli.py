@@ -334,7 +334,7 @@ def serve(
                                           "(default: start Ray on this machine)."),
     cpus: Optional[float] = typer.Option(None, min=0.01, help="CPUs per replica (also its torch "
                                          "threads; default: 2, or this machine's count if fewer: "
-                                         "measured faster than 1, benchmarks/results/export.json)."),
+                                         "measured faster than 1, benchmarks/product/results/export.json)."),
     replicas: int = typer.Option(1, min=1, help="Replicas behind the proxy."),
     max_batch_size: int = typer.Option(32, min=1, help="Requests batched into one forward pass."),
     device: str = typer.Option("cpu", help="cpu, cuda, ..."),
@@ -382,7 +382,7 @@ def submit(
                                   "e.g. ARCHSEARCH_AUTOSCALING=1 or HF_HUB_OFFLINE=1."),
 ):
     """Submit a search to a Ray cluster as a Ray job: the project directory (without .venv,
-    .git, reports, runs, benchmarks/data) and the space file are shipped, and the cluster runs
+    .git, reports, runs, benchmarks) and the space file are shipped, and the cluster runs
     `python -m archsearch.cli search SPACE --address auto --storage STORAGE ...`."""
     from archsearch.tune.submit import submit_search, wait_for
 

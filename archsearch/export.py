@@ -433,7 +433,7 @@ def load(directory: str | Path, *, device: str = "cpu") -> ExportedModel:
 def read_texts(path: str | Path, text_column: str | None = None) -> list[str]:
     """The texts of a file to classify, in row order: ``.csv``, ``.tsv``, ``.jsonl``/``.json``
     (records) or ``.parquet``; the column ``text_column``, else the first of
-    :data:`archsearch.data.loading.TEXT_CANDIDATES` (any case), else the only string column.
+    :data:`archsearch.data.standardise.TEXT_CANDIDATES` (any case), else the only string column.
 
     Raises:
         UserError: missing or unreadable file, unknown format, no such column (the message lists
@@ -441,7 +441,7 @@ def read_texts(path: str | Path, text_column: str | None = None) -> list[str]:
     """
     import pandas as pd
 
-    from archsearch.data.loading import TEXT_CANDIDATES
+    from archsearch.data.standardise import TEXT_CANDIDATES
 
     p = Path(path)
     if not p.is_file():

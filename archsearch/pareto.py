@@ -1,7 +1,7 @@
 """Non-dominated sorting, reference point and hypervolume: THE Pareto arithmetic of archsearch.
 
 The report (:mod:`archsearch.report`), the searchers (:mod:`archsearch.search`), the
-evolutionary length search (:mod:`archsearch.dynamic.evolution`) and the benchmarks all use
+evolutionary length search (:mod:`archsearch.dynamic.length.evolution`) and the benchmarks all use
 these functions; there is no other Pareto mask or hypervolume in the package.
 
 Conventions used by every function here:

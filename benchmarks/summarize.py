@@ -41,9 +41,8 @@ What is generated:
 A result without ``summary`` or ``provenance`` is shown as such ("no summary", "no provenance"),
 never skipped and never an error. Targets come from the result itself: ``targets`` as
 ``{"metric": {"target": "<= 0.5", "value": 0.43, "met": true}}`` (what ``benchmarks.evidence``
-writes; ``met`` is the verdict shown, joint rules included), or the older ``{"metric": "<= 0.5"}``
-(a bare number meaning "<="), or ``targets_met``: ``{"metric <= 0.35": bool}``; else from
-:data:`TARGETS` (targets issue 18 states that the result does not carry). A result marked
+writes; ``met`` is the verdict shown, joint rules included), or a bare ``{"metric": "<= 0.5"}``
+(a number meaning "<="), evaluated here. A result marked
 exploratory (top-level ``"exploratory": true``, or its ``ledger``'s) says so in every table: its
 name reads "NAME (exploratory)" in the numbers table and the headline, "NAME (exploratory: WHY)"
 in the provenance table. Numbers are formatted deterministically (:func:`fmt`). Standard library
@@ -71,23 +70,6 @@ MEASURED = "docs/measured.md"
 DOCS = "docs"
 BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
 
-#: Targets stated by issue 18 for results that do not carry them: (result, metric) -> "OP VALUE".
-TARGETS = {
-    ("scaling", "tune_overhead_pct"): "< 5",
-    ("scaling", "two_node_speedup"): ">= 1.8",
-    ("faults", "lost_trials"): "== 0",
-    ("faults", "duplicated_trials"): "== 0",
-    # issue 35 (H100, MiniLM-L6, 0.5x FLOPs; full model = 1)
-    ("gpu", "dht_wall_ratio_b1_at_0.5"): "<= 0.7",
-    ("gpu", "confidence_exit_wall_ratio_b1_at_0.5"): "<= 0.7",
-    ("gpu", "dht_wall_ratio_b32_at_0.5"): "<= 1.0",
-    ("gpu", "dht_wall_ratio_b256_t256_at_0.5"): "<= 0.7",
-    ("gpu", "dht_train_time_ratio"): "<= 1.3",
-    ("gpu", "bf16_acc_drop_pts"): "<= 0.5",
-}
-#: Headline targets that hold only with other targets of the same result: (result, metric) ->
-#: the other metrics (e.g. a time ratio that must also be significant).
-JOINT_TARGETS = {("schedulers", "ahto_time_to_95_ratio_vs_asha"): ("ahto_wilcoxon_p_vs_asha",)}
 #: The headline rows: (claim, result, metric, unit, baseline, the paper's claim); ``result#section``
 #: reads the summary's section (a dataset's). ``baseline`` may name summary keys of the same
 #: result (section) in braces (``{key}``: its formatted value); the interval is the summary's
@@ -109,7 +91,7 @@ HEADLINE = [
      "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each; DHT trained 1.5x as long)",
      "static cut at the same FLOPs (2 epochs): 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT",
-     "the same, with the recipe of benchmarks/results/dht_recipe.json"),
+     "the same, with the recipe of benchmarks/depth/results/dht_recipe.json"),
     ("DHT, multi-exit recipe chosen on validation (3 epochs), election tweets", "dht#election_tweets_recipe",
      "dht_gain_over_static_pts_at_0.5", "accuracy points over the static cut (3 seeds each; DHT trained 1.5x as long)",
      "static cut at the same FLOPs (2 epochs): 0; confidence exit on the same models: "
@@ -247,14 +229,9 @@ def flatten(summary: dict, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
 
 def _targets(name: str, data: dict) -> dict[str, dict[str, Any]]:
     """metric -> ``{"target": "OP VALUE", "met": bool | None, "with": [metrics]}`` for one result:
-    :data:`TARGETS`, then its ``targets_met`` keys, then its ``targets`` (a bare number: an upper
-    bound; a dict: the evidence library's ``{"target", "value", "met"[, "with"]}``)."""
-    out: dict[str, dict[str, Any]] = {m: {"target": t} for (b, m), t in TARGETS.items() if b == name}
-    met = data.get("targets_met")
-    for key in met if isinstance(met, dict) else ():
-        m = re.match(r"^\s*(\S+)\s*(<=|>=|==|<|>)\s*(\S+)\s*$", str(key))
-        if m:
-            out[m[1]] = {"target": f"{m[2]} {m[3]}"}
+    its ``targets`` (a bare number: an upper bound; a dict: the evidence library's ``{"target",
+    "value", "met"[, "with"]}``)."""
+    out: dict[str, dict[str, Any]] = {}
     stated = data.get("targets")
     for metric, t in stated.items() if isinstance(stated, dict) else ():
         if isinstance(t, dict):
@@ -416,7 +393,7 @@ def headline(items: list[tuple[str, dict | None]]) -> list[str]:
         targets = _targets(name, data)
         spec = targets.get(f"{section}.{metric}" if section else metric)
         target = _target_cell(spec, value)
-        joint = (spec or {}).get("with") or JOINT_TARGETS.get((name, metric), ())
+        joint = (spec or {}).get("with") or ()
         also = [(m, targets[m], summary.get(m)) for m in joint if m in targets]
         if also:  # met only when every joint target is met too (or as the result says)
             parts = [target] + [f"`{m}` {_target_cell(t, v)} ({fmt(v)})" for m, t, v in also]

@@ -100,7 +100,7 @@ fi
 
 case "$cmd" in
   search)
-    # AHTO: measured at about 10 minutes (benchmarks/minilm_search.py); TPE drew two slow
+    # AHTO: measured at about 10 minutes (benchmarks/product/minilm_search.py); TPE drew two slow
     # depth-predictor trials and its fifth trial met the space's 900 s time budget (stop 29).
     if [ "$#" -eq 0 ]; then set -- search_spaces/minilm_budget.yaml --searcher ahto; fi
     exec "$VENV/bin/archsearch" search "$@" ;;

@@ -311,22 +311,10 @@ def sentence_subsets(**rows: int):
 
 def load_benchmark(name: str):
     """A benchmark module: ``load_benchmark("depth.dht_seeded")`` is ``benchmarks.depth.dht_seeded``
-    (benchmarks/ is a package: a question's runner is ``benchmarks/<question>/<runner>.py``).
-
-    A name without a dot is a script not yet moved into its question (``benchmarks/<name>.py``,
-    loaded by path with ``benchmarks/`` on ``sys.path`` for its sibling ``common.py``)."""
+    (a question's runner, ``benchmarks/<question>/<runner>.py``; benchmarks/ is a package)."""
     import importlib
-    import importlib.util
 
-    if "." in name:
-        return importlib.import_module(f"benchmarks.{name}")
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses (and pickle) look a module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def free_port() -> int:

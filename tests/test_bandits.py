@@ -8,7 +8,7 @@ import torch
 
 from archsearch.dynamic.bandits import UCB1, CombinatorialTS, LinUCB
 from archsearch.dynamic.budget import DualPrice, calibrate_monotone, calibrate_price
-from archsearch.dynamic.stopping import LinearStopping, trajectory_context
+from archsearch.dynamic.depth.stopping import LinearStopping, trajectory_context
 
 
 def linear_problem(seed=0, K=4, d=6):
@@ -221,7 +221,7 @@ def test_trajectory_context_columns_on_known_probabilities():
 def test_trajectory_contexts_of_every_exit_equal_the_chained_ones():
     """Training's batched contexts (all K exits at once) are the cascade's, exit by exit, bit for
     bit (a broken variant that compares each exit with the one two back fails the patience column)."""
-    from archsearch.dynamic.stopping import trajectory_contexts
+    from archsearch.dynamic.depth.stopping import trajectory_contexts
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(5, 64, 3, generator=g) * 2  # K=5 exits, 64 rows, 3 classes: classes change along the way

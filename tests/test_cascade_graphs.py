@@ -1,4 +1,4 @@
-"""CUDA graphs of the cascade's segments (:mod:`archsearch.dynamic.cascade_graphs`): on a GPU every
+"""CUDA graphs of the cascade's segments (:mod:`archsearch.dynamic.depth.cascade_graphs`): on a GPU every
 per-sample gating gives the same logits, exits and FLOPs through graph replays as eagerly, the
 graphs follow a change of the stop rule's constants, and a key that forgets one is caught. The
 graph tests run with ``ARCHSEARCH_TEST_DEVICE=cuda`` (they skip on a CPU, where graphs are never
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from archsearch.dynamic.cascade_graphs import SegmentGraphs, _rows_bucket
-from archsearch.dynamic.depth_predictor import DepthPredictorGating
-from archsearch.dynamic.dht import DHTGating
-from archsearch.dynamic.exits import EXECUTORS, run_cascade
+from archsearch.dynamic.depth.cascade_graphs import SegmentGraphs, _rows_bucket
+from archsearch.dynamic.depth.dht import DHTGating
+from archsearch.dynamic.depth.exits import EXECUTORS, run_cascade
+from archsearch.dynamic.depth.predictor import DepthPredictorGating
 from test_confidence_exit import confident_gating
 from test_depth_predictor import make_batch, make_model, one_thread, spread_depths  # noqa: F401 (autouse)
 from test_dht import PAPER, train_steps

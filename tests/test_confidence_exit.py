@@ -1,6 +1,6 @@
 """``gating: confidence_exit`` (DeeBERT's confidence-threshold early exit), the one cascade
-(:func:`archsearch.dynamic.exits.run_cascade`) and its offline twin
-(:func:`archsearch.dynamic.exits.first_stop`): tiny models, plus one real trial loop."""
+(:func:`archsearch.dynamic.depth.exits.run_cascade`) and its offline twin
+(:func:`archsearch.dynamic.depth.exits.first_stop`): tiny models, plus one real trial loop."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from archsearch.dynamic import gating_class
-from archsearch.dynamic.confidence_exit import NEVER, ConfidenceExitGating
-from archsearch.dynamic.exits import all_exit_loss, first_stop, run_cascade
+from archsearch.dynamic.depth.confidence_exit import NEVER, ConfidenceExitGating
+from archsearch.dynamic.depth.exits import all_exit_loss, first_stop, run_cascade
 from archsearch.models import costs
 from test_depth_predictor import make_batch, make_model, one_thread  # noqa: F401 (one_thread: autouse fixture)
 

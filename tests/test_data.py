@@ -22,7 +22,7 @@ from archsearch.data import (
     load,
     prepare,
 )
-from archsearch.data.loading import BUNDLED_DIR
+from archsearch.data.names import BUNDLED_DIR
 from archsearch.errors import UserError
 
 RT = "rotten_tomatoes_sentences"

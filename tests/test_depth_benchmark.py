@@ -1,4 +1,4 @@
-"""benchmarks/dynamic_depth.py (issue 14 deliverable 5) without training: the summary from fake
+"""benchmarks/depth/dynamic_depth.py (issue 14 deliverable 5) without training: the summary from fake
 rows, its helpers, the resumable skip and the row order; and search_spaces/minilm_budget.yaml
 (deliverable 6) validates."""
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def dd():
-    return load_benchmark("dynamic_depth")
+    return load_benchmark("depth.dynamic_depth")
 
 
 STATIC_ACC = [0.73, 0.76, 0.81, 0.83, 0.84, 0.86]
@@ -190,9 +190,9 @@ def test_minilm_budget_space_validates():
 
 
 def test_minilm_search_minutes_to_beat_tfidf():
-    """benchmarks/minilm_search.py (deliverable 6): the first end time strictly above the
+    """benchmarks/product/minilm_search.py (deliverable 6): the first end time strictly above the
     baseline, in minutes; unknown values skipped; None when nothing beats it."""
-    ms = load_benchmark("minilm_search")
+    ms = load_benchmark("product.minilm_search")
     recs = [(600.0, 0.80), (300.0, 0.79), (None, 0.95), (450.0, None), (540.0, 0.81), (120.0, 0.70)]
     assert ms.minutes_to_beat(recs, 0.79) == pytest.approx(9.0)  # 300 s ties the baseline: not a beat
     assert ms.minutes_to_beat(recs, 0.9) is None and ms.minutes_to_beat([], 0.5) is None
@@ -262,15 +262,16 @@ def test_teacher_is_the_static_row_of_its_seed_trained_once(dd, tmp_path):
 
 def test_development_summaries_regenerate_from_the_committed_rows(dd, tmp_path):
     """``summarize`` with the flags recorded in the development summaries' provenance
-    (``benchmarks/data/dynamic_depth_legacy/``), on the committed rows, gives the stored summaries
+    (``benchmarks/depth/runs/dynamic_depth_legacy/``), on the committed rows, gives the stored summaries
     and tables (a change to the script that moved a recorded number, or added a key to existing
     rows, fails here)."""
     import shlex
 
     for name in ("dht.json", "depth_predictor.json"):
         ref = json.loads((dd.RESULTS / name).read_text())
-        argv = shlex.split(ref["provenance"]["command"])[2:]  # after "python benchmarks/dynamic_depth.py"
-        dd.main([*argv, "--data", str(ROOT / "benchmarks" / "data" / "dynamic_depth_runs.jsonl"),
+        argv = shlex.split(ref["provenance"]["command"])[3:]  # after "python -m benchmarks.depth.dynamic_depth"
+        assert argv[0] == "analyze"
+        dd.main([*argv, "--data", str(dd.DATA),
                  "--out", str(tmp_path / name)])
         new = json.loads((tmp_path / name / name).read_text())
         assert {k: v for k, v in new.items() if k != "provenance"} == {k: v for k, v in ref.items() if k != "provenance"}

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from archsearch.dynamic import gating_class
-from archsearch.dynamic.cascade_graphs import SegmentGraphs
-from archsearch.dynamic.depth_model import revpc
-from archsearch.dynamic.depth_predictor import DepthPredictorGating
-from archsearch.dynamic.depth_settings import DepthPredictorSettings
+from archsearch.dynamic.depth.cascade_graphs import SegmentGraphs
+from archsearch.dynamic.depth.predictor import DepthPredictorGating
+from archsearch.dynamic.depth.predictor_model import revpc
+from archsearch.dynamic.depth.settings import DepthPredictorSettings
 from archsearch.models import costs
 from archsearch.models.transformer import Transformer, TransformerConfig
 
@@ -76,15 +76,15 @@ def test_settings_defaults_are_the_reported_recipe():
     import json
     from pathlib import Path
 
-    from archsearch.dynamic.exits import EXIT_LOSSES
+    from archsearch.dynamic.depth.exits import EXIT_LOSSES
 
     assert DepthPredictorGating.Settings is DepthPredictorSettings
     s = DepthPredictorGating.Settings()
     assert (s.exit_heads, s.exit_loss, s.depth_supervision, s.predictor_lr) == (True, "sum", 1.0, 1e-3)
     assert s.depth_all_exits and s.min_layers == 1 and s.gamma == 0.5 and s.depth_warmup_steps is None
-    # the flags of the reported run (benchmarks/dynamic_depth.py maps them onto these keys)
+    # the flags of the reported run (benchmarks/depth/dynamic_depth.py maps them onto these keys)
     root = Path(__file__).resolve().parents[1]
-    cmd = json.loads((root / "benchmarks/data/dynamic_depth_legacy/depth_predictor.json").read_text())["provenance"]["command"]
+    cmd = json.loads((root / "benchmarks/depth/runs/dynamic_depth_legacy/depth_predictor.json").read_text())["provenance"]["command"]
     for flag in ("--exit-heads", "--exit-loss sum", "--dp-supervision 1.0", "--dp-predictor-lr 1e-3"):
         assert flag in cmd, flag
     assert set(DepthPredictorSettings.model_fields["exit_loss"].annotation.__args__) == set(EXIT_LOSSES)
@@ -122,7 +122,8 @@ def test_an_unknown_key_raises_naming_it_and_the_strategy_reads_no_hidden_key():
     with pytest.raises(ValueError, match="exit_loss"):
         DepthPredictorGating.Settings().replace(exit_loss="max")
     # every trial-config key the strategy reads is a field, but for the model keys it needs
-    src = (Path(__file__).resolve().parents[1] / "archsearch/dynamic/depth_predictor.py").read_text()
+    depth = Path(__file__).resolve().parents[1] / "archsearch/dynamic/depth"
+    src = "".join((depth / f"{m}.py").read_text() for m in ("predictor", "predictor_eval"))
     read = set(re.findall(r"cfg(?:\.get\(|\[)\s*[\"']([\w]+)", src))
     assert read <= {"init_from", "batch_size"}, read - {"init_from", "batch_size"}
 

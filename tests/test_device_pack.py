@@ -1,4 +1,4 @@
-"""benchmarks/device_pack.py: the byte-plane packing of the device carry's MiniLM copy is lossless
+"""benchmarks/gpu/device_pack.py: the byte-plane packing of the device carry's MiniLM copy is lossless
 (the unpacked fp32 checkpoint is exactly what device_prep.sh's dequant.py rebuilds)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from conftest import load_benchmark
 def test_pack_then_unpack_gives_the_dequantised_weights(tmp_path):
     from safetensors.numpy import load_file, save_file
 
-    pack = load_benchmark("device_pack")
+    pack = load_benchmark("gpu.device_pack")
     rng = np.random.default_rng(0)
     emb = rng.normal(size=(50, 8)).astype(np.float32)
     scale = (np.abs(emb).max(1, keepdims=True) / 127).astype(np.float16)

@@ -63,7 +63,7 @@ def assert_same(a, b, where="state"):
 def assert_restored(loop, ref):
     """``loop`` (just loaded) holds ``ref``'s weights, RNG, optimizer, schedule, tying and gating
     state, with its weights and optimizer moments on its own device."""
-    from archsearch.dynamic.tying_maps import tying_map
+    from archsearch.dynamic.tying.maps import tying_map
 
     dev = loop.device.type
     assert all(p.device.type == dev for p in loop.model.parameters())
@@ -97,7 +97,7 @@ def assert_restored(loop, ref):
 
 
 def test_a_checkpoint_written_on_the_test_device_loads_on_the_cpu_and_back(small_data, device, tmp_path):
-    from archsearch.dynamic.tying_maps import apply_tying_map, sync_optimizer
+    from archsearch.dynamic.tying.maps import apply_tying_map, sync_optimizer
 
     torch.set_num_threads(1)
     loop = make_loop(small_data, device)
@@ -205,7 +205,7 @@ def test_an_epoch_saved_part_way_resumes_to_the_same_weights(small_data, device,
     """TrialLoop.save inside an epoch (from ``after_step``) and load in a new process's loop:
     the epoch continues with its next batch, LengthDrop's sampler and dropout's RNG where they
     were, and ends float-for-float where an uninterrupted epoch ends (the long training stages of
-    benchmarks/length_adaptive.py resume so across sessions)."""
+    benchmarks/length/length_adaptive.py resume so across sessions)."""
     torch.set_num_threads(1)
     ref = make_loop(small_data, device, cfg=cfg)
     ref_loss = ref.train_epoch()
@@ -233,12 +233,12 @@ def test_an_epoch_saved_part_way_resumes_to_the_same_weights(small_data, device,
 
 
 def test_the_length_adaptive_benchmark_resumes_a_pass_from_either_copy(small_data, device, tmp_path):
-    """benchmarks/length_adaptive.py's ``save_partial`` always leaves a complete copy: the pass
+    """benchmarks/length/length_adaptive.py's ``save_partial`` always leaves a complete copy: the pass
     resumes from ``part`` or, when the swap was cut between its two steps, from ``part-new``;
     with neither there is nothing to resume."""
     from conftest import load_benchmark
 
-    la = load_benchmark("length_adaptive")
+    la = load_benchmark("length.length_adaptive")
     cfg = {"gating": "static", "n_layers": 2, "d_model": 32, "n_heads": 4, "lr": 2e-3}
     loop = make_loop(small_data, device, cfg=cfg)
     part = tmp_path / "full.pt.partial"

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from archsearch.dynamic import gating_class
-from archsearch.dynamic.dht import DHTGating
-from archsearch.dynamic.stop_bandit import BanditStopping
-from archsearch.dynamic.stopping import TRAJECTORY_DIM
+from archsearch.dynamic.depth.dht import DHTGating
+from archsearch.dynamic.depth.stop_bandit import BanditStopping
+from archsearch.dynamic.depth.stopping import TRAJECTORY_DIM
 from archsearch.models import costs
 from archsearch.models.transformer import MultiHeadAttention, Transformer, TransformerConfig
 
@@ -66,7 +66,7 @@ def flops_counted(fn, model):
 
 
 def test_defaults_are_the_measured_recipe_and_the_old_values_stay_reachable():
-    from archsearch.dynamic.dht import DHTSettings
+    from archsearch.dynamic.depth.settings import DHTSettings
 
     s = DHTSettings()
     assert (s.exit_heads, s.exit_loss, s.dht_exit_context, s.dht_reward, s.min_heads) == (True, "sum", True, "prob", None)

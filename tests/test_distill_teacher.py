@@ -36,7 +36,7 @@ def setup(tmp_path_factory, device):
 
 
 def test_all_exit_loss_with_a_teacher_distils_every_exit_toward_it():
-    from archsearch.dynamic.exits import all_exit_loss, distill
+    from archsearch.dynamic.depth.exits import all_exit_loss, distill
 
     g = torch.Generator().manual_seed(0)
     exits = [torch.randn(5, 3, generator=g) for _ in range(3)]
@@ -51,8 +51,8 @@ def test_all_exit_loss_with_a_teacher_distils_every_exit_toward_it():
 
 @pytest.mark.parametrize("gating", ["dht", "depth_predictor"])
 def test_strategies_load_a_frozen_teacher_and_its_logits_enter_the_loss(setup, gating, device):
-    from archsearch.dynamic.depth_predictor import DepthPredictorGating
-    from archsearch.dynamic.dht import DHTGating
+    from archsearch.dynamic.depth.dht import DHTGating
+    from archsearch.dynamic.depth.predictor import DepthPredictorGating
     from archsearch.models.pretrained import transformer_for_data
 
     root, data, teacher, loop = setup
@@ -84,7 +84,7 @@ def test_strategies_load_a_frozen_teacher_and_its_logits_enter_the_loss(setup, g
 
 
 def test_a_bad_teacher_file_is_one_line_naming_it(setup):
-    from archsearch.dynamic.dht import DHTGating
+    from archsearch.dynamic.depth.dht import DHTGating
     from archsearch.models.pretrained import transformer_for_data
 
     root, data, _, loop = setup
@@ -104,8 +104,8 @@ def test_a_bad_teacher_file_is_one_line_naming_it(setup):
 def test_a_static_cut_with_a_teacher_learns_half_from_it(setup, device):
     """The distilled static cut (``force_depth`` with ``distill_teacher``): ``(CE + KD) / 2`` of
     the cut's own logits toward the teacher's."""
-    from archsearch.dynamic.exits import distill
-    from archsearch.dynamic.dht import DHTGating
+    from archsearch.dynamic.depth.dht import DHTGating
+    from archsearch.dynamic.depth.exits import distill
     from archsearch.models.pretrained import transformer_for_data
 
     root, data, teacher, loop = setup

@@ -37,7 +37,7 @@ def test_paired_bootstrap_stat_golden():
     _, x, *_ = _inputs()
     point, boot = stats.paired_bootstrap_stat(lambda idx: x[idx].mean(1), len(x), draws=1000, seed=0)
     assert float(point[0]) == pytest.approx(float(x.mean()))
-    assert stats.percentile_ci(boot) == [-0.2187337879997406, 0.09089199710287942]
+    assert stats.bootstrap_ci(boot) == [-0.2187337879997406, 0.09089199710287942]
 
 
 def test_grouped_bootstrap_golden():

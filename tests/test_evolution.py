@@ -1,4 +1,4 @@
-"""Tests for archsearch.dynamic.evolution: the genetic operators keep the monotone constraint,
+"""Tests for archsearch.dynamic.length.evolution: the genetic operators keep the monotone constraint,
 the front is the Pareto set, and a resumed search continues from its store.
 
 The search runs on a deterministic analytic objective (accuracy-like score that grows with the
@@ -15,15 +15,15 @@ import random
 import numpy as np
 import pytest
 
-from archsearch.dynamic.evolution import (
+from archsearch.dynamic.length.config import smallest_length_config
+from archsearch.dynamic.length.evolution import (
     EvolutionarySearch,
     crossover,
     initial_population,
     interpolate,
     mutate,
 )
-from archsearch.dynamic.length_config import smallest_length_config
-from archsearch.dynamic.length_forward import length_config_flops
+from archsearch.dynamic.length.forward import length_config_flops
 from archsearch.models.transformer import TransformerConfig
 
 L, N = 6, 48

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from archsearch.dynamic.depth_predictor import DepthPredictorGating
-from archsearch.dynamic.dht import DHTGating
+from archsearch.dynamic.depth.dht import DHTGating
+from archsearch.dynamic.depth.predictor import DepthPredictorGating
 from archsearch.models.transformer import Transformer, TransformerConfig
 
 
@@ -50,7 +50,7 @@ def test_every_exit_read_at_once_gives_each_exits_head_logits(device, own_heads)
     equals ``head_logits`` exit by exit, with padding, each exit's own head or the shared one,
     and its gradients reach each head (a broken variant that gives every exit the deepest head
     fails with own heads)."""
-    from archsearch.dynamic.exits import read_exits
+    from archsearch.dynamic.depth.exits import read_exits
 
     model, x, mask = _model(device=device)
     mask[:3, 6:] = False  # padded rows: the pooling must skip their pads
@@ -109,7 +109,7 @@ def test_the_stacked_exit_terms_give_the_per_exit_losses():
     per-exit ones; LM logits and a loss without ``reduction`` are not stacked."""
     import torch.nn.functional as F
 
-    from archsearch.dynamic.exits import all_exit_loss, distill, exit_terms, per_sample_ce, per_sample_ce_of_exits
+    from archsearch.dynamic.depth.exits import all_exit_loss, distill, exit_terms, per_sample_ce, per_sample_ce_of_exits
 
     torch.manual_seed(2)
     exits = [torch.randn(6, 4, requires_grad=True) for _ in range(5)]
@@ -146,7 +146,7 @@ def test_the_stacked_exit_terms_give_the_per_exit_losses():
 def test_all_exit_loss_averages_or_sums_the_shallow_exits_and_both_strategies_use_it(device):
     import torch.nn.functional as F
 
-    from archsearch.dynamic.exits import all_exit_loss, distill
+    from archsearch.dynamic.depth.exits import all_exit_loss, distill
 
     torch.manual_seed(1)
     exits = [torch.randn(5, 3) for _ in range(4)]

@@ -30,7 +30,7 @@ def test_the_best_trial_exported_scores_its_recorded_validation_accuracy(tiny_ru
     """From text, through the exported tokenizer, weights and gating: the validation split's
     sentences are classified to exactly the accuracy the trial recorded."""
     import archsearch
-    from archsearch.data.loading import load as load_dataset
+    from archsearch.data import load as load_dataset
 
     best = _best(tiny_run)
     meta = json.loads((exported / "archsearch.json").read_text())
@@ -214,7 +214,7 @@ def test_a_static_trial_loads_in_plain_transformers_with_the_same_logits(exporte
     import torch
 
     import archsearch
-    from archsearch.data.loading import load as load_dataset
+    from archsearch.data import load as load_dataset
 
     texts = list(load_dataset("rotten_tomatoes_sentences")["validation"]["text"])[:64]
     model = archsearch.load(exported)
@@ -222,7 +222,7 @@ def test_a_static_trial_loads_in_plain_transformers_with_the_same_logits(exporte
     torch.save({"input_ids": ids, "attention_mask": mask}, tmp_path / "ids.pt")
     from conftest import load_benchmark
 
-    (tmp_path / "run.py").write_text(load_benchmark("export").HF_SCRIPT)
+    (tmp_path / "run.py").write_text(load_benchmark("product.export").HF_SCRIPT)
     proc = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(exported), str(tmp_path / "ids.pt"),
                            str(tmp_path / "logits.pt")], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)

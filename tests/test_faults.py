@@ -227,7 +227,7 @@ def test_fault_benchmark_count_catches_a_resume_that_skips_a_trial(tmp_path):
     """The benchmark's check on a correct run finds nothing; on the broken variant (a resume
     that skipped one trial: its record and its Optuna trial gone) it reports it lost; a trial
     recorded twice is reported duplicated. A check that cannot fail would pass all three."""
-    faults = load_benchmark("faults")
+    faults = load_benchmark("product.faults")
     run = _finished_run(tmp_path, 4)
     ok = faults.count(run.path, expected=4)
     assert (ok["lost"], ok["duplicated"], ok["completed"]) == (0, 0, 4)

@@ -210,7 +210,7 @@ def test_same_seed_same_result_and_calibration_reads_no_labels(gating_run, small
 
 def test_a_broken_gating_is_caught_by_the_budget_check(small_data, device, monkeypatch):
     """The budget check can fail: a confidence exit whose calibration is skipped misses it."""
-    from archsearch.dynamic.confidence_exit import ConfidenceExitGating
+    from archsearch.dynamic.depth.confidence_exit import ConfidenceExitGating
     from archsearch.models import costs
 
     monkeypatch.setattr(ConfidenceExitGating, "before_evaluate", lambda self, split="validation": None)

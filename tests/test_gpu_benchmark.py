@@ -1,4 +1,5 @@
-"""benchmarks/gpu.py: its summary arithmetic, and a real (time-boxed) run on the CPU."""
+"""benchmarks/gpu/gpu.py: its summary arithmetic, the stored gpu.json regenerated from the committed
+device calls' rows, and a real (time-boxed) run on the CPU."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from conftest import ROOT, load_benchmark
 
 
 def test_paired_bootstrap_is_centred_on_the_gain_and_narrows_with_rows():
-    gpu = load_benchmark("gpu")
+    gpu = load_benchmark("gpu.gpu")
     a, b = "1" * 60 + "0" * 40, "1" * 50 + "0" * 50  # a right on 10 more rows of 100: +10 points
     r = gpu.paired_bootstrap(a, b)
     assert r["mean"] == 10.0 and r["ci95"][0] < 10.0 < r["ci95"][1]
@@ -23,7 +24,7 @@ def test_paired_bootstrap_is_centred_on_the_gain_and_narrows_with_rows():
 
 
 def test_summary_ratios_come_from_the_rows():
-    gpu = load_benchmark("gpu")
+    gpu = load_benchmark("gpu.gpu")
     rows = [{"name": "static6/s0/fp32", "device": "cpu", "wall_s_b1": 2.0, "train_seconds": 10.0,
              "flops_per_sample": 100.0, "accuracy": 0.8},
             {"name": "dht@0.5/s0/fp32", "wall_s_b1": 1.0, "train_seconds": 15.0, "flops_per_sample": 50.0,
@@ -37,7 +38,7 @@ def test_the_routed_forward_choice_follows_the_protocol_rule_on_validation_accur
     """'shared' is chosen when its mean validation accuracy over 3 seeds is at most 0.5 points
     below 'separate''s, whatever the test rows say; the dht_* keys then come from its rows; with a
     seed missing, or 0.6 points below, 'separate' stays."""
-    gpu = load_benchmark("gpu")
+    gpu = load_benchmark("gpu.gpu")
 
     def rows(shared_val, shared_seeds=3):
         out = [{"name": "static6/s0/fp32", "device": "cuda", "wall_s_b1": 2.0, "train_seconds": 10.0,
@@ -63,7 +64,7 @@ def test_timings_are_compared_within_a_machine_and_the_worst_machine_is_reported
     """A ratio never divides one machine's seconds by another's: each machine's rows give their
     own ratios (``by_machine``); the top-level key is the worst machine's; a machine without the
     full model's row gives none; accuracy keys read every row."""
-    gpu = load_benchmark("gpu")
+    gpu = load_benchmark("gpu.gpu")
 
     def row(name, machine, wall, acc):
         return {"name": name, "machine": machine, "device": "cuda", "wall_s_b1": wall, "train_seconds": wall,
@@ -81,8 +82,11 @@ def test_timings_are_compared_within_a_machine_and_the_worst_machine_is_reported
     assert gpu.summarize(broken)["dht_wall_ratio_b1_at_0.5"] == 0.1  # mixes machines: c's 0.1 / b's 1.0
 
 
-def test_merge_attributes_each_row_to_the_first_call_that_holds_it(tmp_path):
-    gpu = load_benchmark("gpu")
+def test_merge_attributes_each_row_to_the_first_call_that_holds_it(tmp_path, monkeypatch):
+    from benchmarks.evidence import ledger
+
+    monkeypatch.setattr(ledger, "LEDGER", tmp_path / "ledger")  # the reads of these made-up rows stay here
+    gpu = load_benchmark("gpu.gpu")
     base = {"seed": 0, "device": "cuda", "flops_per_sample": 100.0, "accuracy": 0.8, "train_seconds": 1.0}
     full_a = {**base, "name": "static6/s0/fp32", "wall_s_b1": 2.0}
     dht_a = {**base, "name": "dht@0.5/s0/fp32", "wall_s_b1": 1.0, "flops_per_sample": 50.0}
@@ -103,14 +107,20 @@ def test_merge_attributes_each_row_to_the_first_call_that_holds_it(tmp_path):
     assert data["summary"]["dht_wall_ratio_b1_at_0.5"] == 0.6
 
 
+def test_check_regenerates_the_stored_result_from_the_committed_calls():
+    gpu = load_benchmark("gpu.gpu")
+    assert gpu.main(["check"]) == 0
+
+
 @pytest.mark.slow
 def test_a_time_boxed_cpu_run_writes_rows_and_a_summary(tmp_path):
     out, rows = tmp_path / "gpu.json", tmp_path / "rows.jsonl"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "run", "--device", "cpu",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu.gpu", "run", "--device", "cpu",
                            "--quick", "--max-seconds", "1", "--rounds", "1", "--out", str(out), "--rows", str(rows)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
     (row,) = data["rows"]  # the time box lets exactly the first row run
     assert row["name"] == "static6/s0/fp32" and len(row["correct"]) > 0 and row["wall_s_b1"] > 0
-    assert data["summary"]["device"] == "cpu" and data["provenance"]["protocol"] == "benchmarks/protocols/gpu.json"
+    assert data["summary"]["device"] == "cpu" and data["protocol"]["path"] == "benchmarks/gpu/protocols/gpu.json"
+    assert "ledger" not in data  # a --quick smoke reads no test split of the protocol

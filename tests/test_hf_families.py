@@ -102,7 +102,7 @@ def padded_batch(pad_id: int, vocab_size: int, T: int = 16, device="cpu"):
     ("distilbert", {"activation": "relu"}), ("distilbert", {"sinusoidal_pos_embds": True})],
     ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()) or "default")
 def test_all_gates_open_equals_hf_last_hidden_state(tmp_path, model_type, extra, device):
-    from archsearch.dynamic.dht import DHTGating
+    from archsearch.dynamic.depth.dht import DHTGating
     from archsearch.models.pretrained import transformer_from_pretrained
 
     torch.set_num_threads(1)

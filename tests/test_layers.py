@@ -81,3 +81,43 @@ def test_only_runs_py_spells_the_run_directory_layout():
             if any(f'"{n}"' in code or f"'{n}'" in code for n in ("run.json", "space.yaml", "optuna.db", "tuner.pkl", "trials/")):
                 spelled.append(f"{p.relative_to(PKG)}:{i}: {line.strip()}")
     assert not spelled, "\n".join(spelled)
+
+
+#: The families of :mod:`archsearch.dynamic` (its subpackages); the rest of it is the shared core.
+DYNAMIC_FAMILIES = ("depth", "length", "tying")
+
+
+def _family(module: str) -> str | None:
+    """``depth`` for ``archsearch.dynamic.depth.dht``, ``"core"`` for ``archsearch.dynamic.base``,
+    ``None`` outside ``archsearch.dynamic``."""
+    parts = module.split(".")
+    if parts[:2] != ["archsearch", "dynamic"]:
+        return None
+    return parts[2] if len(parts) > 3 or (len(parts) == 3 and parts[2] in DYNAMIC_FAMILIES) else "core"
+
+
+def test_dynamic_families_import_the_core_and_never_each_other():
+    """Inside ``archsearch.dynamic`` the families (``depth/``, ``length/``, ``tying/``) import the
+    shared core, never one another, and the core imports no family (the registry names their
+    classes by string and imports them on first use)."""
+    mods = _modules()
+    assert {p for p in DYNAMIC_FAMILIES} <= {_family(m) for m in mods}
+    crossing = [(m, t) for m, p in mods.items() if _family(m) is not None
+                for t in _imports(m, p, mods) if _family(t) is not None
+                and _family(t) != "core" and _family(t) != _family(m)]
+    assert not crossing, crossing
+
+
+def test_each_family_settings_module_imports_no_torch():
+    """``archsearch.dynamic.<family>.settings`` (the family's pydantic ``Settings``) is torch-free,
+    as the core's ``archsearch.dynamic.settings`` is: a fresh interpreter imports all of them
+    without torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import archsearch.dynamic.settings; "
+            + "; ".join(f"import archsearch.dynamic.{f}.settings" for f in DYNAMIC_FAMILIES)
+            + "; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PKG.parent).stdout.strip()
+    assert out == "[]", out

@@ -1,4 +1,4 @@
-"""benchmarks/length_adaptive.py's bookkeeping on the committed rows (fast, no training): each
+"""benchmarks/length/length_adaptive.py's bookkeeping on the committed rows (fast, no training): each
 reported JSON's summary is what ``summarize`` gives on the rows of its protocol, and the
 protocol of a row is recognised, so a rerun resumes after it instead of training it again."""
 
@@ -16,23 +16,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def la():
-    return load_benchmark("length_adaptive")
+    return load_benchmark("length.length_adaptive")
 
 
 def _rows(la, **kw):
-    want = la.protocol(**kw)
-    return [r for r in map(json.loads, la.RUNS.read_text().splitlines()) if r.get("protocol") == want]
+    return list(la.rows_of(la.RUNS, la.protocol(**kw)).values())
 
 
 @pytest.mark.parametrize("name, kw", [("length_adaptive", {"ld_steps": 600, "ld_from": "full"}),
                                       ("length_adaptive_from_short", {"ld_steps": 600})])
 def test_reported_summary_regenerates_from_the_rows_of_its_protocol(la, name, kw):
-    result = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+    result = json.loads((ROOT / "benchmarks" / "length" / "results" / f"{name}.json").read_text())
     seeds = result["provenance"]["seeds"]
     rows = {r["seed"]: r for r in _rows(la, **kw)}
     assert sorted(rows) == sorted(seeds)
-    summary, met = la.summarize([rows[s] for s in seeds])
-    assert summary == result["summary"] and met == result["targets_met"]
+    assert la.summarize([rows[s] for s in seeds]) == result["summary"]
+    assert result["ledger"][""]["test_set"] == "20newsgroups:test" and result["exploratory"] is True
+
+
+def test_check_regenerates_both_stored_results():
+    la = load_benchmark("length.length_adaptive")
+    assert la.main(["check"]) == 0
 
 
 def test_ld_from_full_is_a_protocol_of_its_own(la):
@@ -51,7 +55,7 @@ def test_the_gpu_protocol_is_a_protocol_of_its_own(la):
     cpu, gpu = la.protocol(1452, ld_from="full"), la.protocol(1452, ld_from="full", device="cuda")
     assert "device" not in cpu and gpu["device"] == "cuda" and {**gpu, "device": None} != cpu
     assert la.protocol(600, ld_from="full") == la.protocol(600, ld_from="full", device="cpu")  # old rows keep theirs
-    committed = json.loads((ROOT / "benchmarks" / "protocols" / "length_adaptive_5ep.json").read_text())
+    committed = json.loads((ROOT / "benchmarks" / "length" / "protocols" / "length_adaptive_5ep.json").read_text())
     assert committed["seeds"] == [0, 1, 2] and committed["ld_steps"].startswith("1452 ")
     assert 1452 * la.BATCH <= 5 * 9293 < 1453 * la.BATCH  # 5 epochs of the 9,293 training documents
 
@@ -69,7 +73,7 @@ def test_summary_intervals_are_paired_over_documents_and_pooled_over_seeds(la):
     full = "1" * 300 + "0" * 100
     rows = [_row(0, full, "1" * 296 + "0" * 104, "1" * 290 + "0" * 110, "1" * 280 + "0" * 120),
             _row(1, full, "1" * 292 + "0" * 108, "1" * 288 + "0" * 112, "1" * 284 + "0" * 116)]
-    summary, _ = la.summarize(rows)
+    summary = la.summarize(rows)
     assert summary["lat_acc_drop_pts_at_0.5"] == pytest.approx(100 * 6 / n)  # (4 + 8) / 2 rows of 400
     lo, hi = summary["lat_acc_drop_pts_at_0.5_ci"]
     assert 0 < lo < 100 * 6 / n < hi  # the adaptive model is wrong only where the full one is: an interval above 0
@@ -86,12 +90,13 @@ def test_summary_intervals_are_paired_over_documents_and_pooled_over_seeds(la):
     # rows without per-document results (the CPU protocol's) get no interval
     for r in rows:
         del r["rows"]["full"]["test_correct"]
-    assert "lat_acc_drop_pts_at_0.5_ci" not in la.summarize(rows)[0]
+    assert "lat_acc_drop_pts_at_0.5_ci" not in la.summarize(rows)
 
 
 def test_paired_bootstrap_refuses_rows_of_different_lengths():
-    common = load_benchmark("common")
+    from benchmarks.evidence.stats import paired_bootstrap
+
     with pytest.raises(ValueError, match="one length"):
-        common.paired_bootstrap([("101", "10")])
+        paired_bootstrap([("101", "10")])
     with pytest.raises(ValueError):
-        common.paired_bootstrap([])
+        paired_bootstrap([])

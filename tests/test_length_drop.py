@@ -1,4 +1,4 @@
-"""Tests for archsearch.dynamic.length_drop: LengthDrop sampling, token dropping that really
+"""Tests for archsearch.dynamic.length.drop: LengthDrop sampling, token dropping that really
 shortens the computation, drop-and-restore, FLOPs, and the gating strategy on real data."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from archsearch.dynamic import gating_class
-from archsearch.dynamic.length_config import (
+from archsearch.dynamic.length.config import (
     check_length_config,
     constant_ratio_config,
     sample_length_config,
     scale_counts,
     smallest_length_config,
 )
-from archsearch.dynamic.length_drop import LengthDropGating
-from archsearch.dynamic.length_forward import length_config_flops, length_drop_forward, significance
+from archsearch.dynamic.length.drop import LengthDropGating
+from archsearch.dynamic.length.forward import length_config_flops, length_drop_forward, significance
 from archsearch.models.costs import count_flops_torch, flops_per_sample
 from archsearch.models.transformer import Transformer, TransformerConfig
 
@@ -257,7 +257,7 @@ def test_settings_are_typed_documented_and_refuse_bad_keys():
     """``LengthDropGating.Settings``: every knob the gating reads is a documented field; an
     unknown key, a rule outside the Literal, ``prefix`` for the LM and out-of-range values are
     refused with the key in the message; lists (YAML) become tuples; ``None`` keeps defaults."""
-    from archsearch.dynamic.length_forward import DROP_RULES
+    from archsearch.dynamic.length.forward import DROP_RULES
 
     S = LengthDropGating.Settings
     assert set(S.model_fields) == {

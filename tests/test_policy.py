@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -130,9 +129,9 @@ def test_shipped_policy_was_trained_on_training_tasks_only():
     """The manifest names its training tasks: all from the committed split's train part, none
     from validation or test (a leak would be caught here)."""
     if not pol.WEIGHTS.exists():
-        pytest.skip("no shipped policy weights yet (benchmarks/ahto_policy.py train)")
+        pytest.skip("no shipped policy weights yet (python -m benchmarks.ahto_policy.ahto_policy run --stage train)")
     blob = json.loads(pol.WEIGHTS.read_text())
-    split = json.loads((ROOT / "benchmarks" / "protocols" / "lcbench_split.json").read_text())["split"]
+    split = json.loads((ROOT / "benchmarks" / "testbeds" / "data" / "lcbench_split.json").read_text())["split"]
     man = blob["manifest"]
     assert man["training_tasks"] and set(man["training_tasks"]) <= set(split["train"])
     assert not set(man["training_tasks"]) & (set(split["validation"]) | set(split["test"]))
@@ -157,20 +156,19 @@ def test_drop_ins_have_visible_documented_signatures(cls_name):
 @pytest.fixture(scope="module")
 def lcbench():
     pytest.importorskip("onnxruntime")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import lcbench as lc
+    from benchmarks.testbeds import lcbench as lc
 
     return lc
 
 
 def test_lcbench_surrogate_matches_yahpo_gym(lcbench):
     """Two rows computed with yahpo-gym 1.0.2's BenchmarkSet.objective_function (throwaway
-    environment; benchmarks/results/lcbench_check.json compares 300)."""
+    environment; benchmarks/searchers/results/lcbench_check.json compares 300)."""
     s = lcbench.surrogate()
     cfg = {"batch_size": 91, "learning_rate": 0.0031622777, "momentum": 0.545, "weight_decay": 0.050005,
            "num_layers": 3, "max_units": 256, "max_dropout": 0.5}
     got = s.predict("3945", [cfg, cfg], epoch=[52, 10])
-    check = json.loads((ROOT / "benchmarks" / "results" / "lcbench_check.json").read_text())["summary"]
+    check = json.loads((ROOT / "benchmarks" / "searchers" / "results" / "lcbench_check.json").read_text())["summary"]
     assert check["agrees"] and check["rows"] >= 300
     assert got["val_accuracy"].shape == (2,) and (got["time"] > 0).all()
     assert got["time"][0] > got["time"][1]  # 52 epochs take longer than 10
@@ -212,7 +210,7 @@ def test_lcbench_keys_detect_a_gain_and_not_a_copy(lcbench, tmp_path):
     """searchers.py's issue-37 keys on fake runs: ahto at half of qnehvi's regret on 9 of 10 test
     tasks gives ratio 0.5, p < 0.05, 1 task worse; a copy of qnehvi (the broken variant) gives
     ratio 1, no p (every difference is zero) and no task worse."""
-    import searchers
+    from benchmarks.searchers import searchers
 
     tasks = lcbench.load_split()["test"]
     worse = tasks[0]

@@ -50,7 +50,7 @@ def test_all_gates_open_equals_hf_bert_model_within_1e_4(ours, device):
         pad = ours.padding_mask(ids, mask)
         hidden = ours.run_layers(ours.embed(ids), pad)  # (B, T, d)
         # DHT with every gate forced open runs the same path
-        from archsearch.dynamic.dht import DHTGating
+        from archsearch.dynamic.depth.dht import DHTGating
 
         dht = DHTGating(ours, {"n_fixed": 1, "exit_heads": False}, {"seed": 0})  # the fixture's heads stay
         dht.force_depth = 6

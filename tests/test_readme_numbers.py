@@ -66,7 +66,8 @@ def test_missing_summary_provenance_and_broken_json_are_shown_not_fatal(tmp_path
                     "nested": {"deep": {"k": 1}, "flat": 2}},
         "provenance": prov, "targets": {"ratio": "<= 0.1", "bytes": 2000000}}))
     (tmp_path / "b.json").write_text(json.dumps({"rows": [1, 2]}))
-    (tmp_path / "c.json").write_text(json.dumps({"summary": {"n": 3}, "targets_met": {"n >= 4": False}}))
+    (tmp_path / "c.json").write_text(json.dumps({"summary": {"n": 3},
+                                                  "targets": {"n": {"target": ">= 4", "value": 3, "met": False}}}))
     (tmp_path / "d.json").write_text("{not json")
     text = summarize.render(tmp_path, tmp_path / "no-example")
     rows = text.splitlines()
@@ -134,7 +135,8 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     (tmp_path / "schedulers.json").write_text(json.dumps({
         "summary": {"ahto_time_to_95_ratio_vs_asha": 0.8, "ahto_time_to_95_ratio_vs_asha_ci": [0.7, 0.9],
                     "ahto_wilcoxon_p_vs_asha": 0.01, "ahto_time_to_95_ratio_vs_hyperband": 0.95},
-        "targets": {"ahto_time_to_95_ratio_vs_asha": "<= 0.85", "ahto_wilcoxon_p_vs_asha": "< 0.05"}}))
+        "targets": {"ahto_time_to_95_ratio_vs_asha": {"target": "<= 0.85", "with": ["ahto_wilcoxon_p_vs_asha"]},
+                    "ahto_wilcoxon_p_vs_asha": "< 0.05"}}))
     (tmp_path / "dht.json").write_text(json.dumps({  # one summary section per dataset
         "summary": {"rt": {"dht_gain_over_static_pts_at_0.5": 1.0, "confidence_exit_gain_over_static_pts_at_0.5": 0.5,
                            "dht_acc_drop_pts_at_0.5": 2.0},
@@ -145,7 +147,7 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     rows = summarize.render(tmp_path, tmp_path / "no-example").splitlines()
     sched = next(r for r in rows if r.startswith("| AHTO scheduler"))
     assert "**0.8** x ASHA's (Wilcoxon p 0.01 over 10 tasks; the target also asks p < 0.05); 95% CI 0.7 to 0.9" in sched and "Hyperband: 0.95x" in sched
-    # the ratio's target holds only with the p-value's (JOINT_TARGETS)
+    # the ratio's target holds only with the p-value's (the result's joint rule, "with")
     assert sched.endswith("| <= 0.85: met; and `ahto_wilcoxon_p_vs_asha` < 0.05: met (0.01): **met** |")
     dht, second = (r for r in rows if r.startswith("| Per-sample depth"))
     assert "**1** accuracy points over the static cut (3 seeds each; DHT's stop rule" in dht and "; no interval" in dht
@@ -169,10 +171,11 @@ def test_provenance_commit_is_dirty_for_code_not_for_results(tmp_path, monkeypat
     result file, a result renamed before its rerun): those would mark every row of a run dirty."""
     import subprocess
 
-    common = load_benchmark("common")
+    from benchmarks.evidence import provenance as common
+
     git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
-    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
-    (tmp_path / "benchmarks" / "results" / "a.json").write_text("{}")
+    (tmp_path / "benchmarks" / "depth" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "depth" / "results" / "a.json").write_text("{}")
     (tmp_path / "code.py").write_text("x = 1\n")
     git("init", "-q")
     git("add", ".")
@@ -180,8 +183,8 @@ def test_provenance_commit_is_dirty_for_code_not_for_results(tmp_path, monkeypat
     monkeypatch.setattr(common, "ROOT", tmp_path)
     head = common.git_commit()
     assert len(head) == 40
-    (tmp_path / "benchmarks" / "results" / "a.json").write_text('{"rows": []}')
-    git("mv", "benchmarks/results/a.json", "benchmarks/results/b.json")
+    (tmp_path / "benchmarks" / "depth" / "results" / "a.json").write_text('{"rows": []}')
+    git("mv", "benchmarks/depth/results/a.json", "benchmarks/depth/results/b.json")
     assert common.git_commit() == head
     (tmp_path / "code.py").write_text("x = 2\n")
     assert common.git_commit() == head + "+dirty"

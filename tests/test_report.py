@@ -632,7 +632,7 @@ def test_report_command_exits_1_without_a_result_and_writes_only_under_reports(t
     from conftest import TINY_SPACE, load_benchmark
 
     def report(*argv):
-        code, _, err, _, trace = load_benchmark("fuzz").run_cli_inprocess(["report", *argv], tmp_path)
+        code, _, err, _, trace = load_benchmark("product.fuzz").run_cli_inprocess(["report", *argv], tmp_path)
         assert not trace, trace
         return code, err.strip()
 

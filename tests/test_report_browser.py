@@ -410,13 +410,13 @@ def hostile_runs(tmp_path_factory):
     * dataset text: the space's ``dataset.name`` is :data:`DATASET` and its ``text_column``
       is :data:`HOSTILE`; the page does not show the dataset spec, so the dataset text that
       reaches it is the data loader's own error for that dataset name
-      (:func:`archsearch.data.loading.resolve`), reduced to one line by the recorder's
+      (:func:`archsearch.data.names.resolve`), reduced to one line by the recorder's
       :func:`archsearch.tune.callbacks.error_line`, as trial 2's error;
     * error message: trial 1 failed with ``RuntimeError:`` :data:`HOSTILE` (several lines).
     """
     import yaml
 
-    from archsearch.data.loading import resolve
+    from archsearch.data.names import resolve
     from archsearch.errors import UserError
     from archsearch.report import report_run
     from archsearch.report.compare import compare_runs

@@ -245,7 +245,7 @@ def test_benchmark_and_cli_build_the_searcher_with_the_same_call(tiny, monkeypat
 
     monkeypatch.setattr(search, "make", spy)
     build_core(name, space, data, seed=3)                      # what `archsearch search` builds
-    load_benchmark("searchers").run_one(_TinyProblem(space, data), name, 3, budget=1)   # what it compares
+    load_benchmark("searchers.searchers").run_one(_TinyProblem(space, data), name, 3, budget=1)   # what it compares
     assert len(calls) == 2
     (a_args, a_kw, a_fn, a), (b_args, b_kw, b_fn, b) = calls
     assert a_args[0] == b_args[0] == name and a_kw == b_kw and a_fn == b_fn == "function"

@@ -271,12 +271,12 @@ def test_a_retried_trial_keeps_its_rung_values():
 
 
 def test_shipped_policy_is_the_validation_choice():
-    """The package data holds the variant ``benchmarks/schedulers.py validate`` chose, with
+    """The package data holds the variant ``python -m benchmarks.schedulers.schedulers run --stage validate`` chose, with
     its manifest (features, selection rule, validation scores)."""
     pol = load_stop_policy()
     man = pol["manifest"]
     assert man["features"] == list(FEATURES)
-    val = json.loads((ROOT / "benchmarks" / "data" / "scheduler_validation.json").read_text())
+    val = json.loads((ROOT / "benchmarks" / "schedulers" / "runs" / "scheduler_validation.json").read_text())
     assert man["variant"] == val["chosen"]
     assert man["validation_scores"] == val["scores"]
     assert all(math.isfinite(w) for w in pol["weights"]) and len(pol["weights"]) == len(FEATURES)

@@ -1,4 +1,4 @@
-"""benchmarks/schedulers.py's simulated searches on LCBench (issue 38): the horizon check of
+"""benchmarks/schedulers/schedulers.py's simulated searches on LCBench (issue 38): the horizon check of
 protocol v2 reads a long search's prefix as the shorter search, which holds for schedulers whose
 decisions do not read the budget, and not for one that does."""
 
@@ -12,7 +12,7 @@ TASK = "34539"  # a training task
 @pytest.fixture(scope="module")
 def S():
     pytest.importorskip("onnxruntime")
-    return load_benchmark("schedulers")
+    return load_benchmark("schedulers.schedulers")
 
 
 def test_curves_do_not_depend_on_the_chunk(S):
@@ -64,3 +64,10 @@ def test_v3_scores_its_own_ahto_and_v1s_other_schedulers(S):
     ahto = [r for r in rows if r["label"] == "ahto"]
     assert len(ahto) == len(own) == 200 and {(r["task"], r["seed"]) for r in ahto} == own
     assert {r["label"] for r in rows} == set(S.SCHEDULERS) and len(rows) == 1000
+
+
+@pytest.mark.slow
+def test_stored_results_regenerate(S):
+    """schedulers_v1.json, schedulers_v2.json and schedulers.json regenerate from the committed
+    runs (``check``: provenance aside; the ledger left as it is)."""
+    assert S.main(["check"]) == 0

@@ -180,7 +180,7 @@ def test_model_based_uses_gp_and_fidelity():
 
 def test_ahto_without_policy_is_qnehvi():
     """``policy="none"``: AHTO is plain qLogNEHVI (same seed, same suggestions, same state), the
-    ablation benchmarks/lcbench.py compares against. A state saved by the removed per-run
+    ablation benchmarks/testbeds/lcbench.py compares against. A state saved by the removed per-run
     policy (``policy`` / ``rewards`` entries) still restores."""
     space = parse_space(SPACE)
     a = make("ahto", space, seed=3, cost_fn=costs, policy="none", **FAST)

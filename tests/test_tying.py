@@ -9,9 +9,9 @@ import torch
 
 from archsearch.data import prepare
 from archsearch.dynamic import tying_class
-from archsearch.dynamic.tying import AllTying, EveryKTying, RLTying
-from archsearch.dynamic.tying_agent import ImprovementReward, QNetwork, TyingAgent
-from archsearch.dynamic.tying_maps import (
+from archsearch.dynamic.tying.agent import ImprovementReward, QNetwork, TyingAgent
+from archsearch.dynamic.tying.controllers import AllTying, EveryKTying
+from archsearch.dynamic.tying.maps import (
     apply_tying_map,
     check_map,
     next_map,
@@ -19,6 +19,7 @@ from archsearch.dynamic.tying_maps import (
     sync_optimizer,
     tying_map,
 )
+from archsearch.dynamic.tying.rl import RLTying
 from archsearch.models import costs
 from archsearch.models.transformer import Transformer, TransformerConfig
 from archsearch.tune.trainable import TrialLoop

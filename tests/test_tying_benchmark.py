@@ -1,4 +1,4 @@
-"""benchmarks/tying.py's bookkeeping (fast, no long training): the reported summary is what
+"""benchmarks/tying/tying.py's bookkeeping (fast, no long training): the reported summary is what
 ``summarize`` gives on the committed rows of its setup; ``converged`` fails on a curve that does
 not overfit; the measured training-state memory counts a frozen alias's memory once and no
 gradient or optimizer state for it."""
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def tb():
-    return load_benchmark("tying")
+    return load_benchmark("tying.tying")
 
 
 def _row(variant, seed, best, params, curve=None, mb=1.0):
@@ -72,7 +72,7 @@ def test_the_addenda_are_scored_after_their_switch(tb):
 
 
 def test_measured_memory_counts_a_frozen_alias_once_without_gradient_or_state(tb):
-    from archsearch.dynamic.tying_maps import apply_tying_map
+    from archsearch.dynamic.tying.maps import apply_tying_map
     from archsearch.models.transformer import Transformer, TransformerConfig
 
     torch.manual_seed(0)
@@ -103,10 +103,10 @@ def test_measured_memory_counts_a_frozen_alias_once_without_gradient_or_state(tb
 
 
 def test_reported_summary_regenerates_from_the_rows_of_its_setup(tb):
-    result = json.loads((ROOT / "benchmarks" / "results" / "tying.json").read_text())
-    if "tied_minus_untied_best_val_ppl" not in result["summary"]:
-        pytest.skip("tying.json is from before issue 39's protocol")
+    result = json.loads((ROOT / "benchmarks" / "tying" / "results" / "tying.json").read_text())
     seeds = result["provenance"]["seeds"]
     rows = tb.read_rows(tb.RUNS, result["setup"])
     summary, _, _ = tb.summarize(rows, seeds)
     assert summary == result["summary"]
+    assert result["ledger"][""]["test_set"] == "shakespeare:test" and result["exploratory"] is True
+    assert tb.main(["check"]) == 0  # the stored result regenerates identically

@@ -22,14 +22,9 @@ Example::
 """
 
 from archsearch.data.batches import classification_batches, lm_batches, num_batches
-from archsearch.data.loading import (
-    DEFAULT_DATASET,
-    DatasetInfo,
-    bundled_names,
-    list_datasets,
-    load,
-)
+from archsearch.data.names import DEFAULT_DATASET, DatasetInfo, bundled_names, list_datasets
 from archsearch.data.prepare import ClassificationSplit, PreparedData, cache_root, prepare, prepare_for_space
+from archsearch.data.standardise import load
 
 __all__ = [
     "DEFAULT_DATASET",

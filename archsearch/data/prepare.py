@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from archsearch.data.loading import DEFAULT_DATASET, SPLITS, _check_task, dataset_fingerprint, load
+from archsearch.data.names import DEFAULT_DATASET, SPLITS, _check_task, dataset_fingerprint
+from archsearch.data.standardise import load
 from archsearch.data.tokenizer import (
     CharTokenizer,
     TextTokenizer,

@@ -6,6 +6,15 @@ share weights during training. The trainable (:mod:`archsearch.tune.trainable`) 
 only through the small interfaces in :mod:`archsearch.dynamic.base`, and they see the trainable
 only through its :class:`~archsearch.dynamic.base.TrialContext`, so each strategy lives in its
 own module and is registered here by name (imported lazily).
+
+Layout: this package is the shared core -- the registry (here), :mod:`~archsearch.dynamic.base`
+(the interfaces and the static defaults), :mod:`~archsearch.dynamic.settings` (the base of every
+``Settings``), :mod:`~archsearch.dynamic.known_costs`, :mod:`~archsearch.dynamic.budget` (FLOPs
+prices and calibration) and :mod:`~archsearch.dynamic.bandits` -- and the strategies live in one
+subpackage per family, each with a torch-free ``settings`` module: :mod:`archsearch.dynamic.depth`
+(dynamic depth and early exit: ``dht``, ``depth_predictor``, ``confidence_exit``),
+:mod:`archsearch.dynamic.length` (``length_drop``) and :mod:`archsearch.dynamic.tying` (every
+``tying:`` but ``none``). Families import the core, never each other.
 """
 
 from __future__ import annotations
@@ -15,20 +24,20 @@ import importlib
 #: ``gating:`` value -> "module:Class" implementing :class:`archsearch.dynamic.base.GatingStrategy`.
 GATING = {
     "static": "archsearch.dynamic.base:StaticGating",
-    "dht": "archsearch.dynamic.dht:DHTGating",
-    "depth_predictor": "archsearch.dynamic.depth_predictor:DepthPredictorGating",
-    "length_drop": "archsearch.dynamic.length_drop:LengthDropGating",
-    "confidence_exit": "archsearch.dynamic.confidence_exit:ConfidenceExitGating",
+    "dht": "archsearch.dynamic.depth.dht:DHTGating",
+    "depth_predictor": "archsearch.dynamic.depth.predictor:DepthPredictorGating",
+    "length_drop": "archsearch.dynamic.length.drop:LengthDropGating",
+    "confidence_exit": "archsearch.dynamic.depth.confidence_exit:ConfidenceExitGating",
 }
 
 #: ``tying:`` value -> "module:Class" implementing :class:`archsearch.dynamic.base.TyingController`.
 TYING = {
     "none": "archsearch.dynamic.base:NoTying",
-    "rl": "archsearch.dynamic.tying:RLTying",
-    "paper": "archsearch.dynamic.tying:PaperTying",
-    "all": "archsearch.dynamic.tying:AllTying",
-    "every_k": "archsearch.dynamic.tying:EveryKTying",
-    "switch": "archsearch.dynamic.tying:SwitchTying",
+    "rl": "archsearch.dynamic.tying.rl:RLTying",
+    "paper": "archsearch.dynamic.tying.rl:PaperTying",
+    "all": "archsearch.dynamic.tying.controllers:AllTying",
+    "every_k": "archsearch.dynamic.tying.controllers:EveryKTying",
+    "switch": "archsearch.dynamic.tying.controllers:SwitchTying",
 }
 
 
@@ -70,7 +79,7 @@ def settings_owners() -> dict[str, list[tuple[str, str]]]:
 
 
 def settings_tables() -> str:
-    """The markdown tables of every registered strategy's settings, gatings first (what README.md
+    """The markdown tables of every registered strategy's settings, gatings first (what docs/usage.md
     and docs/design.md show between their ``settings-tables`` markers)."""
     from archsearch.dynamic.settings import settings_table
 

@@ -13,8 +13,8 @@
 
 A bandit with a budget plays ``argmax_a (score_a - price * cost_a)`` through the ``offset``
 argument of ``select``, the price coming from :class:`archsearch.dynamic.budget.DualPrice`.
-The cascade's stop policy is :mod:`archsearch.dynamic.stopping` (least squares) or
-:mod:`archsearch.dynamic.stop_bandit` (per-exit {stop, continue} LinUCB bandits).
+The cascade's stop policy is :mod:`archsearch.dynamic.depth.stopping` (least squares) or
+:mod:`archsearch.dynamic.depth.stop_bandit` (per-exit {stop, continue} LinUCB bandits).
 
 All randomness comes from a ``numpy.random.Generator`` seeded at construction; the same seed and
 the same calls give the same choices. ``state_dict()`` holds tensors, numbers and strings only

@@ -26,7 +26,7 @@ Failed trials have no metrics and are not drawn (the legend states how many ther
 
 Interactive figures are plain plotly.js specs (``{"data": [...], "layout": {...}}`` dicts,
 :data:`Figure`), not ``plotly.graph_objects``: building 1,000 trials' figures through
-plotly's validators took seconds (see ``benchmarks/report.py``). Every string that goes into
+plotly's validators took seconds (see ``benchmarks/product/report.py``). Every string that goes into
 a figure (hover text, trace names, titles, axis titles) is escaped where the figure is built
 (:func:`~archsearch.report.values.esc`, or ``markupsafe.Markup.format`` for hover texts: the
 escape of the page templates' autoescape): plotly.js renders these strings as (a subset of)

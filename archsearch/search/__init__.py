@@ -21,7 +21,7 @@ def make(name: str, space, *, seed: int = 0, cost_fn=None, **kwargs):
 
     This is the one construction path: ``archsearch search --searcher NAME`` (through
     :func:`archsearch.tune.searchers.tune_searcher`, which wraps the result in the Ray adapter),
-    the Optuna adapter and ``benchmarks/searchers.py`` all call it, so the searcher a benchmark
+    the Optuna adapter and ``benchmarks/searchers/searchers.py`` all call it, so the searcher a benchmark
     compares is the one a user runs. The space's constraints reach every searcher: the Optuna
     baselines through ``Trial.set_constraint``, the model-based ones through their
     feasibility model; ``cost_fn`` (:func:`archsearch.dynamic.known_costs.known_costs_fn`) lets

@@ -349,18 +349,18 @@ class AHTOSearcher(QNEHVISearcher):
     acquisition and its rank, probability of feasibility, distances to observed and front
     points, budget used) and proposes the candidate the policy scores highest. The policy is a
     residual on the log acquisition, meta-trained across LCBench tasks
-    (``benchmarks/ahto_policy.py``; weights and manifest in ``ahto_policy.json``); an untrained
+    (``benchmarks/ahto_policy/ahto_policy.py``; weights and manifest in ``ahto_policy.json``); an untrained
     (zero) residual is "argmax of the log acquisition over the pool". The ask's ``extra`` says
     ``decided_by: meta_policy`` and whether the policy's choice differs from the acquisition's
     (``policy_changed``).
 
-    Measured (``benchmarks/lcbench.py``, LCBench test tasks never seen in training or selection,
+    Measured (``benchmarks/searchers/lcbench.py``, LCBench test tasks never seen in training or selection,
     2 objectives, 20 trials, 20 seeds per task): the policy cut qLogNEHVI's hypervolume regret on
     the 4 validation tasks it was chosen on; on the 10 test tasks it does not (median ratio of
     regrets ahto/qnehvi 1.02, Wilcoxon p 0.92, worse on 6 of 10), and both stay behind Optuna's
-    ``GPSampler``; numbers in ``benchmarks/results/searchers.json``. An earlier policy
+    ``GPSampler``; numbers in ``benchmarks/searchers/results/searchers.json``. An earlier policy
     (REINFORCE from scratch inside each run, choosing among near-ties) was removed because it
-    never beat plain qLogNEHVI (``benchmarks/searchers.py``: Wilcoxon p >= 0.07 everywhere).
+    never beat plain qLogNEHVI (``benchmarks/searchers/searchers.py``: Wilcoxon p >= 0.07 everywhere).
 
     Args:
         space, seed, cost_fn, and the rest: as :class:`QNEHVISearcher`.

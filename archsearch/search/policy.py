@@ -17,7 +17,7 @@ posterior, meta-trained on related tasks; here as a *residual* on qLogNEHVI, Ame
 * **Score** = ``log_acq_gap + g(features)``, ``g`` a 2-layer tanh MLP whose last layer starts at
   zero: an untrained policy is exactly "argmax of the log acquisition over the pool". The
   searcher proposes the candidate with the highest score.
-* **Training** (``benchmarks/ahto_policy.py``): across the LCBench meta-training tasks, the
+* **Training** (``benchmarks/ahto_policy/ahto_policy.py``): across the LCBench meta-training tasks, the
   per-step reduction of log10 hypervolume regret of *every* candidate is known (the surrogate
   evaluates them all), so the policy gradient of the expected one-step reward under
   ``softmax(score / temperature)`` is computed exactly over the pool (an all-action policy

@@ -24,7 +24,7 @@ it goes on, from 7 dimension-free features (:data:`FEATURES`):
 
 The trial continues iff ``weights . features >= 0`` (features clipped to [-5, 5]). With
 ``weights = (1, 0, ..., 0)`` (:data:`ASHA_WEIGHTS`) that is exactly Ray's ``ASHAScheduler`` with one
-bracket, so a policy starts as ASHA; ``benchmarks/schedulers.py train`` moves the weights by
+bracket, so a policy starts as ASHA; ``python -m benchmarks.schedulers.schedulers run --stage train`` moves the weights by
 parameter-exploring policy gradient (PGPE: Sehnke et al., Neural Networks 2010) across LCBench
 training tasks, reward = the area under the log hypervolume-regret curve over training time
 (HV-regret reduction weighted by the time it saves), and ships them as package data

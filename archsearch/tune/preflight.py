@@ -178,7 +178,7 @@ def absolute_local_paths(space: SearchSpace) -> SearchSpace:
     tok = space.dataset.tokenizer
     if not _trained_tokenizer(tok) and absolute(tok) != tok:
         data_update["tokenizer"] = absolute(tok)
-    from archsearch.data.loading import bundled_names
+    from archsearch.data.names import bundled_names
 
     name = space.dataset.name
     if isinstance(name, str) and name not in bundled_names() and absolute(name) != name:
@@ -241,7 +241,7 @@ def check_distill_teacher(space: SearchSpace) -> None:
     """Check every ``distill_teacher`` a search space can produce (``fixed`` and the choices of
     ``params``; falsy values mean "no teacher"), without loading a tensor: the space must give
     an ``init_from`` (the teacher's architecture, as
-    :func:`archsearch.dynamic.exits.load_teacher` requires) and the path must be a readable
+    :func:`archsearch.dynamic.depth.exits.load_teacher` requires) and the path must be a readable
     file in one of ``torch.save``'s formats (a zip archive, or the legacy pickle stream). What
     it holds is checked when a trial loads it.
 

@@ -1,7 +1,7 @@
 """AHTO's learned scheduler as a Ray Tune ``TrialScheduler`` (``budget.scheduler: ahto``).
 
 :class:`AHTOScheduler` stops or continues a trial at ASHA's rungs with the policy of
-:mod:`archsearch.search.scheduler` (meta-trained on LCBench, ``benchmarks/schedulers.py``); with
+:mod:`archsearch.search.scheduler` (meta-trained on LCBench, ``benchmarks/schedulers/schedulers.py``); with
 ``weights=ASHA_WEIGHTS`` it makes exactly the decisions of Ray's ``ASHAScheduler`` (one
 bracket, ``stop_last_trials=True``). Use it as any Tune scheduler::
 

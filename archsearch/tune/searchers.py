@@ -1,7 +1,7 @@
 """The Ray Tune searcher of a run: the one searcher factory, wrapped for Tune.
 
 ``--searcher NAME`` builds the core with :func:`archsearch.search.make` (the same call
-``benchmarks/searchers.py`` makes), gives it the run's known-cost function, wraps it in the
+``benchmarks/searchers/searchers.py`` makes), gives it the run's known-cost function, wraps it in the
 Ray adapter (which records every trial in the run's Optuna study from the moment it is
 suggested: :mod:`archsearch.search.adapters.ray`) and limits concurrency to
 ``budget.max_concurrent``.

@@ -4,7 +4,7 @@ The search runs as a Ray job (Ray's job API, ``ray.job_submission.JobSubmissionC
 talking to the head's dashboard at ``http://HEAD:8265``). What the job gets:
 
 * **code**: a staged copy of the project directory (the source tree archsearch is imported
-  from, without ``.venv``, ``.git``, ``reports``, ``runs``, ``benchmarks/data``, caches and build
+  from, without ``.venv``, ``.git``, ``reports``, ``runs``, ``benchmarks`` (the evidence: run logs and stored models), caches and build
   output), shipped as the job's ``runtime_env`` ``working_dir``. When archsearch is installed
   from a wheel (no source tree), the installed package directory is staged instead. The job
   runs with that directory as its working directory, so ``python -m archsearch.cli`` imports
@@ -54,7 +54,7 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 EXCLUDE_ANYWHERE = (".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache",
                     ".ruff_cache", ".ipynb_checkpoints", "node_modules", "*.egg-info", "*.pyc")
 #: Paths (relative to the project root) never shipped: generated output and large data.
-EXCLUDE_AT_ROOT = ("reports", "runs", "build", "dist", "benchmarks/data", ".ci")
+EXCLUDE_AT_ROOT = ("reports", "runs", "build", "dist", "benchmarks", ".ci")
 
 #: Ray refuses a working_dir package over 512 MiB; we stop well before, with a useful message.
 MAX_SHIP_BYTES = 256 * 2**20

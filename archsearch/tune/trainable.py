@@ -231,7 +231,8 @@ class TrialLoop:
         """Mean training cross-entropy (nats): LM over tokens (``B x T x V`` logits, ``B x T``
         targets), classification over samples (``B x C``, ``B``; with ``label_smoothing``).
         ``reduction="none"``: one loss per sample (classification) or token (LM), whose mean
-        is the default's (the exits' losses in one call: :func:`archsearch.dynamic.exits.exit_terms`)."""
+        is the default's (the exits' losses in one call:
+        :func:`archsearch.dynamic.depth.exits.exit_terms`)."""
         import torch.nn.functional as F
 
         if self.data.task == "lm":

@@ -15,12 +15,5 @@
   ``--seeds 0-2,5``).
 
 Standard library and NumPy at import; SciPy, torch and archsearch are imported where used.
+Import the modules (``from benchmarks.evidence import stats``): the package re-exports nothing.
 """
-
-from benchmarks.evidence.provenance import ROOT, git_commit, machine, provenance
-from benchmarks.evidence.results import compare_results, read_result, write_result
-from benchmarks.evidence.runlog import RunLog, read_jsonl
-from benchmarks.evidence.seeds import parse_seeds
-
-__all__ = ["ROOT", "RunLog", "compare_results", "git_commit", "machine", "parse_seeds",
-           "provenance", "read_jsonl", "read_result", "write_result"]

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 ROOT = Path(__file__).resolve().parents[2]
 
 #: What benchmarks write (results, run logs): changes there do not make the checkout dirty.
-_WRITTEN = [":(exclude,glob)benchmarks/results/**", ":(exclude,glob)benchmarks/**/results/**",
+_WRITTEN = [":(exclude,glob)benchmarks/**/results/**",
             ":(exclude,glob)benchmarks/**/runs/**", ":(exclude,glob)benchmarks/ledger/**"]
 
 

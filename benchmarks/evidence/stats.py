@@ -23,19 +23,23 @@ import numpy as np
 DRAWS = 2000
 
 
-def percentile(values: Any, q: float | Sequence[float]) -> Any:
-    """NumPy's (linear) percentile(s) ``q`` (0-100) of ``values``: floats."""
-    out = np.percentile(np.asarray(values, dtype=float), q)
-    return float(out) if np.ndim(out) == 0 else [float(v) for v in out]
+def _percentile(values: Any, q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
-def percentile_ci(samples: Any, level: float = 0.95) -> list[float]:
+def quantile(values: Any, q: float) -> float:
+    """The ``q`` quantile (0-1) of ``values``: NumPy's linear percentile ``100 q`` (e.g. a p99
+    latency is ``quantile(ms, 0.99)``)."""
+    return _percentile(values, 100 * q)
+
+
+def bootstrap_ci(samples: Any, level: float = 0.95) -> list[float]:
     """The percentile interval ``[low, high]`` holding ``level`` of ``samples`` (a 1-D array of
     bootstrap statistics); default the 2.5th and 97.5th percentiles."""
     tail = (100 - 100 * level) / 2  # 2.5 exactly for 0.95 (100 * (1 - 0.95) / 2 is not)
     # one call per bound: numpy's percentile of a list of q can differ from the scalar calls in
     # the last bit, and the results this library replaced took them one at a time
-    return [percentile(samples, tail), percentile(samples, 100 - tail)]
+    return [_percentile(samples, tail), _percentile(samples, 100 - tail)]
 
 
 def bootstrap_indices(n: int, draws: int = DRAWS, seed: int = 0) -> np.ndarray:
@@ -69,7 +73,7 @@ def paired_bootstrap(pairs: list[tuple[str, str]], n: int = DRAWS, seed: int = 0
     d = np.stack([(np.frombuffer(a.encode(), dtype=np.uint8).astype(float)
                    - np.frombuffer(b.encode(), dtype=np.uint8)) * 100 for a, b in pairs]).mean(0)  # (rows,)
     boots = d[bootstrap_indices(len(d), n, seed)].mean(1)
-    lo, hi = percentile_ci(boots)
+    lo, hi = bootstrap_ci(boots)
     return {"mean": round(float(d.mean()), 3), "ci95": [round(lo, 3), round(hi, 3)]}
 
 
@@ -105,7 +109,7 @@ def grouped_bootstrap(sizes: Sequence[int], stat: Callable[[list[np.ndarray]], f
     """
     rng = np.random.default_rng(seed)
     stats = [stat([rng.integers(0, s, s) for s in sizes]) for _ in range(draws)]
-    return percentile_ci(stats)
+    return bootstrap_ci(stats)
 
 
 def wilcoxon(x: Sequence[float], y: Sequence[float] | None = None, *, min_pairs: int = 5) -> float | None:

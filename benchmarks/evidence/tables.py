@@ -33,6 +33,13 @@ def print_table(rows: Sequence[Sequence[Any]], header: Sequence[str], digits: in
     print(table(rows, header, digits), flush=True)
 
 
+def markdown(rows: Sequence[Sequence[Any]], header: Sequence[str], digits: int = 3) -> str:
+    """A GitHub markdown table: ``| a | b |`` lines, a ``|---|---|`` rule under the header."""
+    lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(c, digits) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def targets_table(evaluated: dict[str, dict[str, Any]]) -> str:
     """The ``targets`` of a result (:func:`benchmarks.evidence.targets.evaluate`) as a table."""
     rows = [(k, t["value"], t["target"], "met" if t["met"] else "missed") for k, t in evaluated.items()]

@@ -3,8 +3,8 @@ launches (issue 35).
 
 On a GPU a MiniLM-sized block on a small batch (batch 1, or batch 32 at length <= 128) is
 launch-bound: the time goes to the host queueing some twenty small kernels per block, not to the
-arithmetic, so an early-exit cascade (:func:`~archsearch.dynamic.exits.run_cascade`), which adds an
-exit head and a stop rule per exit and one host synchronisation per exit, ran 1.1x (batch 1) to
+arithmetic, so an early-exit cascade (:func:`~archsearch.dynamic.depth.exits.run_cascade`), which
+adds an exit head and a stop rule per exit and one host synchronisation per exit, ran 1.1x (batch 1) to
 1.9x (batch 32) the full model's wall time on an H100 while executing half its FLOPs. A segment --
 the blocks up to an exit, that exit's head and its stop rule -- has a fixed shape for a given
 number of rows and length, so it can be captured once as a CUDA graph and replayed with one launch
@@ -45,14 +45,14 @@ from typing import Any, Callable
 import torch
 
 #: ``segment(k, h, pad, state) -> (h, logits, stop, state)``: the cascade's segment ``k`` (see
-#: :func:`archsearch.dynamic.exits.run_cascade`) on ``b`` rows: ``h`` ``b x T x d``, ``pad``
+#: :func:`archsearch.dynamic.depth.exits.run_cascade`) on ``b`` rows: ``h`` ``b x T x d``, ``pad``
 #: ``b x T`` bool or ``None``, ``state`` ``None`` or a tuple of ``b``-row tensors; ``stop`` a ``b``
 #: bool tensor or ``None`` at the last exit.
 Segment = Callable[[int, torch.Tensor, "torch.Tensor | None", Any], tuple]
 
 _EAGER = "eager"  # a segment measured faster without a graph
 
-#: How :func:`~archsearch.dynamic.exits.run_cascade` can run a batch: gathered survivors, the
+#: How :func:`~archsearch.dynamic.depth.exits.run_cascade` can run a batch: gathered survivors, the
 #: whole batch until every row has stopped, or the whole batch to the last exit without waiting
 #: for the device.
 EXECUTORS = ("gather", "whole", "whole_async")

@@ -9,13 +9,13 @@ entropy; we threshold the max softmax probability, the same ordering for two cla
 * Exits: one per depth ``min_layers .. n_layers`` (blocks run before the exit), each with its
   own classifier (``exit_heads``, :meth:`Transformer.add_exit_heads`; the deepest keeps the
   model's head).
-* Training: every exit jointly, :func:`~archsearch.dynamic.exits.all_exit_loss` (the deepest
+* Training: every exit jointly, :func:`~archsearch.dynamic.depth.exits.all_exit_loss` (the deepest
   exit's CE plus each shallower exit's ``(CE + KD) / 2``, combined by ``exit_loss``). DeeBERT
   trains in two stages (backbone and last classifier, then the frozen backbone's off-ramps,
   §3.2); joint training with in-place distillation is the variant measured best here
-  (the development runs, ``benchmarks/data/dynamic_depth_legacy/dht.json``: ``--exit-heads
+  (the development runs, ``benchmarks/depth/runs/dynamic_depth_legacy/dht.json``: ``--exit-heads
   --exit-loss sum``).
-* Inference (:meth:`ConfidenceExitGating.predict`): :func:`~archsearch.dynamic.exits.run_cascade`
+* Inference (:meth:`ConfidenceExitGating.predict`): :func:`~archsearch.dynamic.depth.exits.run_cascade`
   with the rule "max probability >= threshold"; the rows that stop leave the batch, the others
   run the next block as one batch (nothing is computed for a row after its exit).
 * Budget: with ``flops_budget`` the threshold is calibrated before each evaluation
@@ -33,60 +33,21 @@ Shapes: ``x`` ``B x T`` ids, ``mask`` ``B x T`` bool (True = real token), logits
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field
 from torch import nn
 
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
 from archsearch.dynamic.budget import calibrate_monotone
-from archsearch.dynamic.cascade_graphs import graphs_of, model_signature
-from archsearch.dynamic.exits import all_exit_loss, first_stop, read_exits, run_cascade
-from archsearch.dynamic.settings import StrategySettings
+from archsearch.dynamic.depth.cascade_graphs import graphs_of, model_signature
+from archsearch.dynamic.depth.exits import all_exit_loss, first_stop, read_exits, run_cascade
+from archsearch.dynamic.depth.settings import ConfidenceExitSettings
 from archsearch.models import costs
 
-_JSON = "the development runs (benchmarks/data/dynamic_depth_legacy/dht.json)"
 #: Above every max probability, also once rounded to float32 / bfloat16 (as a comparison with a
 #: tensor of that dtype rounds it): at this threshold no row leaves before the last exit.
 NEVER = 1.0 + 2.0 ** -6
-
-
-class ConfidenceExitSettings(StrategySettings):
-    """The knobs of ``gating: confidence_exit``. ``min_layers`` must also be at most the model's
-    ``n_layers`` (checked by the strategy, which knows the model)."""
-
-    flops_budget: float | None = Field(
-        None, gt=0, le=1,
-        description="FLOPs budget: mean executed FLOPs per sample as a fraction of the full "
-        "model's, in (0, 1]; the exit threshold is calibrated on validation rows (no labels) "
-        "before each evaluation so that the fraction lands on it. none = the fixed "
-        f"exit_threshold. {_JSON} measured this baseline at 0.33, 0.5 and 0.7.")
-    exit_threshold: float = Field(
-        0.9, ge=0, le=1,
-        description="Without a flops_budget: a sample leaves at the first exit whose max softmax "
-        "probability is >= this (DeeBERT's confidence rule, Xin et al. 2020, sec. 3, on the max "
-        "probability instead of the entropy). 0 = everyone leaves at the first exit, 1 = only "
-        "certain exits; 0.9 is not tuned.")
-    min_layers: int = Field(
-        1, ge=1,
-        description="Depth of the shallowest exit (blocks); exits after every block min_layers .. "
-        "n_layers (<= n_layers). 1 = an off-ramp after every layer, as in DeeBERT and "
-        f"{_JSON}.")
-    exit_heads: bool = Field(
-        True,
-        description="A classifier per exit below the deepest (DeeBERT's off-ramps, Xin et al. "
-        "2020, sec. 3; PABEE's internal classifiers, Zhou et al. 2020, sec. 3.2); a model that "
-        f"already has them keeps them. On in {_JSON} (--exit-heads); false = the shared head.")
-    exit_loss: Literal["mean", "sum", "equal"] = Field(
-        "sum",
-        description="How the shallower exits' (CE + KD) / 2 terms combine: 'mean' (together "
-        "half the deepest's weight), 'sum' (each half the deepest's), 'equal' (each CE + KD at "
-        f"full weight, DeeBERT / PABEE). 'sum' as in {_JSON} (--exit-loss sum).")
-    confidence_calibration_rows: int = Field(
-        2048, ge=1,
-        description="Validation rows the threshold is calibrated on under a flops_budget (the "
-        f"first evaluation batches holding at least this many); not tuned ({_JSON} used 2048).")
 
 
 class ConfidenceExitGating(GatingStrategy):
@@ -151,7 +112,7 @@ class ConfidenceExitGating(GatingStrategy):
 
     def training_loss(self, x, mask, y, loss_fn: LossFn) -> torch.Tensor:
         """Every exit trained jointly: ``deep + shallow`` of
-        :func:`~archsearch.dynamic.exits.all_exit_loss` (scalar, nats)."""
+        :func:`~archsearch.dynamic.depth.exits.all_exit_loss` (scalar, nats)."""
         deep, shallow = all_exit_loss(self.exit_logits(x, mask), y, loss_fn, self.s.exit_loss)
         return deep + shallow
 
@@ -168,8 +129,8 @@ class ConfidenceExitGating(GatingStrategy):
         return self._flops[key]
 
     def stop_rule(self, threshold: float | None = None):
-        """The :data:`~archsearch.dynamic.exits.StopRule` "max probability >= threshold" (default
-        :attr:`threshold`) for :func:`~archsearch.dynamic.exits.run_cascade`."""
+        """The :data:`~archsearch.dynamic.depth.exits.StopRule` "max probability >= threshold" (default
+        :attr:`threshold`) for :func:`~archsearch.dynamic.depth.exits.run_cascade`."""
         thr = self.threshold if threshold is None else float(threshold)
 
         def rule(k, h, pad, logits, state):
@@ -179,7 +140,7 @@ class ConfidenceExitGating(GatingStrategy):
 
     @torch.no_grad()
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
-        """Early exit through :func:`~archsearch.dynamic.exits.run_cascade` at :attr:`threshold`.
+        """Early exit through :func:`~archsearch.dynamic.depth.exits.run_cascade` at :attr:`threshold`.
 
         Returns:
             ``(logits, flops)``: ``B x C`` logits of each row's exit, and ``B`` float64 FLOPs
@@ -208,7 +169,7 @@ class ConfidenceExitGating(GatingStrategy):
     def calibrate(self, batches, budget: float | None = None) -> tuple[float, float]:
         """Set :attr:`threshold` so that :meth:`predict` on ``batches`` runs ``budget`` of the
         full model's FLOPs: every exit's max probability is read once per row (one forward,
-        eval mode), the exit each threshold gives is :func:`~archsearch.dynamic.exits.first_stop`
+        eval mode), the exit each threshold gives is :func:`~archsearch.dynamic.depth.exits.first_stop`
         of that table, and the threshold in ``[0, NEVER]`` is bisected (the fraction is a
         non-decreasing step function of it; the result is the closest reachable step, moved to
         the middle of its step so that float noise between this forward and the cascade's

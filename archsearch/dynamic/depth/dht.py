@@ -2,12 +2,13 @@
 
 Source: Sample-based Dynamic Hierarchical Transformer (arXiv 2312.03038, §3: context, LinUCB
 depth, UCB head counts, Thompson-sampled heads), with the budget and training of issue 14
-(docs/design.md, DHT section). The knobs and their measured defaults are :class:`DHTSettings`.
+(docs/design.md, DHT section). The knobs and their measured defaults are
+:class:`~archsearch.dynamic.depth.settings.DHTSettings`.
 Per training batch:
 
 1. Every sample runs the embeddings and the first ``n_fixed`` blocks (all heads) as one batch.
 2. All exits are trained: the batch runs the deepest allowed path (all heads) and every exit
-   ``min_layers..max_layers`` is read (:func:`~archsearch.dynamic.exits.all_exit_loss`: CE of
+   ``min_layers..max_layers`` is read (:func:`~archsearch.dynamic.depth.exits.all_exit_loss`: CE of
    the deepest exit + ``(CE_k + KD_k) / 2`` of each shallower exit, in-place distillation with
    the sandwich rule; Yu & Huang 2019 §3.2-3.3, Kim & Cho 2021 §2.2).
 3. Warm-up, then take-over: the full model trains alone until the running accuracy of the
@@ -18,11 +19,11 @@ Per training batch:
    bonus_a(x) - lambda c_a)`` from the context after block ``n_fixed`` (a fixed random ``d x 16``
    projection of the pooled state, L2-normalised, the exit's max probability and entropy, 1).
    ``dht_routing: cascade`` (the default): a stop / continue decision at every exit
-   (:class:`~archsearch.dynamic.stopping.LinearStopping`, least-squares backward induction,
+   (:class:`~archsearch.dynamic.depth.stopping.LinearStopping`, least-squares backward induction,
    Longstaff & Schwartz 2001; or, with ``dht_stop_rule: bandit``, per-exit {stop, continue}
    LinUCB bandits learnt from the arms they play,
-   :class:`~archsearch.dynamic.stop_bandit.BanditStopping`), run by
-   :func:`~archsearch.dynamic.exits.run_cascade`. Per gated
+   :class:`~archsearch.dynamic.depth.stop_bandit.BanditStopping`), run by
+   :func:`~archsearch.dynamic.depth.exits.run_cascade`. Per gated
    block a :class:`~archsearch.dynamic.bandits.UCB1` picks the head count and a
    :class:`~archsearch.dynamic.bandits.CombinatorialTS` which heads (off by default: ``min_heads``
    = all heads measured best). With probability ``dht_epsilon`` a sample takes a random depth.
@@ -33,10 +34,10 @@ Per training batch:
 6. The price ``lambda`` follows dual ascent toward ``flops_budget`` every step
    (:class:`~archsearch.dynamic.budget.DualPrice`); before each evaluation it is re-calibrated on
    validation rows, label-free, so that greedy inference meets the budget
-   (:meth:`~archsearch.dynamic.dht_eval.DHTInference.calibrate`).
+   (:meth:`~archsearch.dynamic.depth.dht_eval.DHTInference.calibrate`).
 
-The paths (FLOPs, contexts, choices, groups) are :mod:`archsearch.dynamic.dht_paths`; inference,
-calibration and statistics are :mod:`archsearch.dynamic.dht_eval`.
+The paths (FLOPs, contexts, choices, groups) are :mod:`archsearch.dynamic.depth.dht_paths`; inference,
+calibration and statistics are :mod:`archsearch.dynamic.depth.dht_eval`.
 
 Shapes: ``x`` ``B x T`` ids, ``mask`` ``B x T`` bool, ``y`` ``B`` labels (or ``B x T`` for lm).
 """
@@ -45,132 +46,21 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field, ValidationInfo, field_validator
 
 from archsearch.dynamic.bandits import UCB1, CombinatorialTS, LinUCB
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, planned_steps
 from archsearch.dynamic.budget import DualPrice
-from archsearch.dynamic.dht_eval import DHTInference
-from archsearch.dynamic.dht_paths import CONTEXT_DIM, DHTPaths
-from archsearch.dynamic.exits import (all_exit_loss, distill, exit_terms, load_teacher, per_sample_ce_of_exits,
-                                      teacher_logits)
-from archsearch.dynamic.settings import StrategySettings
-from archsearch.dynamic.stop_bandit import BanditStopping
-from archsearch.dynamic.stopping import TRAJECTORY_DIM, LinearStopping
-
-#: Where the defaults come from: the variant the development runs settled on
-#: (benchmarks/data/dynamic_depth_legacy/dht.json: MiniLM-L6 on Rotten Tomatoes, 2 epochs, partly
-#: chosen on test), measured with 3 seeds on two datasets in benchmarks/results/dht.json and kept
-#: by the validation-only comparisons there and in stop_policies.json, dht_recipe.json,
-#: stop_bandit.json and head_gating.json.
-_MEASURED = "the variant of benchmarks/results/dht.json"
-
-
-class DHTSettings(StrategySettings):
-    """Settings of ``gating: dht``; every default is the best measured (:data:`_MEASURED`).
-
-    Training length is the trial's (``epochs``), not a setting here, but it is the recipe that
-    mattered most for the exits: chosen on validation among equal exit-loss weights and a third
-    epoch (``benchmarks/results/dht_recipe.json``, MiniLM-L6 on two datasets), 3 epochs brought
-    exits 3 and 6 within half a point of models fine-tuned at those depths for 2 (exit 2 stays
-    0.7-2.1 points below). Give ``gating: dht`` trials 3 epochs where static ones get 2."""
-
-    flops_budget: float | None = Field(0.5, gt=0, le=1, description=(
-        "Fraction of the full model's FLOPs per sample that inference may spend; the price is "
-        "calibrated on validation to meet it. A trial always has one: `null` in a space or "
-        "trial config means the default, as for every setting (an inactive conditional param); "
-        "only a DHTGating built in Python can run without a budget, at the price `dht_lambda`. "
-        "Default 0.5: the headline budget of dht.json."))
-    dht_lambda: float = Field(0.5, ge=0, description=(
-        "Initial price of a FLOPs fraction (reward units per unit fraction); the fixed price "
-        "without `flops_budget`."))
-    n_fixed: int = Field(1, ge=0, description="Blocks every sample runs before the first decision.")
-    min_layers: int | None = Field(None, ge=1, description=(
-        "Shallowest exit (blocks); None: `n_fixed`. Clamped into [n_fixed, max_layers]."))
-    max_layers: int | None = Field(None, ge=1, description=(
-        "Deepest exit (blocks); None: the model's `n_layers`. Clamped to `n_layers`."))
-    min_heads: int | None = Field(None, ge=1, description=(
-        "Fewest heads a gated block may keep; None: all heads (head gating off). Measured: "
-        "on short inputs head gating cost accuracy at equal FLOPs (the development runs ran `min_heads: 12` "
-        "= all of MiniLM's); on long ones (20 Newsgroups, 128 tokens, head_gating.json) it kept "
-        "10.8 of 12 heads at 0.5x and was level with depth-only (-0.35 points, -1.35 to 0.65). "
-        "`1` is the paper's full head gating (arXiv 2312.03038 §3.3)."))
-    dht_warmup_steps: int | None = Field(None, ge=0, description=(
-        "Optimizer steps of full-depth training before the bandit may take over; None: 10% of "
-        "the trial's steps (the development runs: 50 of 534; the default space: 15 of 150), or 100 "
-        "outside a trial loop."))
-    dht_warmup_max_steps: int | None = Field(None, ge=0, description=(
-        "Take-over at the latest after this many steps; None: 10 x the warm-up."))
-    dht_exits_from_step: int = Field(0, ge=0, description=(
-        "The shallower exits join the loss from this step on (DeeBERT's two stages, Xin et al. "
-        "2020 §3.2, without freezing); 0: from the start, as measured."))
-    exit_heads: bool = Field(True, description=(
-        "A classifier per exit (True, measured better) or one head shared by every exit."))
-    exit_loss: Literal["mean", "sum", "equal"] = Field("sum", description=(
-        "How the shallower exits' `(CE + KD) / 2` terms combine: `sum` (measured), `mean`, or "
-        "`equal` (`CE + KD` each, DeeBERT / PABEE's equal weights)."))
-    dht_reward: Literal["ce", "prob"] = Field("prob", description=(
-        "Bandit quality of an exit: `prob` = exp(-CE), the probability of the true class "
-        "(measured); `ce` = -CE / running mean CE."))
-    dht_exit_context: bool = Field(True, description=(
-        "Add the first exit's max probability and entropy to the routing context (DeeBERT's "
-        "confidence signal). Always on with `dht_routing: cascade`."))
-    dht_routing: Literal["once", "cascade"] | None = Field(None, description=(
-        "`cascade`: stop / continue at every exit (measured best); `once`: LinUCB picks each "
-        "sample's depth after block `n_fixed` (the paper's). None: `cascade` for "
-        "classification, `once` for `task: lm` (an LM's exit head is vocabulary-sized)."))
-    dht_stop_fit: Literal["train", "validation"] = Field("validation", description=(
-        "Cascade: fit the stop policy on the training exits (`train`) or refit it on the "
-        "calibration rows, label-free (`validation`, measured)."))
-    dht_stop_rule: Literal["regression", "tuned", "confidence", "bandit"] = Field("tuned", description=(
-        "Cascade: stop when the regression's advantage beats 0 (`regression`), beats a per-exit "
-        "threshold found by direct search (`tuned`, measured), or per-exit thresholds on the "
-        "exit's max probability (`confidence`); or a per-exit {stop, continue} LinUCB bandit "
-        "learnt with exploration (`dht_alpha`) from the arms it plays only, greedy at inference "
-        "(`bandit`)."))
-    dht_stop_quality: Literal["prob", "match"] = Field("match", description=(
-        "Cascade with `dht_stop_fit: validation`: a row's quality at an exit is 1 if its class "
-        "is the deepest exit's (`match`, measured) or that class's probability (`prob`)."))
-    dht_stop_context: Literal["exit", "trajectory"] = Field("trajectory", description=(
-        "Cascade: decide from the exit's max probability, entropy and agreement with the last "
-        "exits (`trajectory`, measured; PABEE's patience, Zhou et al. 2020 §3) or from the "
-        "projected hidden state and the exit's confidence (`exit`)."))
-    dht_stop_refit_every: int = Field(8, ge=1, description=(
-        "Cascade: refit the training stop policy every this many steps (the window keeps every "
-        "batch); 1 refits after each step, as the development runs did. The fit (a least-squares "
-        "solve per exit over 2048 rows) took 10% of a GPU trial's training at 1; inference "
-        "refits on validation anyway (`dht_stop_fit: validation`)."))
-    dht_routed_forward: Literal["separate", "shared"] = Field("shared", description=(
-        "After the take-over, a routed sample's training loss at its exit reads the deepest "
-        "path's own exit logits for that sample where its group computes every head (`shared`: "
-        "the same function, one dropout draw, no second forward) or a second forward of its "
-        "group through the gated blocks (`separate`, how dht.json's rows were trained). Chosen by "
-        "gpu.json's pre-registered rule on validation: -0.22 points (3 seeds) at 1.23x the full "
-        "model's training time against 1.98x on one H200."))
-    dht_epsilon: float = Field(0.05, ge=0, le=1, description=(
-        "Exploration floor: fraction of routed training samples sent to a random depth."))
-    dht_price_lr: float = Field(0.05, gt=0, description="Dual-ascent step of the price per step.")
-    dht_calibration_rows: int = Field(2048, ge=1, description=(
-        "Validation rows the price (and the cascade's stop policy) is calibrated on."))
-    dht_alpha: float = Field(0.3, ge=0, description="LinUCB exploration scale (Li et al. 2010, Alg. 1).")
-    dht_ucb_c: float = Field(0.3, ge=0, description="UCB1 exploration scale (rewards are O(1)).")
-    dht_decay: float = Field(0.99, gt=0, le=1, description=(
-        "Forgetting factor of every bandit per update (the model keeps training: rewards drift)."))
-    dht_ema: float = Field(0.95, ge=0, lt=1, description="Smoothing of the running loss and head baselines.")
-    distill_teacher: str | None = Field(None, description=(
-        "A fine-tuned full model's `state.pt`: every exit distils toward it instead of the "
-        "deepest exit (DynaBERT, Hou et al. 2020 §2.2); measured +0.19 points, inside the noise."))
-
-    @field_validator("dht_routing")
-    @classmethod
-    def _cascade_is_for_classification(cls, v, info: ValidationInfo):
-        if v == "cascade" and (info.context or {}).get("task") == "lm":
-            raise ValueError("cascade is for classification (task: lm reads a vocabulary-sized exit head at every exit)")
-        return v
+from archsearch.dynamic.depth.dht_eval import DHTInference
+from archsearch.dynamic.depth.dht_paths import CONTEXT_DIM, DHTPaths
+from archsearch.dynamic.depth.exits import (all_exit_loss, distill, exit_terms, load_teacher,
+                                            per_sample_ce_of_exits, teacher_logits)
+from archsearch.dynamic.depth.settings import DHTSettings
+from archsearch.dynamic.depth.stop_bandit import BanditStopping
+from archsearch.dynamic.depth.stopping import TRAJECTORY_DIM, LinearStopping
 
 
 class DHTGating(DHTPaths, DHTInference, GatingStrategy):

@@ -1,10 +1,10 @@
-"""DHT at inference (:mod:`archsearch.dynamic.dht`): calibration to the FLOPs budget, greedy
+"""DHT at inference (:mod:`archsearch.dynamic.depth.dht`): calibration to the FLOPs budget, greedy
 prediction, and the evaluation's depth statistics.
 
-A mixin of :class:`~archsearch.dynamic.dht.DHTGating`. Before each evaluation the inference price
+A mixin of :class:`~archsearch.dynamic.depth.dht.DHTGating`. Before each evaluation the inference price
 is calibrated by bisection on validation rows (label-free) so that the greedy policy's FLOPs
 fraction lands on ``flops_budget`` (:meth:`DHTInference.calibrate`); prediction then routes
-each sample once (LinUCB) or exit by exit through :func:`archsearch.dynamic.exits.run_cascade`
+each sample once (LinUCB) or exit by exit through :func:`archsearch.dynamic.depth.exits.run_cascade`
 (``dht_routing: cascade``).
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from archsearch.dynamic.budget import calibrate_price
-from archsearch.dynamic.cascade_graphs import graphs_of, model_signature as _model_signature
-from archsearch.dynamic.exits import run_cascade
+from archsearch.dynamic.depth.cascade_graphs import graphs_of, model_signature as _model_signature
+from archsearch.dynamic.depth.exits import run_cascade
 
 
 class DHTInference:
@@ -178,10 +178,10 @@ class DHTInference:
     def _run_cascade(self, h, pad):
         """Greedy exit-by-exit inference (``dht_routing: cascade``) from the embeddings
         (``B x T x d``; the fixed blocks run in the cascade's first segment), through
-        :func:`~archsearch.dynamic.exits.run_cascade`: at each exit the stopping policy at the
+        :func:`~archsearch.dynamic.depth.exits.run_cascade`: at each exit the stopping policy at the
         inference price decides, from the exit's context (:meth:`_stop_context`), who stops; the
         others run the next block with the greedy heads. On a GPU the segments run as CUDA graph
-        replays where measured faster (:class:`~archsearch.dynamic.cascade_graphs.SegmentGraphs`,
+        replays where measured faster (:class:`~archsearch.dynamic.depth.cascade_graphs.SegmentGraphs`,
         with ``dht_stop_context: trajectory``, whose context is computed on the device, and every
         head computed: a head subset indexes weights with a host list).
 

@@ -1,6 +1,6 @@
-"""DHT's paths (:mod:`archsearch.dynamic.dht`): what one routing decision costs and runs.
+"""DHT's paths (:mod:`archsearch.dynamic.depth.dht`): what one routing decision costs and runs.
 
-A mixin of :class:`~archsearch.dynamic.dht.DHTGating` holding the per-path machinery of
+A mixin of :class:`~archsearch.dynamic.depth.dht.DHTGating` holding the per-path machinery of
 Sample-based Dynamic Hierarchical Transformer (arXiv 2312.03038, §3): the FLOPs of a path
 (``n_fixed`` full blocks + gated blocks with their head counts), the bandits' contexts (a fixed
 random projection of the pooled hidden state, plus the exit's confidence), the head choice per
@@ -22,8 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from archsearch.dynamic.exits import read_exits
-from archsearch.dynamic.stopping import trajectory_context, trajectory_contexts
+from archsearch.dynamic.depth.exits import read_exits
+from archsearch.dynamic.depth.stopping import trajectory_context, trajectory_contexts
 from archsearch.models import costs
 
 #: Columns of the random projection of the pooled hidden state in a DHT context.

@@ -10,7 +10,7 @@ runs a batch exit by exit.
   depth predictor's threshold exit, the confidence exit and the benchmarks all run this one.
 * :func:`first_stop` -- its offline twin: the exit each row leaves at, from a table of every
   exit's stop decisions (``N x K``), for policies replayed on stored exits
-  (``benchmarks/stop_policies.py``, :meth:`~archsearch.dynamic.stopping.LinearStopping.route`)
+  (``benchmarks/depth/stop_policies.py``, :meth:`~archsearch.dynamic.depth.stopping.LinearStopping.route`)
   and threshold calibrations.
 
 Shapes: ``h`` ``B x T x d`` hidden states, ``pad`` ``B x T`` bool (True = real token, as
@@ -28,11 +28,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from archsearch.dynamic.base import LossFn
-from archsearch.dynamic.cascade_graphs import EXECUTORS
+from archsearch.dynamic.depth.cascade_graphs import EXECUTORS
 
 if TYPE_CHECKING:
     from archsearch.dynamic.base import TrialContext
-    from archsearch.dynamic.cascade_graphs import SegmentGraphs
+    from archsearch.dynamic.depth.cascade_graphs import SegmentGraphs
 
 #: How :func:`all_exit_loss` combines the shallower exits (config key ``exit_loss``).
 EXIT_LOSSES = ("mean", "sum", "equal")
@@ -260,11 +260,12 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
     answers.
 
     A *segment* is the blocks up to an exit, its head and its stop rule. With ``graphs`` (a
-    :class:`~archsearch.dynamic.cascade_graphs.SegmentGraphs`), on a GPU in eval mode without
+    :class:`~archsearch.dynamic.depth.cascade_graphs.SegmentGraphs`), on a GPU in eval mode without
     gradients, each segment runs as a CUDA graph replay where that was measured faster (the
     launch-bound regime); the results are the same.
 
-    Three executors (:data:`~archsearch.dynamic.cascade_graphs.EXECUTORS`) give the same logits and exit indices: ``"gather"``
+    Three executors (:data:`~archsearch.dynamic.depth.cascade_graphs.EXECUTORS`) give the same
+    logits and exit indices: ``"gather"``
     (above: the rows still running are gathered after each exit, so nothing is computed for a
     row after it stops), ``"whole"`` (every segment runs on the whole batch; a row's logits are
     kept from the first exit whose rule stops it, and the batch stops at the exit where every row
@@ -296,7 +297,8 @@ def run_cascade(model: nn.Module, h: torch.Tensor, pad: torch.Tensor | None, dep
             pure function of its tensor arguments and of the constants named in ``key``, with
             a tuple-of-tensors state (it is captured once per shape).
         key: ``(prefix, extra)`` for :meth:`SegmentGraphs.run` (needed with ``graphs``).
-        executor: ``None`` (chosen as above) or one of :data:`~archsearch.dynamic.cascade_graphs.EXECUTORS`.
+        executor: ``None`` (chosen as above) or one of
+            :data:`~archsearch.dynamic.depth.cascade_graphs.EXECUTORS`.
 
     Returns:
         ``(logits, exit_index)``: ``B x C`` logits of each row's exit, and ``B`` int64 indices

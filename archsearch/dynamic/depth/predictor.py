@@ -7,11 +7,11 @@ section of docs/design.md:
 
 * Every sample runs the first ``n_fixed`` blocks. Its hidden states there, pooled as the
   classifier pools them (mean over non-pad tokens, ``Transformer.pool``), go through a small MLP
-  (:class:`~archsearch.dynamic.depth_model.DepthPredictor`) and a softmax over the allowed depths ``n_fixed .. n_layers``:
-  ``probs`` (``B x D``, ``D = n_layers - n_fixed + 1``).
-* RevPC (:func:`~archsearch.dynamic.depth_model.revpc`): ``p_k = sum_{j >= k} probs_j`` (reverse, cumulative sum, reverse back)
-  is the probability that the depth is at least ``n_fixed + k``, i.e. that block
-  ``n_fixed + k`` (1-based) is needed. ``p_0 = 1``.
+  (:class:`~archsearch.dynamic.depth.predictor_model.DepthPredictor`) and a softmax over the
+  allowed depths ``n_fixed .. n_layers``: ``probs`` (``B x D``, ``D = n_layers - n_fixed + 1``).
+* RevPC (:func:`~archsearch.dynamic.depth.predictor_model.revpc`): ``p_k = sum_{j >= k} probs_j``
+  (reverse, cumulative sum, reverse back) is the probability that the depth is at least
+  ``n_fixed + k``, i.e. that block ``n_fixed + k`` (1-based) is needed. ``p_0 = 1``.
 * Training (:meth:`DepthPredictorGating.scaled_forward`) scales each residual branch of every
   block after the fixed group by its ``p``: ``H~ = H + p * MHA(LN(H))``,
   ``H = H~ + p * FFN(LN(H~))``; blocks' own sub-modules are reused, so with all ``p = 1`` it is
@@ -25,8 +25,8 @@ section of docs/design.md:
 * Every exit is trained (issue 14; ``depth_all_exits``): each step also runs the unscaled full
   model once and reads every allowed depth's exit (its own head with ``exit_heads``); loss ``+
   CE(deepest) +`` the shallower exits' ``(CE_k + KD_k) / 2`` combined by ``exit_loss``
-  (:func:`~archsearch.dynamic.exits.all_exit_loss`: in-place distillation toward the detached
-  deepest exit, or toward ``distill_teacher``, :func:`~archsearch.dynamic.exits.load_teacher`),
+  (:func:`~archsearch.dynamic.depth.exits.all_exit_loss`: in-place distillation toward the detached
+  deepest exit, or toward ``distill_teacher``, :func:`~archsearch.dynamic.depth.exits.load_teacher`),
   so that an early exit is worth taking; after the warm-up, ``depth_supervision`` weighs a
   per-sample label for the predictor (:meth:`DepthPredictorGating.agreement_targets`).
 * Budget (issue 14): with ``flops_budget`` gamma is a price, updated after every step by dual
@@ -39,17 +39,18 @@ section of docs/design.md:
   ``P(depth >= n_fixed + k) = p_k >= threshold`` -- the median of its predicted depth
   distribution at ``exit_threshold`` 0.5 (the arg-max rule used until issue 14 sent every sample
   to depth 1), or the calibrated threshold under a budget. The batch then runs as one cascade
-  (:func:`~archsearch.dynamic.exits.run_cascade`): the rows still running go through each block
+  (:func:`~archsearch.dynamic.depth.exits.run_cascade`): the rows still running go through each block
   together and leave at their predicted depth; skipped blocks are not computed.
 
-Settings: :class:`~archsearch.dynamic.depth_settings.DepthPredictorSettings` (the strategy's
+Settings: :class:`~archsearch.dynamic.depth.settings.DepthPredictorSettings` (the strategy's
 :attr:`~DepthPredictorGating.Settings`: every key, its range, unit, source and default, the
 defaults being the recipe the development runs settled on,
-``benchmarks/data/dynamic_depth_legacy/depth_predictor.json``). The structure
-predictor and RevPC live in :mod:`archsearch.dynamic.depth_model`.
+``benchmarks/depth/runs/dynamic_depth_legacy/depth_predictor.json``). The structure
+predictor and RevPC live in :mod:`archsearch.dynamic.depth.predictor_model`; the exit rule,
+calibration, prediction and depth statistics in :mod:`archsearch.dynamic.depth.predictor_eval`.
 
-Measured: ``benchmarks/results/depth_predictor.json`` (MiniLM-L6, the settings' defaults, 3 seeds,
-two datasets, against the same 3-seed static cuts as DHT; ``benchmarks/dht_seeded.py run --dp``).
+Measured: ``benchmarks/depth/results/depth_predictor.json`` (MiniLM-L6, the settings' defaults, 3 seeds,
+two datasets, against the same 3-seed static cuts as DHT; ``benchmarks/depth/dht_seeded.py run --dp``).
 
 Classification only (the predictor reads a pooled sequence; a causal LM would need per-token
 exits).
@@ -64,18 +65,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext, planned_steps
-from archsearch.dynamic.budget import DualPrice, calibrate_monotone
-from archsearch.dynamic.cascade_graphs import graphs_of, model_signature
-from archsearch.dynamic.depth_model import DepthHistogram, DepthPredictor, revpc
-from archsearch.dynamic.depth_settings import DepthPredictorSettings
-from archsearch.dynamic.exits import all_exit_loss, load_teacher, read_exits, run_cascade, teacher_logits
+from archsearch.dynamic.budget import DualPrice
+from archsearch.dynamic.depth.exits import all_exit_loss, load_teacher, read_exits, teacher_logits
+from archsearch.dynamic.depth.predictor_eval import DepthPredictorInference
+from archsearch.dynamic.depth.predictor_model import DepthHistogram, DepthPredictor, revpc
+from archsearch.dynamic.depth.settings import DepthPredictorSettings
 from archsearch.models import costs
-from archsearch.models.config import trim_padding
 
 __all__ = ["DepthPredictor", "DepthPredictorGating", "DepthPredictorSettings", "revpc"]
 
 
-class DepthPredictorGating(GatingStrategy):
+class DepthPredictorGating(DepthPredictorInference, GatingStrategy):
     """Per-sample adaptive depth with a learned structure predictor (``gating: depth_predictor``).
 
     See the module docstring for the algorithm and :attr:`Settings` for the config keys.
@@ -94,7 +94,7 @@ class DepthPredictorGating(GatingStrategy):
             ``min_layers`` above ``n_layers``, a ``distill_teacher`` that cannot be loaded.
 
     Attributes:
-        s: the :class:`~archsearch.dynamic.depth_settings.DepthPredictorSettings` in effect.
+        s: the :class:`~archsearch.dynamic.depth.settings.DepthPredictorSettings` in effect.
         threshold: the exit threshold inference uses (``exit_threshold``; set by
             :meth:`calibrate`).
         price: the :class:`~archsearch.dynamic.budget.DualPrice` whose ``price`` is gamma.
@@ -217,7 +217,7 @@ class DepthPredictorGating(GatingStrategy):
     def exit_losses(self, x, mask, y, loss_fn: LossFn) -> tuple[torch.Tensor, torch.Tensor]:
         """All exits of the unscaled full model (:meth:`exit_logits`): ``(CE of the deepest exit,
         the shallower exits' (CE_k + KD_k) / 2 combined by exit_loss)`` (scalars, nats; the
-        second is 0 with a single allowed depth; :func:`~archsearch.dynamic.exits.all_exit_loss`;
+        second is 0 with a single allowed depth; :func:`~archsearch.dynamic.depth.exits.all_exit_loss`;
         with ``distill_teacher``, the KD terms target the teacher)."""
         return all_exit_loss(self.exit_logits(x, mask), y, loss_fn, self.exit_loss,
                              teacher=teacher_logits(self.teacher, x, mask))
@@ -284,163 +284,6 @@ class DepthPredictorGating(GatingStrategy):
         frac = self._last_train.pop("flops_fraction", None)
         if frac is not None:
             self.price.update(frac)
-
-    def exit_index(self, depth_logits: torch.Tensor, threshold: float | None = None) -> torch.Tensor:
-        """``B x D`` depth logits -> ``B`` exit indices into ``depths``: the number of blocks
-        after the fixed group with ``P(depth >= block) >= threshold`` (RevPC; 0.5 = the median
-        of the predicted depth distribution)."""
-        thr = self.threshold if threshold is None else threshold
-        p = revpc(depth_logits.softmax(-1))  # (B, D), non-increasing
-        return (p[:, 1:] >= thr).sum(-1)  # (B,)
-
-    def before_evaluate(self, split_name: str = "validation") -> None:
-        """Start an evaluation pass over ``split_name``: forget the depth counts
-        (:meth:`reset_stats`, so :meth:`metrics` describes this pass only) and, under a
-        ``flops_budget`` and with a ``loop``, calibrate the exit threshold on (up to
-        ``depth_calibration_rows``) validation rows (:meth:`calibrate`)."""
-        self.reset_stats()
-        if self.loop is None or self.flops_budget is None:
-            return
-        self.calibrate(self.calibration_batches(self.calibration_rows))
-
-    @torch.no_grad()
-    def calibrate(self, batches, budget: float | None = None) -> tuple[float, float]:
-        """Set :attr:`threshold` so that inference on ``batches`` runs ``budget`` of the full
-        model's FLOPs (sum of executed FLOPs incl. the predictor / sum of full-model FLOPs), by
-        bisection on the threshold in ``(0, 1]`` (the fraction is non-increasing in it; a step
-        function, so the result is the closest reachable point).
-
-        Args:
-            batches: iterable of ``(x, mask)`` or ``(x, mask, y)``: ``B x T`` ids and bool masks.
-            budget: target fraction in (0, 1]; default ``flops_budget``.
-
-        Returns:
-            ``(threshold, fraction)``.
-
-        Raises:
-            ValueError: no budget given and no ``flops_budget`` configured.
-        """
-        budget = self.flops_budget if budget is None else float(budget)
-        if budget is None:
-            raise ValueError("calibrate needs a budget (flops_budget is not set)")
-        was = self.model.training
-        self.model.eval()
-        dev = self.depths.device
-        cached = []  # (p (b, D-1), used FLOPs per depth (D,), full FLOPs (scalar), b)
-        try:
-            for b in batches:
-                x, m = b[0].to(dev), None if b[1] is None else b[1].to(dev)
-                _, _, dl = self._front(x, m)
-                T = x.shape[1]
-                full = float(costs.flops_per_sample(self.model.config, T))
-                cached.append((revpc(dl.softmax(-1))[:, 1:].cpu(), self._depth_flops(T), full, x.shape[0]))
-        finally:
-            self.model.train(was)
-            self.predictor.train(was)
-
-        def fraction(thr: float) -> float:
-            used = tot = 0.0
-            for p, fl, full, n in cached:
-                used += float(fl[(p >= thr).sum(-1)].sum())
-                tot += n * full
-            return used / max(tot, 1.0)
-
-        thr, frac = calibrate_monotone(fraction, budget, 1e-6, 1.0, iters=40)
-        self.threshold, self.calibrated_fraction = float(thr), float(frac)
-        return self.threshold, self.calibrated_fraction
-
-    @torch.no_grad()
-    def predict_depths(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The exit depth (blocks, ``n_fixed .. n_layers``) the predictor picks for each sample:
-        ``B`` int64 (:meth:`exit_index` at :attr:`threshold`)."""
-        _, _, depth_logits = self._front(x, mask)
-        return self.n_fixed + self.exit_index(depth_logits)  # (B,)
-
-    @torch.no_grad()
-    def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inference with per-sample early exit.
-
-        Each sample exits at depth ``n_fixed + k``, ``k`` = :meth:`exit_index` (the median of
-        its predicted depth distribution, or the calibrated threshold). The batch runs as one
-        cascade (:func:`~archsearch.dynamic.exits.run_cascade`) over the depths its samples exit
-        at: the rows still running go through each block together, and each row leaves at its
-        own depth through that exit's head; nothing is computed for a row after it leaves.
-
-        Args:
-            x: ``B x T`` token ids; mask: ``B x T`` bool or ``None``.
-
-        Returns:
-            ``(logits, flops)``: ``B x C`` logits in the input order, and ``B`` float64 FLOPs
-            executed per sample (``costs.flops_per_sample(config, T, n_layers=depth)`` plus the
-            predictor's own).
-        """
-        h, pad_mask, depth_logits = self._front(x, mask)
-        k_idx = self.exit_index(depth_logits)  # (B,) index into depths
-        self.hist.add(k_idx, self.expected_depth(depth_logits.softmax(-1)))
-        depths = list(range(self.n_fixed, self.n_layers + 1))  # every allowed exit, in blocks
-
-        def stop(k, hk, pk, logits, state):  # the rows whose predicted exit is this one
-            return state[0] == k, state
-
-        graphs = key = None
-        if x.is_cuda:  # graphs exist on CUDA only: no key to build elsewhere
-            graphs = graphs_of(self)
-            key = (("depth_predictor", model_signature(self.model)), None)
-        logits, _ = run_cascade(self.model, h, pad_mask, depths, self.n_fixed, stop, state=(k_idx,),
-                                graphs=graphs, key=key)
-        return logits, self._depth_flops(x.shape[1], k_idx.device)[k_idx]  # (B, C), (B,)
-
-    # ------------------------------------------------------------------ reporting
-    def reset_stats(self) -> None:
-        """Forget the depth counts accumulated by :meth:`predict`."""
-        self.hist.reset()
-
-    def depth_stats(self, split=None, batch_size: int = 256) -> dict[str, Any]:
-        """Predicted-depth statistics (:meth:`~archsearch.dynamic.depth_model.DepthHistogram.stats`:
-        ``depth_histogram``, ``expected_depth``, ``mean_exit_depth``).
-
-        Args:
-            split: a :class:`~archsearch.data.ClassificationSplit` to run the predictor on
-                (embedding, fixed blocks and predictor only, eval mode; consecutive batches
-                trimmed by :func:`~archsearch.models.config.trim_padding`), or ``None`` for
-                the counts accumulated by :meth:`predict` since :meth:`reset_stats`.
-            batch_size: rows per forward when ``split`` is given.
-        """
-        if split is None:
-            return self.hist.stats()
-        hist, was_training, dev = DepthHistogram(self.depths.tolist()), self.model.training, self.depths.device
-        self.model.eval()
-        try:
-            with torch.inference_mode():
-                for i in range(0, len(split), batch_size):
-                    ids, m = trim_padding(split.input_ids[i:i + batch_size], split.attention_mask[i:i + batch_size])
-                    _, _, dl = self._front(ids.to(dev), m.to(dev))  # (b, D)
-                    hist.add(self.exit_index(dl), self.expected_depth(dl.softmax(-1)))
-        finally:
-            self.model.train(was_training)
-            self.predictor.train(was_training)
-        return hist.stats()
-
-    def metrics(self) -> dict[str, Any]:
-        """Per-epoch results: the depth histogram of the samples just evaluated
-        (``depth_histogram``, ``expected_depth``, ``mean_exit_depth``; see :meth:`depth_stats`),
-        the last training batch's ``train_expected_depth``, ``depth_gamma`` (the current price
-        of depth), ``exit_threshold`` and, after a calibration, ``depth_calibrated_flops_fraction``
-        (FLOPs fraction on the calibration rows).
-
-        The histogram counts the exits :meth:`predict` took since :meth:`before_evaluate` (or
-        :meth:`reset_stats`): in ``TrialLoop.evaluate(split_name)`` exactly the samples of
-        ``split_name`` (the test split in a test evaluation), read before the latency timing
-        (which also runs :meth:`predict`). (It used to be recomputed on the validation split,
-        whatever split had been evaluated.)
-        """
-        out = self.depth_stats()
-        out["train_expected_depth"] = self._last_train["expected_depth"]
-        out["depth_gamma"] = float(self.gamma)
-        out["exit_threshold"] = float(self.threshold)
-        if self.calibrated_fraction is not None:
-            out["depth_calibrated_flops_fraction"] = float(self.calibrated_fraction)
-        return out
 
     def state_dict(self) -> dict[str, Any]:
         """Predictor weights and the step count (tensors and numbers only)."""

@@ -2,7 +2,7 @@
 to Dynamic: A Deeper, Faster, and Adaptive Language Modeling Approach"): the small MLP that maps
 a pooled hidden state to a distribution over the allowed depths, and the reverse cumulative sum
 that turns that distribution into the probability that each block is needed.
-:class:`~archsearch.dynamic.depth_predictor.DepthPredictorGating` uses both.
+:class:`~archsearch.dynamic.depth.predictor.DepthPredictorGating` uses both.
 """
 
 from __future__ import annotations

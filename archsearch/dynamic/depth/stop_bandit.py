@@ -1,6 +1,6 @@
 """A cascade's stop / continue decision learnt as a contextual bandit (``dht_stop_rule: bandit``).
 
-:class:`BanditStopping` keeps :class:`~archsearch.dynamic.stopping.LinearStopping`'s decision
+:class:`BanditStopping` keeps :class:`~archsearch.dynamic.depth.stopping.LinearStopping`'s decision
 (stop at exit ``k`` iff the predicted value of stopping beats the predicted value of going on)
 and its budget machinery (price, offset, routing on the model's device), but learns the models
 the way a contextual bandit does: per exit ``k < K - 1`` two arms, **stop** and **continue**,
@@ -13,7 +13,7 @@ at, and for every exit it went on from, the quality and cost of the exit it fina
 (the models' means, no bonus). :class:`LinearStopping` instead reads every exit of every row
 (full information) and fits by backward induction; the bandit is the issue-36 ask ("a per-exit
 contextual bandit over {stop, continue} learnt with exploration, used greedily"), measured
-against it in ``benchmarks/stop_bandit.py``.
+against it in ``benchmarks/depth/stop_bandit.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from archsearch.dynamic.bandits import _t
-from archsearch.dynamic.stopping import LinearStopping
+from archsearch.dynamic.depth.stopping import LinearStopping
 
 
 class BanditStopping(LinearStopping):

@@ -1,5 +1,5 @@
 """When to stop in a cascade of exits: an optimal-stopping regression (the same decision learnt
-as a contextual bandit is :mod:`archsearch.dynamic.stop_bandit`).
+as a contextual bandit is :mod:`archsearch.dynamic.depth.stop_bandit`).
 
 * :class:`LinearStopping` -- per-exit stop/continue decisions of a cascade of exits, learnt by
   least-squares regression with backward induction (Longstaff & Schwartz 2001, "Valuing American
@@ -182,8 +182,8 @@ class LinearStopping:
     def route(self, Xs: np.ndarray, costs: np.ndarray, price: float) -> np.ndarray:
         """``B`` exit indices: the first exit whose :meth:`stop` says stop, for per-exit
         contexts ``Xs`` (``B x K x d``) -- what running the cascade exit by exit would give
-        (:func:`archsearch.dynamic.exits.first_stop`, the offline twin of ``run_cascade``)."""
-        from archsearch.dynamic.exits import first_stop
+        (:func:`archsearch.dynamic.depth.exits.first_stop`, the offline twin of ``run_cascade``)."""
+        from archsearch.dynamic.depth.exits import first_stop
 
         Xs = np.asarray(Xs, dtype=float)
         return first_stop(np.stack([self.stop(k, Xs[:, k], costs, price) for k in range(self.n_exits)], 1))
@@ -300,7 +300,7 @@ def _confidence(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
 def trajectory_context(probs, prev: tuple | None = None) -> tuple:
     """A cascade's stop context at one exit from that exit's class probabilities and the state
     of the previous exit (``dht_stop_context: trajectory``; DHT's cascade and
-    ``benchmarks/stop_policies.py`` both build their contexts here).
+    ``benchmarks/depth/stop_policies.py`` both build their contexts here).
 
     The :data:`TRAJECTORY_DIM` columns: max probability; entropy / log C; whether the exit's
     class equals the previous exit's; whether it also equals the one before (PABEE's patience,

@@ -1,8 +1,8 @@
 """Length configurations of the Length-Adaptive Transformer: validation, LengthDrop sampling,
 the smallest and the constant-ratio configurations, per-sample kept counts.
 
-Shared by :mod:`archsearch.dynamic.length_drop` (training and inference) and
-:mod:`archsearch.dynamic.evolution` (the search over configurations). Source: Kim & Cho,
+Shared by :mod:`archsearch.dynamic.length.drop` (training and inference) and
+:mod:`archsearch.dynamic.length.evolution` (the search over configurations). Source: Kim & Cho,
 "Length-Adaptive Transformer", ACL 2021, arXiv 2010.07003, sec. 3-4.
 
 **Length configuration.** A tuple ``(l_1, ..., l_L)`` (one int per block, non-increasing,
@@ -22,7 +22,7 @@ import torch
 
 #: The paper's LengthDrop bound ``p`` (Kim & Cho 2021, sec. 3.1, over 12-layer BERT-base): the
 #: default of the functions below; ``gating: length_drop`` has its own default,
-#: :class:`archsearch.dynamic.length_drop.LengthDropSettings` ``length_drop_p``.
+#: :class:`archsearch.dynamic.length.settings.LengthDropSettings` ``length_drop_p``.
 PAPER_P = 0.2
 #: Fewest tokens a block keeps (or all real ones, if fewer).
 MIN_TOKENS = 2

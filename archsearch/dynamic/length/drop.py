@@ -3,10 +3,10 @@ inference at a selected length configuration, evolutionary search of sub-network
 
 Source: Kim & Cho, "Length-Adaptive Transformer: Train Once with Length Drop, Use Anytime with
 Search", ACL 2021, arXiv 2010.07003 (sec. 3: LengthDrop, LayerDrop, sandwich rule with in-place
-distillation; sec. 4: evolutionary search, see :mod:`archsearch.dynamic.evolution`). Our
+distillation; sec. 4: evolutionary search, see :mod:`archsearch.dynamic.length.evolution`). Our
 specification: the Length-Adaptive section of docs/design.md. The forward pass that drops tokens
-(which tokens stay, padding, drop-and-restore, FLOPs) is :mod:`archsearch.dynamic.length_forward`;
-length configurations are :mod:`archsearch.dynamic.length_config`.
+(which tokens stay, padding, drop-and-restore, FLOPs) is :mod:`archsearch.dynamic.length.forward`;
+length configurations are :mod:`archsearch.dynamic.length.config`.
 
 **Training** (:class:`LengthDropGating`): per minibatch the sandwich rule: the full model
 (cross-entropy), the smallest sub-model (every ``l_{i+1} = ceil((1 - p) l_i)``) and
@@ -26,7 +26,7 @@ keeps its input length); ours samples them first, so a skipped block's drop is m
 block that runs (it can then keep fewer than ``1 - p`` of its input: lengths ``(13, 9, 6, 4)``
 with the 2nd and 4th blocks skipped run blocks 1 and 3 on 16 and 13 tokens and pool 6), and the
 drops of skipped last blocks are not made. Unmeasured; changing it would change the training of
-the reported runs (``benchmarks/length_adaptive.py``).
+the reported runs (``benchmarks/length/length_adaptive.py``).
 
 Shapes: ``B`` batch, ``T`` padded length, ``C`` classes, ``V`` vocabulary.
 """
@@ -35,26 +35,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, field_validator
 
 from archsearch.dynamic.base import GatingStrategy, TrialContext
-from archsearch.dynamic.evolution import EvolutionarySearch
-from archsearch.dynamic.length_config import (
+from archsearch.dynamic.length.config import (
     check_length_config,
     sample_length_config,
     smallest_length_config,
 )
-from archsearch.dynamic.length_forward import DropRule, length_config_flops, length_drop_forward
-from archsearch.dynamic.settings import StrategySettings
+from archsearch.dynamic.length.evolution import EvolutionarySearch
+from archsearch.dynamic.length.forward import length_config_flops, length_drop_forward
+from archsearch.dynamic.length.settings import LengthDropSettings
 from archsearch.models import costs
 from archsearch.models.config import trim_padding
-
-#: A FLOPs fraction of the full model, in ``(0, 1]``.
-Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 
 
 def distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
@@ -94,76 +90,16 @@ def validation_subset(loop: TrialContext, limit: int, seed: int = 0, batch_size:
     return out
 
 
-class LengthDropSettings(StrategySettings):
-    """The knobs of ``gating: length_drop`` (:attr:`LengthDropGating.Settings`)."""
-
-    length_drop_p: float = Field(0.36, ge=0.0, lt=1.0, description=(
-        "LengthDrop bound p, a fraction of a block's input tokens in [0, 1): a random sub-model "
-        "keeps l_i ~ U{ceil((1 - p) l_{i-1}), ..., l_{i-1}} tokens after block i, the smallest "
-        "sub-model ceil((1 - p) l_{i-1}), and the search never goes below that smallest one "
-        "(Kim & Cho 2021, sec. 3.1). 0.36: the reported recipe "
-        "(benchmarks/results/length_adaptive.json, MiniLM-L6), 1 - 0.8^(12/6): the paper's "
-        "p = 0.2 over BERT-base's 12 layers (its code's --length_drop_ratio_bound 0.2) made to "
-        "reach the same smallest sub-model (6.9 % of the tokens) over 6 layers; p = 0.2 there "
-        "would leave nothing trained under 0.52x FLOPs. For L layers: 1 - 0.8^(12/L)."))
-    layer_drop_p: float = Field(0.2, ge=0.0, lt=1.0, description=(
-        "LayerDrop probability in [0, 1): each block of a random sandwich sub-model is skipped "
-        "with this probability (the full and smallest sub-models run every block). 0.2: the "
-        "paper's (Kim & Cho 2021, sec. 3.1, after Fan et al. 2020; its code's "
-        "--layer_dropout_prob 0.2) and the reported recipe's."))
-    length_drop_rule: DropRule = Field("significance", description=(
-        "Which tokens an encoder block keeps: 'significance', the most attended ones (attention "
-        "received, summed over heads and real queries: PoWER-BERT's score, Kim & Cho 2021, "
-        "sec. 3.1); 'prefix', the first ones in the current order (truncation inside the "
-        "network, after the block's attention has read every token: an ablation). "
-        "Classification only: the causal LM always keeps evenly spaced positions (a "
-        "content-based choice would leak the future), so 'prefix' is refused for task lm. "
-        "'significance': the paper's and the reported recipe's."))
-    evolution_iterations: int = Field(30, ge=0, description=(
-        "Iterations of the evolutionary search finalize() runs after training (0: the initial "
-        "population of 10 genes only); each adds evolution_mutations + evolution_crossovers "
-        "new length configurations. 30: the paper's (Kim & Cho 2021, sec. 4; its code's "
-        "--evo_iter 30). The reported benchmark searched 3 x (6 + 6) to fit 2 cores (its own "
-        "search, outside this gating); small spaces set fewer (search_spaces/length_drop.yaml)."))
-    evolution_mutations: int = Field(30, ge=0, description=(
-        "New configurations per search iteration by mutation of a Pareto-front parent (each "
-        "layer resampled with probability 0.5 between its neighbours, never below the smallest "
-        "trained sub-model). 30: the paper's (sec. 4; --mutation_size 30)."))
-    evolution_crossovers: int = Field(30, ge=0, description=(
-        "New configurations per search iteration by crossover of two Pareto-front parents "
-        "(ceiling of their element-wise mean). 30: the paper's (sec. 4; --crossover_size 30)."))
-    evolution_val_samples: int = Field(1024, ge=1, description=(
-        "Validation samples each candidate configuration is evaluated on, the same subset for "
-        "all (classification: sentences drawn at random, seeded; LM: the first blocks of "
-        "max_len tokens). 1024: ours, to bound a search's cost (the paper evaluates on the "
-        "whole dev set; the reported benchmark on its whole 2,000-document validation split). "
-        "The search's Pareto set is then measured on the whole validation split, the figures "
-        "the anytime curve and budget_configs report."))
-    length_budgets: Annotated[tuple[Fraction, ...], Field(min_length=1)] | None = Field(None, description=(
-        "FLOPs fractions of the full model, each in (0, 1], e.g. [0.5, 0.35]: finalize() adds "
-        "budget_configs, per fraction the most accurate searched configuration whose FLOPs on "
-        "the validation subset fit that fraction of the full model's (null when none does), "
-        "with its metric and FLOPs on the whole validation split. None: the anytime curve only. The paper reports whole accuracy-FLOPs curves; [0.5, "
-        "0.35] are the reported benchmark's claim, not a recipe, so no default."))
-
-    @field_validator("length_drop_rule")
-    @classmethod
-    def _rule_fits_task(cls, v: str, info) -> str:
-        if v == "prefix" and (info.context or {}).get("task") == "lm":
-            raise ValueError("'prefix' is for classification; the LM always keeps evenly spaced "
-                             "positions (a content-based choice would leak the future)")
-        return v
-
-
 class LengthDropGating(GatingStrategy):
     """``gating: length_drop``: LengthDrop + LayerDrop training with the sandwich rule, inference
     at a selected length configuration, evolutionary search of sub-networks after training
     (Kim & Cho 2021, arXiv 2010.07003).
 
-    Knobs: :class:`LengthDropSettings` (:attr:`s`). The search never goes below the smallest
-    trained sub-model (:func:`~archsearch.dynamic.length_config.smallest_length_config` of
-    ``length_drop_p``). ``settings["evolution_store"]`` (budget, not config): optional JSON path
-    that makes the search resumable.
+    Knobs: :class:`~archsearch.dynamic.length.settings.LengthDropSettings` (:attr:`s`). The
+    search never goes below the smallest trained sub-model
+    (:func:`~archsearch.dynamic.length.config.smallest_length_config` of ``length_drop_p``).
+    ``settings["evolution_store"]`` (budget, not config): optional JSON path that makes the
+    search resumable.
 
     Attributes:
         length_config: the configuration :meth:`predict` runs (``None`` = full length).
@@ -220,7 +156,7 @@ class LengthDropGating(GatingStrategy):
 
     def predict(self, x, mask):
         """``(logits, flops)`` at :attr:`length_config`; ``flops`` ``(B,)``: FLOPs the batch
-        executed, per sample (see :mod:`archsearch.dynamic.length_forward` for padding)."""
+        executed, per sample (see :mod:`archsearch.dynamic.length.forward` for padding)."""
         if self.length_config is None:
             logits = self.model(x, mask)
             f = costs.flops_per_sample(self.model.config, x.shape[1])

@@ -4,9 +4,9 @@ Source: Kim & Cho, "Length-Adaptive Transformer: Train Once with Length Drop, Us
 Search", arXiv 2010.07003, sec. 4 (and the Length-Adaptive section of docs/design.md):
 
 * a *gene* is a length configuration ``(l_1, ..., l_L)``, non-increasing, each in
-  ``[min_tokens, n]`` (see :mod:`archsearch.dynamic.length_config`);
+  ``[min_tokens, n]`` (see :mod:`archsearch.dynamic.length.config`);
 * genes never go below the *floor*, the smallest trained sub-model (``floor``, e.g.
-  :func:`~archsearch.dynamic.length_config.smallest_length_config` of the LengthDrop ``p``;
+  :func:`~archsearch.dynamic.length.config.smallest_length_config` of the LengthDrop ``p``;
   default ``min_tokens`` everywhere): a shorter configuration was never trained, and its
   accuracy on a small validation subset is noise;
 * the initial population is spread evenly in FLOPs between the floor and the full model:
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from archsearch.dynamic.length_config import MIN_TOKENS, check_length_config
+from archsearch.dynamic.length.config import MIN_TOKENS, check_length_config
 from archsearch.pareto import non_dominated_mask
 
 Gene = tuple[int, ...]

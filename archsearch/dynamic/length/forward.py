@@ -1,13 +1,13 @@
 """Length-Adaptive Transformer: the forward pass with per-layer token dropping, the significance
 score, drop-and-restore and the FLOPs of a length configuration (pure functions of a model;
-the training and search strategy is :mod:`archsearch.dynamic.length_drop`).
+the training and search strategy is :mod:`archsearch.dynamic.length.drop`).
 
 Source: Kim & Cho, "Length-Adaptive Transformer: Train Once with Length Drop, Use Anytime with
 Search", ACL 2021, arXiv 2010.07003 (sec. 3: LengthDrop, drop-and-restore; the significance score
 is PoWER-BERT's, Goyal et al. 2020). Our specification: the Length-Adaptive section of
 docs/design.md.
 
-**Length configuration.** See :mod:`archsearch.dynamic.length_config`: one length per block
+**Length configuration.** See :mod:`archsearch.dynamic.length.config`: one length per block
 in tokens of a full ``max_len`` sequence, scaled to each sequence's real length.
 
 **Padding (classification).** Samples of a batch keep different counts; the batch runs at
@@ -59,18 +59,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import get_args
 
 import torch
 import torch.nn.functional as F
 
-from archsearch.dynamic.length_config import MIN_TOKENS, check_length_config, scale_counts
+from archsearch.dynamic.length.config import MIN_TOKENS, check_length_config, scale_counts
+from archsearch.dynamic.length.settings import DropRule
 from archsearch.models.transformer import Block, Transformer, TransformerConfig
 
-#: Which tokens an encoder block keeps (:func:`_drop_block`): the type of the setting
-#: ``length_drop_rule`` (:class:`archsearch.dynamic.length_drop.LengthDropGating.Settings`).
-DropRule = Literal["significance", "prefix"]
-#: The values of :data:`DropRule`.
+#: The values of :data:`~archsearch.dynamic.length.settings.DropRule`.
 DROP_RULES: tuple[str, ...] = get_args(DropRule)
 
 
@@ -221,7 +219,7 @@ def length_drop_forward(
         attention_mask: ``B x T`` bool (True = real token) or ``None`` (see
             ``Transformer.padding_mask``).
         length_config: ``L`` lengths in tokens of an ``n = max_len`` sequence (see
-            :mod:`archsearch.dynamic.length_config`), or ``None`` for full length.
+            :mod:`archsearch.dynamic.length.config`), or ``None`` for full length.
         layers: per block, whether it runs (LayerDrop); ``None`` = all.
         min_tokens: at least this many tokens (or all real ones, if fewer) stay.
         restore: classification only: ``False``/``None`` (default) mean-pool the kept tokens of

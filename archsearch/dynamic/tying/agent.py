@@ -3,17 +3,17 @@
 Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024, Sec. 3: the
 Q-learning formulation (a state of tying choices, an action per block, a Q-network over them).
 Ours, not the paper's (issue 16; the paper's agent is ``tying: paper``,
-:class:`archsearch.dynamic.tying.PaperTying`): the replay buffer, the target network and
+:class:`archsearch.dynamic.tying.rl.PaperTying`): the replay buffer, the target network and
 :class:`ImprovementReward` (the paper rewards each decision with minus the perplexity of one
-training batch). :class:`archsearch.dynamic.tying.RLTying` runs them (rounds, exploration
+training batch). :class:`archsearch.dynamic.tying.rl.RLTying` runs them (rounds, exploration
 schedule, freezing).
 :class:`TyingAgent`'s defaults are the fields of
-:class:`~archsearch.dynamic.tying_settings.RLTyingSettings` (``tying_hidden``, ``tying_gamma``,
+:class:`~archsearch.dynamic.tying.settings.RLTyingSettings` (``tying_hidden``, ``tying_gamma``,
 ``tying_lr``, ``tying_epsilon_end``, ``tying_replay_size``, ``tying_replay_batch``,
 ``tying_target_sync``), where each one's reason is given.
 
 A decision of block ``i`` is an action ``j`` in ``0..i`` (use block ``j``'s weights; ``j = i``:
-its own) taken in a tying state ``s`` (:mod:`archsearch.dynamic.tying_maps`); the Q-network reads
+its own) taken in a tying state ``s`` (:mod:`archsearch.dynamic.tying.maps`); the Q-network reads
 ``s`` scaled to [0, 1] by ``L - 1`` and gives every block's action values at once. A transition is
 ``(s, i, a, r, s', i')`` with ``i'`` the block decided next; the TD target maxes over ``i'``'s
 (allowed) actions of the *target* network.
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from archsearch.dynamic.tying_settings import RLTyingSettings
+from archsearch.dynamic.tying.settings import RLTyingSettings
 
 #: The agent's defaults (one place: the settings fields).
 _D = RLTyingSettings()

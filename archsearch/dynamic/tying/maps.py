@@ -1,7 +1,7 @@
 """Tying maps: which blocks of a model share weights, and changing that safely.
 
-Used by the tying controllers of :mod:`archsearch.dynamic.tying`; specified in docs/design.md,
-"Dynamic layer tying".
+Used by the tying controllers (:mod:`archsearch.dynamic.tying.controllers`,
+:mod:`archsearch.dynamic.tying.rl`); specified in docs/design.md, "Dynamic layer tying".
 
 **Tying state.** A list ``s`` of ``L`` ints (``L`` = number of blocks): ``s[i] = j`` means block
 ``i`` uses block ``j``'s weights, ``j <= i``; ``s[i] = i`` means block ``i`` has weights no earlier

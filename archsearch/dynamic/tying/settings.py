@@ -1,10 +1,11 @@
 """The settings of the tying controllers (torch-free): ``tying: all``, ``every_k``, ``rl``,
 ``paper`` and ``switch``.
 
-The controllers (:mod:`archsearch.dynamic.tying`) declare these as their ``Settings``; a field's
-name is its trial-config key, and its ``description`` gives the unit, the default's reason and
-the source. Every default here is the value ``benchmarks/tying.py`` ran
-(``benchmarks/results/tying.json``); the design is docs/design.md, "Dynamic layer tying".
+The controllers (:mod:`archsearch.dynamic.tying.controllers`, :mod:`archsearch.dynamic.tying.rl`)
+declare these as their ``Settings``; a field's name is its trial-config key, and its
+``description`` gives the unit, the default's reason and the source. Every default here is the
+value ``benchmarks/tying/tying.py`` ran (``benchmarks/tying/results/tying.json``); the design is
+docs/design.md, "Dynamic layer tying".
 """
 
 from __future__ import annotations
@@ -19,33 +20,34 @@ class AllTyingSettings(StrategySettings):
 
 
 class EveryKTyingSettings(StrategySettings):
-    """Knobs of ``tying: every_k`` (:class:`archsearch.dynamic.tying.EveryKTying`)."""
+    """Knobs of ``tying: every_k`` (:class:`archsearch.dynamic.tying.controllers.EveryKTying`)."""
 
     tying_k: int = Field(2, ge=1, description=(
         "Blocks per shared group (count): blocks k*m .. k*m+k-1 share block k*m's weights for the "
         "whole run, the 'sequence' pattern of Takase & Kiyono 2021, \"Lessons on Parameter "
         "Sharing across Layers in Transformers\"; 1 unties every block, >= n_layers ties them all. "
-        "Default 2: in benchmarks/tying.py's data-limited regime (125k characters, the untied "
+        "Default 2: in benchmarks/tying/tying.py's data-limited regime (125k characters, the untied "
         "model overfits) every_2 had the best validation perplexity, 0.21 below untied at 0.51x "
         "the parameters (k = 4: 0.19 below at 0.27x); with ample data (issue 16, 4.5M "
         "characters) tying cost perplexity: 1.006x untied for k = 2, 1.049x for k = 4."))
 
 
 class SwitchTyingSettings(StrategySettings):
-    """Knobs of ``tying: switch`` (:class:`archsearch.dynamic.tying.SwitchTying`): train untied
-    while a held-out loss improves, then tie to the ``every_k`` map for the rest of the run."""
+    """Knobs of ``tying: switch`` (:class:`archsearch.dynamic.tying.controllers.SwitchTying`):
+    train untied while a held-out loss improves, then tie to the ``every_k`` map for the rest of
+    the run."""
 
     tying_k: int = Field(4, ge=1, description=(
         "Blocks per shared group after the switch (count): the every_k map of tying: every_k "
         "(blocks k*m .. k*m+k-1 share block k*m's weights, taken from block k*m at the switch). "
-        "Default 4: chosen on benchmarks/tying.py's validation curves (seeds 0-1: switching to "
+        "Default 4: chosen on benchmarks/tying/tying.py's validation curves (seeds 0-1: switching to "
         "every_4 at the untied model's validation minimum gained 0.12 and 0.28 perplexity over "
         "every_4 from step 0, to every_2 0.00 and 0.04); over 3 seeds that hindsight switch "
         "averages -0.06 (every_4) and +0.07 (every_2), and tying: switch itself +0.001 against "
         "the best fixed map of its size (-0.12, -0.11, +0.24): no gain shown."))
     tying_check_every: int = Field(100, ge=1, description=(
         "Optimizer steps between two held-out checks (the mean loss on tying_split). Default "
-        "100: benchmarks/tying.py's validation-curve spacing (30 points over 3,000 steps)."))
+        "100: benchmarks/tying/tying.py's validation-curve spacing (30 points over 3,000 steps)."))
     tying_patience: int = Field(1, ge=1, description=(
         "Checks in a row without a new held-out minimum before the switch (count). Default 1: "
         "switch at the first rise, the nearest a controller gets to the hindsight switch at the "
@@ -53,20 +55,20 @@ class SwitchTyingSettings(StrategySettings):
     tying_split: str = Field("validation", min_length=1, description=(
         "Data split whose loss decides the switch (its evaluation batches, as the trial's "
         "evaluation reads them). Default validation: the split a trial's early stopping and "
-        "scheduler read; benchmarks/tying.py gives it validation blocks disjoint from the ones "
+        "scheduler read; benchmarks/tying/tying.py gives it validation blocks disjoint from the ones "
         "it reports (split 'holdout')."))
 
 
 class RLTyingSettings(StrategySettings):
-    """Knobs of ``tying: rl`` (:class:`archsearch.dynamic.tying.RLTying`, the Q-learning agent
+    """Knobs of ``tying: rl`` (:class:`archsearch.dynamic.tying.rl.RLTying`, the Q-learning agent
     of Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024, Sec. 3);
     the agent's own knobs (``tying_gamma`` .. ``tying_target_sync``) are also the defaults of
-    :class:`archsearch.dynamic.tying_agent.TyingAgent`."""
+    :class:`archsearch.dynamic.tying.agent.TyingAgent`."""
 
     tying_every: int = Field(8, ge=1, description=(
         "Training batches (optimizer steps) per round: at the end of each interval of this many "
         "batches the agent re-decides every block once, and the mean training loss of the next "
-        "interval rewards those decisions. Default 8: the value benchmarks/tying.py ran "
+        "interval rewards those decisions. Default 8: the value benchmarks/tying/tying.py ran "
         "(issue 16); shorter intervals give noisier rewards, longer ones fewer rounds."))
     tying_explore_frac: float = Field(0.4, gt=0.0, le=1.0, description=(
         "Fraction of the run's rounds in which the agent explores (0 < f <= 1): epsilon decays "
@@ -91,7 +93,7 @@ class RLTyingSettings(StrategySettings):
         "left the reward without effect on the final map."))
     tying_lr: float = Field(1e-3, gt=0.0, description=(
         "AdamW learning rate of the Q-network (not the model's lr). Default 1e-3: reaches Q* on "
-        "the 3-block MDP of tests/test_tying.py and ran in benchmarks/tying.py."))
+        "the 3-block MDP of tests/test_tying.py and ran in benchmarks/tying/tying.py."))
     tying_hidden: int = Field(128, ge=1, description=(
         "Hidden width (units) of the Q-network, an MLP n_layers -> hidden -> ReLU -> "
         "n_layers(n_layers+1)/2 action values. Default 128: docs/design.md."))
@@ -101,7 +103,7 @@ class RLTyingSettings(StrategySettings):
         "Default 0.05: docs/design.md."))
     tying_replay_size: int = Field(4096, ge=1, description=(
         "Replay buffer capacity (transitions; one per block decision, n_layers - 1 per round), "
-        "oldest overwritten first. Default 4096: more than the decisions of a benchmarks/tying.py "
+        "oldest overwritten first. Default 4096: more than the decisions of a benchmarks/tying/tying.py "
         "run (3000 steps / 8 x 0.4 x 7 = 1050; issue 16's 4000 steps: 1400), so nothing is "
         "dropped there."))
     tying_replay_batch: int = Field(32, ge=1, description=(
@@ -111,11 +113,11 @@ class RLTyingSettings(StrategySettings):
     tying_target_sync: int = Field(50, ge=1, description=(
         "TD updates between two copies of the online Q-network into the target network that the "
         "TD target reads. Default 50: docs/design.md (a target network), the value "
-        "benchmarks/tying.py ran."))
+        "benchmarks/tying/tying.py ran."))
 
 
 class PaperTyingSettings(StrategySettings):
-    """Knobs of ``tying: paper`` (:class:`archsearch.dynamic.tying.PaperTying`): the agent of
+    """Knobs of ``tying: paper`` (:class:`archsearch.dynamic.tying.rl.PaperTying`): the agent of
     Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024, Sec. 3, as
     their code runs it. Every default is the paper's value unless its description says otherwise."""
 
