@@ -4,7 +4,7 @@
 * :mod:`~benchmarks.evidence.results`: the one result schema (``summary``, ``targets``,
   ``protocol``, ``ledger``, ``provenance``), written atomically; comparing a regenerated result.
 * :mod:`~benchmarks.evidence.runlog`: a resumable JSON-lines run log.
-* :mod:`~benchmarks.evidence.protocol`: loading a protocol and its sha256.
+* :mod:`~benchmarks.evidence.protocol`: a protocol's path and sha256, as results record them.
 * :mod:`~benchmarks.evidence.ledger`: the test-read ledger that marks results ``exploratory``.
 * :mod:`~benchmarks.evidence.targets`: ``"<= 0.5"``-style targets, joint rules, evaluation.
 * :mod:`~benchmarks.evidence.stats`: paired and grouped bootstrap, Wilcoxon signed-rank,

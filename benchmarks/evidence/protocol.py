@@ -5,9 +5,7 @@ under), so a later edit to the protocol is visible."""
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
-from typing import Any
 
 from benchmarks.evidence.provenance import ROOT
 
@@ -24,24 +22,6 @@ def relpath(path: Path | str) -> str:
         return str(p.relative_to(ROOT))
     except ValueError:
         return str(p)
-
-
-def load_protocol(path: Path | str) -> dict[str, Any]:
-    """A protocol's JSON object.
-
-    Raises:
-        ValueError: the file is missing or not a JSON object, naming the file.
-    """
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{relpath(path)}: protocol not found") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{relpath(path)}: not JSON ({e.msg}, line {e.lineno})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{relpath(path)}: a protocol is a JSON object")
-    return data
 
 
 def protocol_record(path: Path | str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """A resumable run log: one JSON object per line, appended as each measurement finishes.
 
 A benchmark that stops (a killed process, the end of a session) restarts where it stopped: it
-reads the log, skips the keys already there and appends the rest. Rows are never rewritten.
+reads the log, skips the rows already there and appends the rest. Rows are never rewritten.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any
 
 
 def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
@@ -32,32 +32,18 @@ def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
 
 
 class RunLog:
-    """The rows of one benchmark's run log, and appending to it.
+    """One benchmark's run log: its rows, and appending to it.
 
     Args:
         path: the ``.jsonl`` file (created with its folder on the first append).
-        key: a row -> its identity (e.g. ``lambda r: (r["task"], r["seed"])``); rows whose key is
-            already logged are :meth:`done`.
     """
 
-    def __init__(self, path: Path | str, key: Callable[[dict], Hashable] | None = None):
+    def __init__(self, path: Path | str):
         self.path = Path(path)
-        self.key = key
 
     def rows(self) -> list[dict[str, Any]]:
         """Every logged row, in order."""
         return read_jsonl(self.path)
-
-    def done(self) -> set:
-        """The keys of the logged rows (needs ``key``)."""
-        if self.key is None:
-            raise ValueError("RunLog.done needs a key function")
-        return {self.key(r) for r in self.rows()}
-
-    def todo(self, items: Iterable[dict]) -> list[dict]:
-        """``items`` whose key is not logged yet (``key`` applied to each item)."""
-        seen = self.done()
-        return [it for it in items if self.key(it) not in seen]
 
     def append(self, row: dict[str, Any]) -> None:
         """Append one row (keys sorted) and flush it to disk before returning."""

@@ -38,9 +38,3 @@ def markdown(rows: Sequence[Sequence[Any]], header: Sequence[str], digits: int =
     lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(c, digits) for c in r) + " |" for r in rows]
     return "\n".join(lines)
-
-
-def targets_table(evaluated: dict[str, dict[str, Any]]) -> str:
-    """The ``targets`` of a result (:func:`benchmarks.evidence.targets.evaluate`) as a table."""
-    rows = [(k, t["value"], t["target"], "met" if t["met"] else "missed") for k, t in evaluated.items()]
-    return table(rows, ["target", "value", "bound", ""])

@@ -120,7 +120,7 @@ from benchmarks.evidence.provenance import ROOT, git_commit, provenance
 from benchmarks.evidence.results import build_result
 from benchmarks.evidence.seeds import parse_seeds
 from benchmarks.evidence.stats import wilcoxon
-from benchmarks.evidence.tables import print_table, targets_table
+from benchmarks.evidence.tables import print_table
 from benchmarks.testbeds import lcbench
 from benchmarks.testbeds.lcbench import POLICY, read_runs
 from benchmarks.testbeds.synthetic import Synthetic, dtlz2_grid_hv  # noqa: F401 (dtlz2_grid_hv: tests)
