@@ -184,22 +184,28 @@ def export(
     run_dir: Path = typer.Argument(..., help="A run directory (runs/NAME)."),
     out: Path = typer.Option(..., help="The new directory to write (with --pareto: one "
                              "subdirectory per trial)."),
-    trial: Optional[str] = typer.Option(None, help="The trial id (as in the report; ID#k is its "
-                                        "trial ID)."),
+    trial: Optional[str] = typer.Option(None, help="The trial id as in the report (a sub-trial "
+                                        "ID#k exports at its own operating point)."),
     best: Optional[str] = typer.Option(None, help="Export the successful trial best in this metric "
                                        "(e.g. accuracy)."),
-    pareto: bool = typer.Option(False, help="Export every trial on the Pareto front."),
+    pareto: bool = typer.Option(False, help="Export every trial and sub-trial on the Pareto front "
+                                "(sub-trial ID#k to OUT/ID-k)."),
+    format_: str = typer.Option("safetensors", "--format", help="safetensors, or onnx: the same "
+                                "directory plus model.onnx (checked with onnxruntime; static, "
+                                "untied trials only)."),
 ):
     """Write a trained trial as a model directory: weights (safetensors), gating state,
-    tokenizer, archsearch.json; load it with archsearch.load(DIR) or archsearch predict."""
-    from archsearch.export import export_trial, select_trials
+    tokenizer, archsearch.json (with --format onnx also model.onnx); load it with
+    archsearch.load(DIR) or archsearch predict."""
+    from archsearch.export import check_format, export_dirname, export_trial, select_trials
 
     ids = select_trials(run_dir, trial=trial, best=best, pareto=pareto)
+    check_format(run_dir, ids, format_)  # every trial, before the first is written
     if pareto and out.exists():
         raise UserError("already exists: export writes a new directory", file=str(out), field="--out")
     for tid in ids:
-        dest = out / tid if pareto else out
-        export_trial(run_dir, tid, dest)
+        dest = out / export_dirname(tid) if pareto else out
+        export_trial(run_dir, tid, dest, format=format_)
         typer.echo(f"trial {tid}: {dest}")
 
 
@@ -212,16 +218,28 @@ def predict(
                                               "the first of text, sentence, content, review, ...)."),
     batch_size: int = typer.Option(64, min=1, help="Rows per forward pass."),
     device: str = typer.Option("cpu", help="cpu, cuda, cuda:1, ..."),
+    regime: str = typer.Option("auto", help="How batches run: auto (chosen per batch size and "
+                               "length by timing on the device), cascade (the trial's own per-row "
+                               "exits), static (a cut within the FLOPs budget) or full."),
 ):
-    """Classify the rows of a file with an exported model; prints rows/s, the mean executed FLOPs
-    and the predicted label counts."""
+    """Classify the rows of a file with an exported model; prints rows/s, the mean executed
+    FLOPs, the exit histogram, the regimes that ran and the predicted label counts."""
+    from archsearch.runtime import REGIME_CHOICES
+
+    if regime not in REGIME_CHOICES:
+        raise UserError(f"{regime!r} is not one of {', '.join(REGIME_CHOICES)}", field="--regime")
     from archsearch.export import predict_file
 
-    stats = predict_file(model_dir, data, out, text_column=text_column, batch_size=batch_size,
-                         device=device)
+    try:
+        stats = predict_file(model_dir, data, out, text_column=text_column, batch_size=batch_size,
+                             device=device, regime=regime)
+    except ValueError as e:  # a regime this model cannot run (no exits, no cut in the budget)
+        raise UserError(str(e), file=str(model_dir), field="--regime") from None
     typer.echo(f"{stats['rows']} rows in {stats['seconds']:.2f} s ({stats['rows_per_s']:.1f} rows/s); "
                f"mean executed FLOPs {stats['mean_flops']:.4g} per row "
                f"({stats['mean_flops_fraction']:.3f} of the full model's)")
+    typer.echo("exit depth (blocks: rows): " + ", ".join(f"{k}: {v}" for k, v in stats["exit_histogram"].items()))
+    typer.echo("regimes (rows): " + ", ".join(f"{k} {v}" for k, v in stats["regimes"].items()))
     typer.echo("labels: " + ", ".join(f"{k} {v}" for k, v in stats["label_counts"].items()))
     typer.echo(f"predictions: {out}")
 
@@ -338,19 +356,25 @@ def serve(
     replicas: int = typer.Option(1, min=1, help="Replicas behind the proxy."),
     max_batch_size: int = typer.Option(32, min=1, help="Requests batched into one forward pass."),
     device: str = typer.Option("cpu", help="cpu, cuda, ..."),
+    regime: str = typer.Option("auto", help="How batches run: auto (chosen per batch size and "
+                               "length by timing on the device), cascade, static or full."),
 ):
     """Serve an exported model on Ray Serve: POST /predict {"texts": [...]} answers with one
     prediction per text; concurrent requests are batched. Ctrl-C stops it."""
     import os
 
+    from archsearch.runtime import REGIME_CHOICES
     from archsearch.serve import serve_model
+
+    if regime not in REGIME_CHOICES:
+        raise UserError(f"{regime!r} is not one of {', '.join(REGIME_CHOICES)}", field="--regime")
 
     if address is None:
         _check_bind(host, port)
     if cpus is None:
         cpus = float(min(2, os.cpu_count() or 1))
     serve_model(model_dir, host=host, port=port, address=address, num_cpus=cpus,
-                num_replicas=replicas, max_batch_size=max_batch_size, device=device)
+                num_replicas=replicas, max_batch_size=max_batch_size, device=device, regime=regime)
 
 
 _JOB_API_HELP = ("The head's dashboard (Ray job API): http://HEAD:8265 (default "

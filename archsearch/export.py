@@ -9,6 +9,8 @@ directory, weights only (no optimizer state), readable without the run or its da
       modeling_archsearch.py  a static trial only: the model as a transformers class
                           (archsearch/models/hf_modeling.py; config.json's auto_map names it)
       gating.safetensors  the tensors of the gating's calibrated state (absent when it has none)
+      model.onnx          ``format="onnx"`` (``--format onnx``), a static, untied classifier only:
+                          the model as ONNX, checked with onnxruntime (:mod:`archsearch.export_onnx`)
       tokenizer/          the tokenizer: tokenizer.json (trained BPE/WordPiece/char) or the
                           pretrained checkpoint's tokenizer files
       archsearch.json     format version; the trial's full config, gating and tying names and
@@ -34,12 +36,15 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from archsearch.errors import UserError
+from archsearch.runs import export_dirname  # noqa: F401 (archsearch.export's name for it)
 
 #: archsearch.json's ``format``; :func:`load` refuses a newer one
 FORMAT = 1
+#: what :func:`export_trial` can write (``--format``): ``onnx`` is ``safetensors`` plus ``model.onnx``
+FORMATS = ("safetensors", "onnx")
 _TENSOR, _ARRAY = "__tensor__", "__ndarray__"
 
 
@@ -105,14 +110,64 @@ def trial_checkpoint(run, trial_id: str) -> Path | None:
     return found[-1] if found else None
 
 
-def select_trials(run_dir: str | Path, *, trial: str | None = None, best: str | None = None,
-                  pareto: bool = False) -> list[str]:
-    """Trial ids of a run: ``trial`` itself, the best successful trial of metric ``best``
-    (its objective's mode, else the metric's), or the trials on the Pareto front (a
-    sub-trial ``ID#k`` of an anytime curve counts as its trial ``ID``).
+def split_subtrial(trial_id: str) -> tuple[str, int | None]:
+    """``(ID, k)`` for a sub-trial id ``ID#k`` (point ``k`` of trial ``ID``'s anytime curve, as
+    the report names it), ``(ID, None)`` for a trial id.
 
     Raises:
-        UserError: not exactly one of the three; an unknown trial or metric; no successful trial.
+        UserError: ``#`` not followed by a point number (field ``--trial``).
+    """
+    base, hash_, k = str(trial_id).partition("#")
+    if not hash_:
+        return base, None
+    try:
+        return base, int(k)
+    except ValueError:
+        raise UserError(f"{trial_id!r} is not a trial id ID or a sub-trial id ID#k (k a point number)",
+                        field="--trial") from None
+
+
+def subtrial(rec: dict, trial_id: str, run_dir: str | Path | None = None) -> dict[str, Any]:
+    """What sub-trial ``trial_id`` (``ID#k``) of the trial record ``rec`` exports: ``subtrial``
+    (``k``), ``operating_point`` (point ``k`` of ``rec``'s ``metrics["anytime_curve"]`` without
+    its metrics: its other keys plus the entries of its ``"config"`` dict, what the report's
+    sub-trial adds to its trial's config) and ``metrics`` (the point's, plus the trained model's
+    :data:`archsearch.metrics.PER_MODEL` metrics from the trial, as the report's sub-trial).
+
+    Raises:
+        UserError: ``rec`` has no anytime curve, or no point ``k`` (field ``--trial``).
+    """
+    from archsearch.metrics import METRICS, PER_MODEL, is_number
+
+    base, k = split_subtrial(trial_id)
+    metrics = rec.get("metrics") or {}
+    curve = metrics.get("anytime_curve")
+    where = None if run_dir is None else str(run_dir)
+    if not isinstance(curve, list) or not curve:
+        raise UserError(f"no sub-trial {trial_id!r}: trial {base} has no anytime curve",
+                        file=where, field="--trial")
+    if k is None or not 0 <= k < len(curve) or not isinstance(curve[k], dict):
+        raise UserError(f"no sub-trial {trial_id!r}: trial {base}'s anytime curve has {len(curve)} "
+                        f"point(s), {base}#0 to {base}#{len(curve) - 1}", file=where, field="--trial")
+    point = curve[k]
+    setting = {key: v for key, v in point.items() if key not in METRICS and key != "config"}
+    if isinstance(point.get("config"), dict):
+        setting.update(point["config"])
+    own = {key: v for key, v in point.items() if key in METRICS and is_number(v)}
+    own.update({m: metrics[m] for m in sorted(PER_MODEL) if m not in own and m in metrics})
+    return {"subtrial": k, "operating_point": setting, "metrics": own}
+
+
+def select_trials(run_dir: str | Path, *, trial: str | None = None, best: str | None = None,
+                  pareto: bool = False) -> list[str]:
+    """Trial ids of a run: ``trial`` itself (a trial ``ID``, or a sub-trial ``ID#k``: point
+    ``k`` of its anytime curve), the best successful trial of metric ``best`` (its objective's
+    mode, else the metric's), or the trials and sub-trials on the Pareto front (as the report
+    lists them: :func:`export_trial` writes a sub-trial at its own operating point).
+
+    Raises:
+        UserError: not exactly one of the three; an unknown trial, sub-trial or metric; no
+            successful trial.
     """
     from archsearch.report.data import build_report_data
     from archsearch.report.inputs import load_run
@@ -122,12 +177,15 @@ def select_trials(run_dir: str | Path, *, trial: str | None = None, best: str | 
     run = load_run(run_dir)
     ids = [r["trial_id"] for r in run.trials]
     if trial is not None:
-        base = str(trial).split("#")[0]
+        base, k = split_subtrial(trial)
         if base not in ids:
             known = ", ".join(ids[:8]) + (" ..." if len(ids) > 8 else "")
             raise UserError(f"no trial {trial!r} in this run (its trials: {known or 'none'})",
                             file=str(run_dir), field="--trial")
-        return [base]
+        if k is None:
+            return [base]
+        subtrial(run.trials[ids.index(base)], trial, run_dir)  # a point it has
+        return [f"{base}#{k}"]
     try:
         data = build_report_data(run.trials, run.objectives, run.constraints, run.run_info)
     except ValueError as e:
@@ -136,7 +194,7 @@ def select_trials(run_dir: str | Path, *, trial: str | None = None, best: str | 
     if not ok:
         raise UserError("no trial of this run succeeded: nothing to export", file=str(run_dir))
     if pareto:
-        return list(dict.fromkeys((r.parent or r.trial_id) for r in data.rows if r.pareto))
+        return list(dict.fromkeys(r.trial_id for r in data.rows if r.pareto))
     from archsearch.metrics import METRICS
 
     mode = next((o.mode for o in data.objectives if o.metric == best), None)
@@ -155,16 +213,67 @@ def select_trials(run_dir: str | Path, *, trial: str | None = None, best: str | 
 
 
 # ---------------------------------------------------------------------- export
-def export_trial(run_dir: str | Path, trial_id: str, out: str | Path) -> Path:
+def _refuse_format(fmt: str, cfg: dict, task: str, trial_id: str | None, file: str | None) -> None:
+    """Raises: UserError (field ``--format``): ``fmt`` is not in :data:`FORMATS`, or is ``onnx``
+    for a trial :func:`archsearch.export_onnx.refusal` refuses (the message names it and why)."""
+    if fmt not in FORMATS:
+        raise UserError(f"{fmt!r} is not one of {', '.join(FORMATS)}", field="--format")
+    if fmt == "onnx":
+        from archsearch.export_onnx import refusal
+
+        why = refusal(cfg, task)
+        if why is not None:
+            raise UserError(f"trial {trial_id or '(unnamed)'}: {why}", file=file, field="--format")
+
+
+def check_format(run_dir: str | Path, trial_ids: Sequence[str], format: str) -> None:
+    """Check, before anything is written, that every trial of ``trial_ids`` (e.g. a Pareto front;
+    ``ID#k`` is trial ``ID``) can be exported in ``format``; an unknown id is left to
+    :func:`export_trial`.
+
+    Raises:
+        UserError: see :func:`export_trial` (field ``--format``).
+    """
+    from archsearch.models.config import trial_config
+    from archsearch.runs import RunDir
+
+    if format != "onnx":  # safetensors fits every trial; an unknown name is refused here
+        _refuse_format(format, {}, "", None, None)
+        return
+    run = RunDir.open(run_dir)
+    space = run.load_space()
+    recs = {r["trial_id"]: r for r in run.read_trials()}
+    for tid in trial_ids:
+        rec = recs.get(str(tid).split("#")[0])
+        if rec is not None:
+            _refuse_format(format, trial_config(rec.get("config") or {}, space.fixed), space.task,
+                           str(tid), str(run_dir))
+
+
+def export_trial(run_dir: str | Path, trial_id: str, out: str | Path, *, format: str = "safetensors") -> Path:
     """Write trial ``trial_id`` of the run at ``run_dir`` to the new directory ``out`` (layout:
     module docstring). Nothing is left at ``out`` when it fails.
+
+    A sub-trial ``ID#k`` (point ``k`` of trial ``ID``'s anytime curve) is trial ``ID``'s weights
+    at the point's operating point (:func:`subtrial`; the gating's
+    :meth:`~archsearch.dynamic.base.GatingStrategy.set_operating_point`): ``archsearch.json``
+    records ``subtrial`` (``k``), ``operating_point`` and the point's ``metrics``, and
+    :func:`load` runs the gating there.
+
+    ``format="onnx"`` writes the same directory plus ``model.onnx``
+    (:func:`archsearch.export_onnx.write_onnx`), for a static, untied classifier only.
 
     Returns:
         ``out``.
 
     Raises:
-        UserError: ``out`` exists; the trial is unknown, failed, or has no checkpoint (field
-            ``--trial``); the checkpoint is unreadable.
+        UserError: ``out`` exists; the trial is unknown, failed, or has no checkpoint, or the
+            sub-trial's point is not there or not one its gating can run (field ``--trial``);
+            the checkpoint is unreadable; ``format`` is not one of :data:`FORMATS`, or is
+            ``"onnx"`` for a dynamic gating, a tied model or a language model (field
+            ``--format``, checked before the checkpoint is read).
+        archsearch.export_onnx.OnnxExportError: the ONNX exporter failed, or onnxruntime's
+            logits differ from PyTorch's by more than 1e-4 (exit code 1).
     """
     from archsearch.runs import FINISHED, RunDir
     from archsearch.tune.runner import trial_settings
@@ -175,13 +284,16 @@ def export_trial(run_dir: str | Path, trial_id: str, out: str | Path) -> Path:
         raise UserError("already exists: export writes a new directory", file=str(out), field="--out")
     run = RunDir.open(run_dir)
     recs = {r["trial_id"]: r for r in run.read_trials()}
+    trial_id, k = split_subtrial(trial_id)
     rec = recs.get(trial_id)
     if rec is None:
         raise UserError(f"no trial {trial_id!r} in this run", file=str(run_dir), field="--trial")
+    check_format(run_dir, [trial_id], format)
     if rec["status"] not in FINISHED:
         why = rec.get("error") or "it has not finished"
         raise UserError(f"trial {trial_id} is {rec['status']} ({' '.join(str(why).split())[:120]}): "
                         "no trained model to export", file=str(run_dir), field="--trial")
+    point = None if k is None else subtrial(rec, f"{trial_id}#{k}", run_dir)
     ckpt = trial_checkpoint(run, trial_id)
     if ckpt is None:
         raise UserError(f"trial {trial_id} has no checkpoint under {run.tune_dir}: budget.keep_weights "
@@ -198,11 +310,17 @@ def export_trial(run_dir: str | Path, trial_id: str, out: str | Path) -> Path:
         loop.load(str(ckpt))
     except RuntimeError as e:
         raise UserError(str(e), file=str(ckpt / "state.pt"), field="--trial") from None
-    return export_loop(loop, out, record=rec, run_dir=run_dir, seed=int(space.seed))
+    if point is not None:  # the sub-trial's operating point; its state is exported with it
+        try:
+            loop.gating.set_operating_point(point["operating_point"])
+        except ValueError as e:
+            raise UserError(f"sub-trial {trial_id}#{k}: {e}", file=str(run_dir), field="--trial") from None
+        rec = {**rec, **point, "trial_id": f"{trial_id}#{k}"}
+    return export_loop(loop, out, record=rec, run_dir=run_dir, seed=int(space.seed), format=format)
 
 
 def export_loop(loop, out: str | Path, *, record: dict | None = None, run_dir: str | Path | None = None,
-                seed: int = 0) -> Path:
+                seed: int = 0, format: str = "safetensors") -> Path:
     """Write the model of a trial's :class:`~archsearch.tune.trainable.TrialLoop` (trained or
     loaded from its checkpoint) to the new directory ``out`` (layout: module docstring),
     atomically: a ``.NAME.partial`` directory renamed into place.
@@ -212,25 +330,30 @@ def export_loop(loop, out: str | Path, *, record: dict | None = None, run_dir: s
         record: the trial's record (``trial_id``, ``status``, ``metrics``), when it has one.
         run_dir: the run it came from, when it has one.
         seed: the run's seed (the gating's generators at load).
+        format: ``"safetensors"`` or ``"onnx"`` (:func:`export_trial`).
 
     Raises:
-        UserError: ``out`` exists.
+        UserError: ``out`` exists; ``format`` (:func:`export_trial`).
+        archsearch.export_onnx.OnnxExportError: see :func:`export_trial`; nothing is written.
     """
     out = Path(out)
     if out.exists():
         raise UserError("already exists: export writes a new directory", file=str(out), field="--out")
+    _refuse_format(format, loop.cfg, loop.data.task, (record or {}).get("trial_id"),
+                   None if run_dir is None else str(run_dir))
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
-        _write(tmp, loop, record or {}, run_dir=run_dir, seed=seed)
+        _write(tmp, loop, record or {}, run_dir=run_dir, seed=seed, format=format, dest=out)
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
-def _write(out: Path, loop, rec: dict, *, run_dir, seed: int) -> None:
+def _write(out: Path, loop, rec: dict, *, run_dir, seed: int, format: str = "safetensors",
+           dest: Path | None = None) -> None:
     from safetensors.torch import save_file
 
     cfg, data = loop.cfg, loop.data
@@ -265,6 +388,12 @@ def _write(out: Path, loop, rec: dict, *, run_dir, seed: int) -> None:
         data.load_tokenizer().tok.save_pretrained(str(tok_dir))
     else:
         shutil.copyfile(data.tokenizer_file, tok_dir / "tokenizer.json")
+    onnx = {}
+    if format == "onnx":  # model.onnx, checked against the model (export_onnx), then hashed below
+        from archsearch.export_onnx import ONNX_FILE, OPSET, write_onnx
+
+        diff = write_onnx(loop.model, out / ONNX_FILE, shown=(dest or out) / ONNX_FILE)
+        onnx = {"onnx": {"file": ONNX_FILE, "opset": OPSET, "check_max_abs_logit_diff": diff}}
     files = sorted(p for p in out.rglob("*") if p.is_file())
     meta = {
         "format": FORMAT, "task": data.task, "max_len": data.max_len, "tokenizer": kind,
@@ -275,6 +404,8 @@ def _write(out: Path, loop, rec: dict, *, run_dir, seed: int) -> None:
         "metrics": rec.get("metrics") or {}, "status": rec.get("status"),
         "run": None if run_dir is None else str(Path(run_dir).resolve()),
         "trial_id": rec.get("trial_id"), "commit": _commit(),
+        **{k: rec[k] for k in ("subtrial", "operating_point") if k in rec},  # a sub-trial ID#k
+        **onnx,
         "sha256": {str(p.relative_to(out)): _sha256(p) for p in files},
     }
     (out / "archsearch.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
@@ -285,12 +416,27 @@ def _write(out: Path, loop, rec: dict, *, run_dir, seed: int) -> None:
 class Prediction:
     """One row of :meth:`ExportedModel.predict`: ``label`` (class index), ``label_name``,
     ``probabilities`` (one per class, softmax of the logits), ``flops`` (FLOPs executed for
-    this row: the analytic count of what the gating ran, at its batch's trimmed length)."""
+    this row: the analytic count of what ran, at its batch's trimmed length), ``exit_depth``
+    (blocks run before the row's output head) and ``regime`` (how its batch ran:
+    :data:`archsearch.runtime.REGIMES`)."""
 
     label: int
     label_name: str | None
     probabilities: list[float]
     flops: float
+    exit_depth: int
+    regime: str
+
+
+class Outputs(NamedTuple):
+    """:meth:`ExportedModel.predict_ids`' result for ``N`` rows (CPU tensors): ``logits``
+    ``N x C`` float32, ``flops`` ``N`` float64 executed FLOPs, ``depth`` ``N`` int64 exit depths
+    (blocks), ``regime`` one :data:`archsearch.runtime.REGIMES` name per row."""
+
+    logits: Any
+    flops: Any
+    depth: Any
+    regime: list[str]
 
 
 class ExportedModel:
@@ -299,21 +445,31 @@ class ExportedModel:
     Attributes:
         model: the :class:`~archsearch.models.transformer.Transformer` (eval mode).
         gating, tying: the trial's strategies with their exported state.
+        runtime: the :class:`archsearch.runtime.Runtime` that runs its batches (which regime ran
+            what: ``runtime.report()``).
         meta: ``archsearch.json``.
     """
 
     def __init__(self, directory: Path, model, gating, tying, tokenizer, meta: dict):
+        from archsearch.runtime import Runtime
+
         self.directory, self.model, self.gating, self.tying = directory, model, gating, tying
         self.tokenizer, self.meta = tokenizer, meta
         self.max_len = int(meta["max_len"])
         self.label_names = meta.get("label_names")
+        self.runtime = Runtime(model, gating, flops_budget=getattr(gating.s, "flops_budget", None))
 
     @property
     def device(self):
         return next(self.model.parameters()).device
 
     def to(self, device) -> "ExportedModel":
-        """Move the model and the gating's modules to ``device``; returns self."""
+        """Move the model and the gating's modules to ``device`` (the runtime's regime choices,
+        timed on the old device, are forgotten); returns self."""
+        import torch
+
+        if torch.device(device) != self.device:
+            self.runtime.reset()
         self.model.to(device)
         for m in self.gating.extra_modules():
             m.to(device)
@@ -326,53 +482,67 @@ class ExportedModel:
 
         return pad_encoded(self.tokenizer, self.tokenizer.encode_batch(list(texts)), self.max_len)
 
-    def predict_ids(self, input_ids, attention_mask, *, batch_size: int = 256):
-        """Logits and executed FLOPs of encoded inputs, ``batch_size`` rows at a time (each
-        batch trimmed of its all-padding columns, as the trial was evaluated).
+    def predict_ids(self, input_ids, attention_mask, *, batch_size: int = 256,
+                    regime: str = "auto") -> Outputs:
+        """Logits, executed FLOPs, exit depths and regimes of encoded inputs, ``batch_size``
+        rows at a time (each batch trimmed of its all-padding columns, as the trial was
+        evaluated).
 
-        Returns:
-            ``(logits, flops)``: ``N x C`` float32 and ``N`` float64 tensors (CPU).
+        Args:
+            input_ids, attention_mask: ``N x T`` int64 ids and bool mask (:meth:`encode`).
+            batch_size: rows per forward pass.
+            regime: ``"auto"`` (the :class:`~archsearch.runtime.Runtime` chooses per rows and
+                length by timing), or ``"cascade"`` (the trial's own inference: the predictions
+                its recorded metrics were measured with), ``"static"`` or ``"full"``.
+
+        Raises:
+            ValueError: an unknown ``regime``, or one this model cannot run.
         """
         import torch
 
         from archsearch.models.config import trim_padding
 
         dev = self.device
-        logits, flops = [], []
+        logits, flops, depth, regimes = [], [], [], []
         self.model.eval()
         with torch.inference_mode():
             for i in range(0, len(input_ids), batch_size):
                 x, m = trim_padding(input_ids[i:i + batch_size], attention_mask[i:i + batch_size])
-                out, f = self.gating.predict(x.to(dev), m.to(dev))
-                logits.append(out.float().cpu())
-                flops.append(torch.as_tensor(f, dtype=torch.float64).cpu())
+                out = self.runtime.run(x.to(dev), m.to(dev), regime=regime)
+                logits.append(out.logits.float().cpu())
+                flops.append(torch.as_tensor(out.flops, dtype=torch.float64).cpu())
+                depth.append(torch.as_tensor(out.depth, dtype=torch.long).cpu())
+                regimes += [out.regime] * int(x.shape[0])
         if not logits:
-            return torch.empty(0, len(self.label_names or [])), torch.empty(0, dtype=torch.float64)
-        return torch.cat(logits), torch.cat(flops)
+            return Outputs(torch.empty(0, len(self.label_names or [])), torch.empty(0, dtype=torch.float64),
+                           torch.empty(0, dtype=torch.long), [])
+        return Outputs(torch.cat(logits), torch.cat(flops), torch.cat(depth), regimes)
 
-    def predict(self, texts: Sequence[str], *, batch_size: int = 64, device: str | None = None
-                ) -> list[Prediction]:
+    def predict(self, texts: Sequence[str], *, batch_size: int = 64, device: str | None = None,
+                regime: str = "auto") -> list[Prediction]:
         """Classify ``texts``: one :class:`Prediction` per text, in order.
 
         Args:
             texts: the strings to classify.
             batch_size: rows per forward pass (a dynamic gating decides per row within it).
             device: ``"cpu"``, ``"cuda"``, ...; default: where the model is.
+            regime: see :meth:`predict_ids`.
 
         Raises:
             TypeError: ``texts`` is a single string or holds a non-string.
+            ValueError: see :meth:`predict_ids`.
         """
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise TypeError("texts must be a sequence of strings")
         if device is not None:
             self.to(device)
         ids, mask = self.encode(texts)
-        logits, flops = self.predict_ids(ids, mask, batch_size=batch_size)
-        probs = logits.softmax(-1)
+        out = self.predict_ids(ids, mask, batch_size=batch_size, regime=regime)
+        probs = out.logits.softmax(-1)
         names = self.label_names
         return [Prediction(label=int(p.argmax()), label_name=names[int(p.argmax())] if names else None,
-                           probabilities=[float(v) for v in p], flops=float(f))
-                for p, f in zip(probs, flops)]
+                           probabilities=[float(v) for v in p], flops=float(f), exit_depth=int(d), regime=r)
+                for p, f, d, r in zip(probs, out.flops, out.depth, out.regime)]
 
 
 def load(directory: str | Path, *, device: str = "cpu") -> ExportedModel:
@@ -423,6 +593,11 @@ def load(directory: str | Path, *, device: str = "cpu") -> ExportedModel:
     tying.load_state_dict(unpack_state(meta["tying_state"], extra))  # re-ties before the weights
     model.load_state_dict(load_file(str(d / "model.safetensors")))
     gating.load_state_dict(unpack_state(meta["gating_state"], extra))
+    if meta.get("operating_point") is not None:  # a sub-trial ID#k: its point of the anytime curve
+        try:
+            gating.set_operating_point(meta["operating_point"])
+        except ValueError as e:
+            raise UserError(str(e), file=str(meta_file), field="operating_point") from None
     tok_dir = d / "tokenizer"
     kind = meta["tokenizer"]
     tokenizer = load_tokenizer(kind, tok_dir if kind == "pretrained" else tok_dir / "tokenizer.json")
@@ -479,21 +654,24 @@ def read_texts(path: str | Path, text_column: str | None = None) -> list[str]:
 
 
 def predict_file(model_dir: str | Path, data: str | Path, out: str | Path, *,
-                 text_column: str | None = None, batch_size: int = 64, device: str = "cpu"
-                 ) -> dict[str, Any]:
+                 text_column: str | None = None, batch_size: int = 64, device: str = "cpu",
+                 regime: str = "auto") -> dict[str, Any]:
     """``archsearch predict``: classify every row of ``data`` with the model at ``model_dir``
-    and write ``out`` (CSV: ``row, label, label_name, p_<class>..., flops``; written only when
-    every row was predicted).
+    and write ``out`` (CSV: ``row, label, label_name, p_<class>..., flops, exit_depth, regime``;
+    written only when every row was predicted).
 
     Returns:
         ``rows``, ``seconds``, ``rows_per_s``, ``mean_flops`` (executed FLOPs per row),
-        ``mean_flops_fraction`` (executed / the full model's at the same lengths) and
-        ``label_counts``.
+        ``mean_flops_fraction`` (executed / the full model's at the same lengths),
+        ``exit_histogram`` (``{depth: rows}``), ``regimes`` (``{regime: rows}``),
+        ``runtime`` (:meth:`archsearch.runtime.Runtime.report`) and ``label_counts``.
 
     Raises:
         UserError: see :func:`load` and :func:`read_texts`.
+        ValueError: see :meth:`ExportedModel.predict_ids` (``regime``).
     """
     import time
+    from collections import Counter
 
     import pandas as pd
     from rich.progress import Progress
@@ -511,18 +689,21 @@ def predict_file(model_dir: str | Path, data: str | Path, out: str | Path, *,
         task = bar.add_task("predict", total=len(texts))
         for i in range(0, len(texts), batch_size):
             ids, mask = model.encode(texts[i:i + batch_size])
-            logits, flops = model.predict_ids(ids, mask, batch_size=batch_size)
+            res = model.predict_ids(ids, mask, batch_size=batch_size, regime=regime)
             t = trim_padding(ids, mask)[0].shape[1]
             full += costs.flops_per_sample(model.model.config, t) * len(ids)
-            executed += float(flops.sum())
-            for p, f in zip(logits.softmax(-1), flops):
+            executed += float(res.flops.sum())
+            for p, f, d, r in zip(res.logits.softmax(-1), res.flops, res.depth, res.regime):
                 k = int(p.argmax())
                 rows.append({"row": len(rows), "label": k, "label_name": names[k],
-                             **{f"p_{n}": float(v) for n, v in zip(names, p)}, "flops": float(f)})
+                             **{f"p_{n}": float(v) for n, v in zip(names, p)}, "flops": float(f),
+                             "exit_depth": int(d), "regime": r})
             bar.advance(task, len(ids))
     seconds = time.perf_counter() - t0
     atomic_write(out, pd.DataFrame(rows).to_csv(index=False))
     counts = pd.Series([r["label_name"] for r in rows]).value_counts()
     return {"rows": len(rows), "seconds": seconds, "rows_per_s": len(rows) / max(seconds, 1e-9),
             "mean_flops": executed / max(len(rows), 1), "mean_flops_fraction": executed / max(full, 1e-9),
+            "exit_histogram": dict(sorted(Counter(r["exit_depth"] for r in rows).items())),
+            "regimes": dict(Counter(r["regime"] for r in rows)), "runtime": model.runtime.report(),
             "label_counts": {str(k): int(v) for k, v in counts.items()}}

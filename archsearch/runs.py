@@ -413,3 +413,10 @@ def _check_record(rec: Any, path: Path) -> None:
 def read_trials(run_dir: str | Path) -> list[dict[str, Any]]:
     """Shorthand for ``RunDir(run_dir).read_trials()``."""
     return RunDir(run_dir).read_trials()
+
+
+def export_dirname(trial_id: str) -> str:
+    """The subdirectory ``archsearch export --pareto`` writes ``trial_id`` to (and the report's
+    export command names): the trial id, a sub-trial ``ID#k`` as ``ID-k`` (a ``#`` in a path
+    breaks URLs and shell comments)."""
+    return str(trial_id).replace("#", "-")

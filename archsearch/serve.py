@@ -3,7 +3,9 @@
 One deployment, :func:`build_app`: each replica loads the directory written by
 ``archsearch export`` (:func:`archsearch.export.load`) and answers ``POST /predict`` with JSON
 ``{"texts": ["...", ...]}`` -> ``{"predictions": [{"label", "label_name", "probabilities",
-"flops"}, ...]}`` (one per text, in order). Concurrent requests are batched together by
+"flops", "exit_depth", "regime"}, ...]}`` (one per text, in order; ``flops`` executed, see
+:class:`archsearch.export.Prediction`). Each replica's :class:`archsearch.runtime.Runtime`
+chooses how a batch runs per (rows, length) by timing on its device (``regime``). Concurrent requests are batched together by
 ``@serve.batch`` (Ray Serve's dynamic batching: up to ``max_batch_size`` requests, waiting at most
 ``batch_wait_timeout_s`` for more), so the gating decides per row over one forward pass of
 many requests' rows. Bad requests get HTTP 400 and ``{"error": "..."}``.
@@ -39,7 +41,8 @@ def parse_request(body) -> list[str]:
 
 
 def build_app(model_dir: str | Path, *, device: str = "cpu", num_cpus: float = 1.0,
-              max_batch_size: int = 32, batch_wait_timeout_s: float = 0.005, num_replicas: int = 1):
+              max_batch_size: int = 32, batch_wait_timeout_s: float = 0.005, num_replicas: int = 1,
+              regime: str = "auto"):
     """The Ray Serve application of an exported model (``serve.run(build_app(DIR))``).
 
     Args:
@@ -49,6 +52,8 @@ def build_app(model_dir: str | Path, *, device: str = "cpu", num_cpus: float = 1
         max_batch_size: requests batched into one forward pass at most (``@serve.batch``).
         batch_wait_timeout_s: how long a batch waits for more requests (s).
         num_replicas: replicas behind the proxy.
+        regime: how batches run (:meth:`archsearch.export.ExportedModel.predict_ids`): ``"auto"``
+            (timed per rows and length), or ``"cascade"``, ``"static"``, ``"full"``.
     """
     from ray import serve
 
@@ -57,18 +62,19 @@ def build_app(model_dir: str | Path, *, device: str = "cpu", num_cpus: float = 1
     @serve.deployment(name="archsearch-model", num_replicas=num_replicas,
                       ray_actor_options={"num_cpus": num_cpus})
     class ModelServer:
-        def __init__(self, directory: str, device: str, threads: int):
+        def __init__(self, directory: str, device: str, threads: int, regime: str):
             import torch
 
             from archsearch.export import load
 
             torch.set_num_threads(max(1, threads))
             self.model = load(directory, device=device)
+            self.regime = regime
 
         @serve.batch(max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_timeout_s)
         async def predict_batch(self, requests: list[list[str]]) -> list[list[dict]]:
             flat = [t for texts in requests for t in texts]
-            preds = self.model.predict(flat, batch_size=max(1, len(flat))) if flat else []
+            preds = self.model.predict(flat, batch_size=max(1, len(flat)), regime=self.regime) if flat else []
             out, i = [], 0
             for texts in requests:
                 out.append([asdict(p) for p in preds[i:i + len(texts)]])
@@ -90,7 +96,7 @@ def build_app(model_dir: str | Path, *, device: str = "cpu", num_cpus: float = 1
                 return JSONResponse({"error": str(e)}, status_code=400)
             return JSONResponse({"predictions": await self.predict_batch(texts)})
 
-    return ModelServer.bind(model_dir, device, int(num_cpus))
+    return ModelServer.bind(model_dir, device, int(num_cpus), regime)
 
 
 def serve_model(model_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000,
@@ -106,10 +112,19 @@ def serve_model(model_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8
     import ray
     from ray import serve
 
+    from archsearch.errors import UserError
     from archsearch.export import load
     from archsearch.tune.ray_session import init_ray
 
-    load(model_dir)  # every bad-directory error before anything starts
+    model = load(model_dir)  # every bad-directory error before anything starts
+    regime = app_options.get("regime", "auto")
+    if regime in ("static", "full") and not model.runtime.dynamic:
+        raise UserError(f"regime {regime!r}: this model's gating has no early exits (use auto or cascade)",
+                        file=str(model_dir), field="--regime")
+    if regime == "static" and model.runtime.static_depth(model.max_len) is None:
+        raise UserError("regime 'static': no exit is within the model's FLOPs budget",
+                        file=str(model_dir), field="--regime")
+    del model
     if not ray.is_initialized():
         init_ray(address, num_cpus=None, dashboard=False)
     serve.start(http_options={"host": host, "port": port})

@@ -40,7 +40,7 @@ def test_the_best_trial_exported_scores_its_recorded_validation_accuracy(tiny_ru
     assert {"config.json", "model.safetensors", "tokenizer/tokenizer.json"} <= files
     val = load_dataset("rotten_tomatoes_sentences")["validation"]
     model = archsearch.load(exported)
-    preds = model.predict(list(val["text"]), batch_size=256)
+    preds = model.predict(list(val["text"]), batch_size=256, regime="cascade")
     accuracy = sum(p.label == y for p, y in zip(preds, val["label"])) / len(preds)
     assert accuracy == pytest.approx(best["metrics"]["accuracy"], abs=1e-12)
     assert all(p.flops > 0 and abs(sum(p.probabilities) - 1) < 1e-5 for p in preds)
@@ -55,13 +55,15 @@ def test_predict_writes_one_row_per_text(exported, tmp_path):
     texts = ["a gorgeous, witty, seductive movie", "the plot is a mess and the acting is worse",
              "it is a film"]
     pd.DataFrame({"id": [1, 2, 3], "Review": texts}).to_csv(tmp_path / "in.csv", index=False)
-    proc = run_cli("predict", exported, tmp_path / "in.csv", "--out", tmp_path / "preds.csv")
+    proc = run_cli("predict", exported, tmp_path / "in.csv", "--out", tmp_path / "preds.csv",
+                   "--regime", "cascade")
     assert proc.returncode == 0, proc.stderr
-    assert "rows/s" in proc.stdout and "executed FLOPs" in proc.stdout
+    assert "rows/s" in proc.stdout and "executed FLOPs" in proc.stdout and "exit depth" in proc.stdout
     got = pd.read_csv(tmp_path / "preds.csv")
-    want = archsearch.load(exported).predict(texts)
+    want = archsearch.load(exported).predict(texts, regime="cascade")
     assert got["label"].tolist() == [p.label for p in want] and len(got) == 3
-    assert {"p_negative", "p_positive", "flops", "label_name"} <= set(got.columns)
+    assert {"p_negative", "p_positive", "flops", "label_name", "exit_depth", "regime"} <= set(got.columns)
+    assert got["exit_depth"].tolist() == [p.exit_depth for p in want]
 
 
 @pytest.mark.ray
@@ -127,11 +129,11 @@ def test_ray_serve_answers_real_http_requests(exported, ray_session):
 
     texts = ["a gorgeous, witty, seductive movie", "the plot is a mess", "it is a film",
              "one of the year's best", "tedious and overlong", "i laughed, i cried"]
-    url = serve_model(exported, port=free_port(), blocking=False, num_cpus=0.5)
+    url = serve_model(exported, port=free_port(), blocking=False, num_cpus=0.5, regime="cascade")
     try:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/predict")
         status, got = post({"texts": texts})
-        want = archsearch.load(exported).predict(texts)
+        want = archsearch.load(exported).predict(texts, regime="cascade")
         assert status == 200 and [p["label"] for p in got["predictions"]] == [p.label for p in want]
         for g, w in zip(got["predictions"], want):
             assert g["probabilities"] == pytest.approx(w.probabilities, abs=1e-5) and g["flops"] > 0
@@ -232,3 +234,26 @@ def test_a_static_trial_loads_in_plain_transformers_with_the_same_logits(exporte
     with torch.no_grad():
         want = model.model(ids, mask)
     torch.testing.assert_close(torch.load(tmp_path / "logits.pt", weights_only=True), want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.ray
+def test_predict_refuses_an_unknown_regime_in_one_line_and_writes_nothing(exported, tmp_path):
+    (tmp_path / "in.csv").write_text("text\na fine film\n")
+    proc = run_cli("predict", exported, tmp_path / "in.csv", "--out", tmp_path / "preds.csv",
+                   "--regime", "fastest")
+    assert proc.returncode == 2 and "--regime" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "preds.csv").exists()
+
+
+@pytest.mark.ray
+def test_serve_on_a_port_in_use_is_one_line_exit_2(exported):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run_cli("serve", exported, "--port", str(port))
+    assert proc.returncode == 2 and "--port" not in proc.stdout
+    line = proc.stderr.strip().splitlines()
+    assert len(line) == 1 and str(port) in line[0] and "Traceback" not in proc.stderr

@@ -158,11 +158,14 @@ def test_an_export_round_trip_predicts_the_same(gating_run, small_data, tmp_path
     export_loop(loop, tmp_path / "model")
     model = load(tmp_path / "model", device=str(loop.device))
     test = small_data["test"]
-    logits, flops = model.predict_ids(test.input_ids, test.attention_mask, batch_size=256)
+    logits, flops, depth, _ = model.predict_ids(test.input_ids, test.attention_mask, batch_size=256,
+                                                regime="cascade")
     torch.testing.assert_close(logits, before[0], rtol=0, atol=1e-5)
     torch.testing.assert_close(flops, before[1].to(torch.float64), rtol=0, atol=0)
+    exits = model.gating.exit_depths() or [loop.model.config.n_layers]
+    assert set(depth.tolist()) <= set(exits), name
     v = small_data["validation"]
-    logits, _ = model.predict_ids(v.input_ids, v.attention_mask, batch_size=256)
+    logits = model.predict_ids(v.input_ids, v.attention_mask, batch_size=256, regime="cascade").logits
     assert int((logits.argmax(-1) == v.labels).sum()) / len(v.labels) == pytest.approx(val["accuracy"], abs=1e-12), name
 
 
@@ -185,7 +188,7 @@ def test_an_export_of_a_tied_model_keeps_its_tying(tying, small_data, device, tm
     export_loop(loop, tmp_path / "model")
     model = load(tmp_path / "model", device=str(device))
     test = small_data["test"]
-    logits, _ = model.predict_ids(test.input_ids, test.attention_mask, batch_size=256)
+    logits = model.predict_ids(test.input_ids, test.attention_mask, batch_size=256).logits
     torch.testing.assert_close(logits, before[0], rtol=0, atol=1e-5)
     assert model.tying.state_dict()["tying_map"] == loop.tying.state_dict()["tying_map"]
     untied = Transformer(loop.model.config)
@@ -219,3 +222,27 @@ def test_a_broken_gating_is_caught_by_the_budget_check(small_data, device, monke
     full = sum(costs.flops_per_sample(loop.model.config, x.shape[1]) * x.shape[0]
                for x, _, _ in loop.eval_batches("validation")) / N_VAL
     assert abs(val["flops_per_sample"] / full - BUDGET) > 0.05
+
+
+def test_a_weights_only_checkpoint_holds_weights_and_predicts_the_same(small_data, device, tmp_path):
+    """The last epoch's checkpoint (``save(weights_only=True)``, written by the trainable when a
+    trial has no epoch left) holds the model, gating and tying state only, and a loop restored
+    from it predicts what the trained loop does."""
+    from archsearch.tune.trainable import TrialLoop
+    from archsearch.tune.weights import WEIGHTS_KEYS
+
+    torch.set_num_threads(1)
+    cfg = {"gating": "confidence_exit", "n_layers": 2, "d_model": 32, "n_heads": 4, "warmup_steps": 4}
+    settings = {"epochs": 1, "batch_size": 32, "seed": 0, "device": str(device)}
+    loop = TrialLoop(cfg, small_data, settings)
+    loop.train_epoch()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "w").mkdir()
+    loop.save(str(tmp_path / "full"))
+    loop.save(str(tmp_path / "w"), weights_only=True)
+    assert set(torch.load(tmp_path / "w" / "state.pt", weights_only=True)) == set(WEIGHTS_KEYS)
+    assert (tmp_path / "w" / "state.pt").stat().st_size < 0.5 * (tmp_path / "full" / "state.pt").stat().st_size
+    restored = TrialLoop(cfg, small_data, settings)
+    restored.load(str(tmp_path / "w"))
+    want, got = predictions(loop), predictions(restored)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=1e-6)

@@ -7,7 +7,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "archsearch"
 
 #: Layer of each top-level part of the package; a module may import its own layer or lower.
-LAYERS = {"cli": 3, "export": 3, "serve": 3, "tune": 2, "report": 2, "runs": 1, "search": 1, "dynamic": 1,
+LAYERS = {"cli": 3, "export": 3, "export_onnx": 3, "serve": 3, "runtime": 2, "tune": 2, "report": 2, "runs": 1, "search": 1, "dynamic": 1,
           "space": 1, "data": 1, "models": 0, "hub": 0, "pareto": 0, "errors": 0, "metrics": 0,
           "__init__": 0}
 #: The one allowed upward import: the package's public ``archsearch.load``, imported from

@@ -203,6 +203,20 @@ class GatingStrategy:
         f = costs.flops_per_sample(self.model.config, x.shape[1])
         return logits, torch.full((x.shape[0],), float(f), dtype=torch.float64)
 
+    def predict_exits(self, x, mask) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`predict` plus the exit depth of each row: ``(logits, flops, depth)``, ``depth``
+        an int64 ``(B,)`` tensor of the blocks the row ran before its output head. An early-exit
+        gating overrides it (and :meth:`exit_depths`); here every row runs every block."""
+        logits, flops = self.predict(x, mask)
+        depth = torch.full((x.shape[0],), int(self.model.config.n_layers), dtype=torch.long)
+        return logits, flops, depth
+
+    def exit_depths(self) -> list[int] | None:
+        """The depths (blocks) where :meth:`predict` may stop a row, ascending, the last one the
+        full model's; ``None`` for a gating without per-sample early exit (the runtime of an
+        exported model, :mod:`archsearch.runtime`, then has one way to run a batch)."""
+        return None
+
     def metrics(self) -> dict[str, Any]:
         """Extra per-epoch results (JSON-serialisable)."""
         return {}
@@ -210,6 +224,19 @@ class GatingStrategy:
     def finalize(self) -> dict[str, Any]:
         """Run once after training; extra entries for the final results."""
         return {}
+
+    def set_operating_point(self, config: dict[str, Any]) -> None:
+        """Make :meth:`predict` run at one point of the ``anytime_curve`` :meth:`finalize`
+        reported (the sub-trial ``ID#k`` an export writes): ``config`` is the point's settings,
+        its keys other than metrics plus the entries of its ``"config"`` dict (as the report's
+        sub-trial holds them). A gating whose :meth:`finalize` writes an anytime curve overrides
+        it.
+
+        Raises:
+            ValueError: the gating has no operating points (here), or ``config`` is not one of
+                its points' settings.
+        """
+        raise ValueError(f"gating {self.cfg.get('gating', type(self).__name__)!r} has no operating points")
 
     def state_dict(self) -> dict[str, Any]:
         return {}

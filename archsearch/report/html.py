@@ -74,10 +74,13 @@ def repro_command(config: Mapping[str, Any], run_info: Mapping[str, Any]) -> str
 
 def export_command(trial_id: str, run_info: Mapping[str, Any]) -> str:
     """Shell command that exports trial ``trial_id`` as a model directory (``archsearch export``;
-    not HTML-escaped): the run is ``run_info["run_dir"]`` (``runs/NAME`` if unknown)."""
+    not HTML-escaped): the run is ``run_info["run_dir"]`` (``runs/NAME`` if unknown); a
+    sub-trial ``ID#k`` exports at its own operating point, to ``models/ID-k``."""
+    from archsearch.runs import export_dirname
+
     run = str(run_info.get("run_dir") or "runs/NAME")
     return (f"archsearch export {shlex.quote(run)} --trial {shlex.quote(trial_id)} "
-            f"--out {shlex.quote('models/' + trial_id)}")
+            f"--out {shlex.quote('models/' + export_dirname(trial_id))}")
 
 
 def _run_info_rows(data: ReportData) -> list[dict[str, Any]]:
@@ -202,7 +205,7 @@ def _pareto_rows(data: ReportData) -> tuple[list[str], list[dict[str, Any]]]:
             "settings": settings,
             "tying": None if tying is None else json.dumps(jsonable(tying)),
             "command": repro_command(t.repro_config, data.run_info),
-            "export": export_command(t.parent or t.trial_id, data.run_info),
+            "export": export_command(t.trial_id, data.run_info),
         })
     return head, out
 

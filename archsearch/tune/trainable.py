@@ -407,19 +407,23 @@ class TrialLoop:
         return torch.autocast(self.device.type, dtype=dtype)
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, directory: str) -> None:
+    def save(self, directory: str, *, weights_only: bool = False) -> None:
         """Write model, optimizer, scheduler, random states and progress (an epoch's batches
-        done, when saved inside one) to ``directory``."""
+        done, when saved inside one) to ``directory``; ``weights_only``: the model, gating and
+        tying state only (:data:`archsearch.tune.weights.WEIGHTS_KEYS`: what export and
+        evaluation read, a third of the size with AdamW), for a trial that will not train on."""
         import torch
 
-        state = {"model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                 "sched": self.sched.state_dict(), "gen": self.gen.get_state(),
-                 "gating": self.gating.state_dict(), "tying": self.tying.state_dict(),
-                 "scaler": self.scaler.state_dict(), "rng": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
-        if self.epoch_step:  # saved inside an epoch: where its batch order came from
-            state["epoch_gen"] = self._epoch_gen_state
+        state = {"model": self.model.state_dict(), "gating": self.gating.state_dict(),
+                 "tying": self.tying.state_dict()}
+        if not weights_only:
+            state.update({"opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
+                          "gen": self.gen.get_state(), "scaler": self.scaler.state_dict(),
+                          "rng": torch.get_rng_state()})
+            if self.device.type == "cuda":
+                state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+            if self.epoch_step:  # saved inside an epoch: where its batch order came from
+                state["epoch_gen"] = self._epoch_gen_state
         torch.save(state, os.path.join(directory, "state.pt"))
         with open(os.path.join(directory, "progress.json"), "w") as f:
             progress = {"epoch": self.epoch, "step": self.step, "epoch_step": self.epoch_step,
@@ -589,5 +593,6 @@ def train_trial(config: dict[str, Any], data=None, settings: dict[str, Any] | No
         if restored_from is not None:
             metrics["restored_from_epoch"] = restored_from
         with tempfile.TemporaryDirectory() as d:
-            loop.save(d)
+            # the last epoch's checkpoint can no longer resume anything: weights only (issue 62)
+            loop.save(d, weights_only=loop.epoch >= int(settings["epochs"]))
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))

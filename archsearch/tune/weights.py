@@ -2,7 +2,9 @@
 
 Each trial's Tune checkpoint (``state.pt``, :meth:`archsearch.tune.trainable.TrialLoop.save`)
 holds the model, the optimizer state (AdamW: two more tensors per weight) and the random
-states, so that a trial can resume mid-training. Once the search has ended, a trial that
+states, so that a trial can resume mid-training; the checkpoint of a trial's last epoch is
+written weights only as it finishes (``TrialLoop.save(weights_only=True)``: nothing is left to
+resume). Once the search has ended, a trial that
 finished (``TERMINATED``, ``STOPPED``) or failed (``ERROR``) never trains again, so
 :func:`keep_weights` applies ``budget.keep_weights`` to it:
 

@@ -25,7 +25,7 @@ Protocol (``benchmarks/product/protocols/export.json``, committed before the run
   becomes ``archsearch serve``'s default. ``serve_p50_ms`` / ``serve_p99_ms`` (client-side latency), ``serve_errors`` (non-200
   answers or a label different from ``model.predict``'s), ``serve_rows_per_s`` (requests / wall),
   ``serve_vs_predict_b32`` = serve_rows_per_s / predict_rows_per_s_b32.
-* Disk: ``run_disk_mb`` (the run directory as given), ``export_dir_mb`` (the best trial's
+* Disk: ``run_disk_mb_default_search`` (the run directory as given), ``export_dir_mb`` (the best trial's
   export); ``run_disk_mb_keep_weights_pareto``: a copy of the run after
   :func:`archsearch.tune.weights.keep_weights` with the default policy (what a search ends with
   since ``budget.keep_weights``; a run written before it keeps every checkpoint whole).
@@ -35,9 +35,27 @@ Protocol (``benchmarks/product/protocols/export.json``, committed before the run
   archsearch, on the first 256 validation texts: ``hf_static_max_abs_logit_diff`` (max over
   static trials; ``null`` when the run has none).
 
-Targets (issue 62): roundtrip and HF diffs <= 1e-5; accuracy difference == 0; serve_errors == 0;
-serve_vs_predict_b32 >= 0.8. Not measured here (no runtime regime chooser, no ONNX export
-yet): the ``runtime_wall_ratio_*`` and ``onnx_static_*`` keys.
+* ONNX (protocol addendum 2): each static, untied trial exported again with ``--format onnx``
+  (:func:`archsearch.export.export_trial`, ``format="onnx"``), its ``model.onnx`` run by
+  onnxruntime (``CPUExecutionProvider``) on the first 256 validation texts (ids from the exported
+  tokenizer, padded to ``max_len``) against :func:`archsearch.export.load`'s ``predict_ids``
+  (``regime="cascade"``): ``onnx_static_max_abs_logit_diff`` (max over those trials; ``null``
+  when the run has none). A file the export's own check refuses (> 1e-4) is measured all the
+  same (written unchecked) and the row keeps the refusal (``onnx_export_error``).
+
+* Runtime (protocol addendum 3): the best trial's :class:`archsearch.runtime.Runtime`
+  (``regime="auto"``: per rows and length, the cascade, a static cut within the FLOPs budget or
+  the full model, chosen by timing) against the full model in the same runtime
+  (``regime="full"``) over the first ``--runtime-rows`` (512) validation texts at batch 1, 8, 32
+  and 128, after one untimed ``auto`` pass: best of 3 alternating passes each,
+  ``runtime_wall_ratio_cpu_b{1,32}``, ``runtime_wall_ratio_cpu_max`` (over the four) and
+  ``runtime_never_slower_than_full`` (every ratio <= 1.02); per batch size the executed FLOPs
+  fraction and the rows each regime ran (``runtime_cpu``), and the regime table
+  (``runtime_regimes_cpu``).
+
+Targets (issue 62): roundtrip and HF diffs <= 1e-5; ONNX diff <= 1e-4; accuracy difference == 0; serve_errors == 0;
+serve_vs_predict_b32 >= 0.8; runtime_wall_ratio_cpu_b1 <= 0.75, _b32 <= 0.8, _max <= 1.02.
+Without a GPU the ``runtime_wall_ratio_gpu_*`` keys are not measured.
 
     python -m benchmarks.product.export run --run runs/minilm_budget [--threads 2] [--out PATH]
     python -m benchmarks.product.export analyze|check   # restate the stored result (no measuring)
@@ -70,8 +88,10 @@ OUT = HERE / "results" / "export.json"
 PROTOCOL = HERE / "protocols" / "export.json"
 #: Issue 62's targets.
 TARGETS = {"export_roundtrip_max_abs_logit_diff": "<= 1e-5", "export_accuracy_minus_recorded": "== 0",
-           "hf_static_max_abs_logit_diff": "<= 1e-5",
-           "serve_errors": "== 0", "serve_vs_predict_b32": ">= 0.8"}
+           "hf_static_max_abs_logit_diff": "<= 1e-5", "onnx_static_max_abs_logit_diff": "<= 1e-4",
+           "serve_errors": "== 0", "serve_vs_predict_b32": ">= 0.8",
+           "runtime_wall_ratio_cpu_b1": "<= 0.75", "runtime_wall_ratio_cpu_b32": "<= 0.8",
+           "runtime_wall_ratio_cpu_max": "<= 1.02"}  # runtime_never_slower_than_full: this bound
 
 
 def dir_mb(path: Path) -> float:
@@ -100,9 +120,9 @@ def fidelity(run_dir: Path, rec: dict, exported: Path) -> dict:
     val = data["validation"]
     with torch.inference_mode():
         want = torch.cat([loop.gating.predict(x, m)[0].float() for x, m, _ in loop.eval_batches("validation")])
-    got, _ = model.predict_ids(val.input_ids, val.attention_mask, batch_size=256)
+    got = model.predict_ids(val.input_ids, val.attention_mask, batch_size=256, regime="cascade").logits
     texts = load_dataset(space.dataset.name)["validation"]
-    preds = model.predict(list(texts["text"]), batch_size=256)
+    preds = model.predict(list(texts["text"]), batch_size=256, regime="cascade")
     acc = sum(p.label == y for p, y in zip(preds, texts["label"])) / len(preds)
     return {"trial_id": rec["trial_id"], "gating": model.meta["gating"],
             "max_abs_logit_diff": float((got - want).abs().max()),
@@ -153,6 +173,39 @@ def hf_static_diff(exported: Path, work: Path) -> float:
     return float((torch.load(work / "hf_logits.pt", weights_only=True) - want).abs().max())
 
 
+def onnx_static_diff(run_dir: Path, rec: dict, work: Path) -> dict:
+    """``{"onnx_static_max_abs_logit_diff": d}`` for a trial ``--format onnx`` exports (``{}``
+    for one it refuses: a tied trial): ``d`` the max |logit difference| on the first 256
+    validation texts between onnxruntime on its ``model.onnx`` and archsearch.load's logits
+    (protocol addendum 2); with ``onnx_export_error`` when the export's own check refused it."""
+    from archsearch.data import load as load_dataset
+    from archsearch.export import export_trial, load
+    from archsearch.export_onnx import ONNX_FILE, OnnxExportError, onnx_logits, refusal, write_onnx
+    from archsearch.models.config import trial_config
+    from archsearch.runs import RunDir
+
+    space = RunDir.open(run_dir).load_space()
+    if refusal(trial_config(rec["config"], space.fixed), space.task) is not None:
+        return {}
+    out, row = work / f"{rec['trial_id']}-onnx", {}
+    try:
+        export_trial(run_dir, rec["trial_id"], out, format="onnx")
+        onnx_file = out / ONNX_FILE
+    except OnnxExportError as e:  # measured all the same: the file written without the check
+        row["onnx_export_error"] = e.one_line()
+        export_trial(run_dir, rec["trial_id"], out)
+        onnx_file = work / f"{rec['trial_id']}-unchecked.onnx"
+        write_onnx(load(out).model, onnx_file, atol=float("inf"))
+    model = load(out)
+    texts = list(load_dataset(space.dataset.name)["validation"]["text"])[:256]
+    ids, mask = model.encode(texts)
+    want = model.predict_ids(ids, mask, batch_size=256, regime="cascade").logits
+    row["onnx_static_max_abs_logit_diff"] = float((onnx_logits(onnx_file, ids, mask) - want).abs().max())
+    shutil.rmtree(out, ignore_errors=True)
+    onnx_file.unlink(missing_ok=True)
+    return row
+
+
 def predict_speed(exported: Path, texts: list[str], batch_size: int) -> float:
     from archsearch.export import load
 
@@ -164,6 +217,46 @@ def predict_speed(exported: Path, texts: list[str], batch_size: int) -> float:
         model.predict(texts, batch_size=batch_size)
         best = max(best, len(texts) / (time.perf_counter() - t0))
     return best
+
+
+#: batch sizes of the runtime comparison (protocol addendum 3)
+RUNTIME_BATCHES = (1, 8, 32, 128)
+
+
+def runtime_ratios(exported: Path, texts: list[str], batch_sizes=RUNTIME_BATCHES, passes: int = 3) -> dict:
+    """The runtime (``regime="auto"``) against the full model in the same runtime
+    (``regime="full"``) over ``texts`` at each batch size: one untimed ``auto`` pass first (every
+    regime met is timed and chosen there), then ``passes`` timed passes of each, alternating;
+    the ratio of the best passes. Also the regimes chosen and the executed FLOPs fraction."""
+    from archsearch.export import load
+    from archsearch.models import costs
+    from archsearch.models.config import trim_padding
+
+    model = load(exported)
+    out = {}
+    for b in batch_sizes:
+        model.predict(texts, batch_size=b)  # untimed: the runtime chooses each regime it meets
+        best = {"auto": float("inf"), "full": float("inf")}
+        for _ in range(passes):
+            for regime in ("auto", "full"):
+                t0 = time.perf_counter()
+                preds = model.predict(texts, batch_size=b, regime=regime)
+                best[regime] = min(best[regime], time.perf_counter() - t0)
+                if regime == "auto":
+                    auto_preds = preds
+        ids, mask = model.encode(texts)
+        full_flops = sum(costs.flops_per_sample(model.model.config, trim_padding(ids[i:i + b], mask[i:i + b])[0].shape[1])
+                         * len(ids[i:i + b]) for i in range(0, len(ids), b))
+        regimes = {}
+        for p in auto_preds:
+            regimes[p.regime] = regimes.get(p.regime, 0) + 1
+        out[f"b{b}"] = {"wall_ratio": round(best["auto"] / best["full"], 4),
+                        "auto_rows_per_s": round(len(texts) / best["auto"], 2),
+                        "full_rows_per_s": round(len(texts) / best["full"], 2),
+                        "executed_flops_fraction": round(sum(p.flops for p in auto_preds) / full_flops, 4),
+                        "rows_by_regime": regimes}
+    out["regimes"] = model.runtime.report()
+    return out
 
 
 #: the serve designs measured (protocol addendum 1): (replica CPUs, @serve.batch wait in s)
@@ -269,12 +362,22 @@ def run(args: argparse.Namespace) -> int:
                      "export_dir_mb": round(dir_mb(out), 1)})
         if rows[-1]["gating"] == "static":
             rows[-1]["hf_static_max_abs_logit_diff"] = hf_static_diff(out, work)
+            rows[-1].update(onnx_static_diff(args.run, rec, work))
         print(json.dumps(rows[-1]), flush=True)
     best = max(rows, key=lambda r: r["recorded_accuracy"])
     best_dir = work / best["trial_id"]
     texts = list(load_dataset(run.load_space().dataset.name)["validation"]["text"])
     speeds = {f"predict_rows_per_s_b{b}": round(predict_speed(best_dir, texts, b), 2) for b in (1, 32, 128)}
     print(json.dumps(speeds), flush=True)
+    runtime = runtime_ratios(best_dir, texts[:args.runtime_rows])
+    print(json.dumps(runtime), flush=True)
+    ratios = [runtime[f"b{b}"]["wall_ratio"] for b in RUNTIME_BATCHES]
+    runtime_keys = {"runtime_wall_ratio_cpu_b1": runtime["b1"]["wall_ratio"],
+                    "runtime_wall_ratio_cpu_b32": runtime["b32"]["wall_ratio"],
+                    "runtime_never_slower_than_full": all(r <= 1.02 for r in ratios),
+                    "runtime_wall_ratio_cpu_max": max(ratios),
+                    "runtime_cpu": {k: v for k, v in runtime.items() if k != "regimes"},
+                    "runtime_regimes_cpu": runtime["regimes"]}
     designs = {}
     for name, (cpus, wait_s) in SERVE_DESIGNS.items():
         designs[name] = serve_load(best_dir, texts, cpus, wait_s)
@@ -296,15 +399,19 @@ def run(args: argparse.Namespace) -> int:
         "export_gatings_ok": sorted({r["gating"] for r in rows if r["max_abs_logit_diff"] <= 1e-5
                                      and r["accuracy_minus_recorded"] == 0}),
         "export_gatings": sorted({r["gating"] for r in rows}),
+        "export_all_gatings_ok": all(r["max_abs_logit_diff"] <= 1e-5 and r["accuracy_minus_recorded"] == 0
+                                     for r in rows),
         "export_roundtrip_max_abs_logit_diff": max(r["max_abs_logit_diff"] for r in rows),
         "export_accuracy_minus_recorded": worst_acc,
         "hf_static_max_abs_logit_diff": max((r["hf_static_max_abs_logit_diff"] for r in rows
                                              if "hf_static_max_abs_logit_diff" in r), default=None),
+        "onnx_static_max_abs_logit_diff": max((r["onnx_static_max_abs_logit_diff"] for r in rows
+                                               if "onnx_static_max_abs_logit_diff" in r), default=None),
         "export_s": round(sum(export_s) / len(export_s), 2),
         "export_dir_mb": best["export_dir_mb"],
-        "run_disk_mb": round(dir_mb(args.run), 1),
+        "run_disk_mb_default_search": round(dir_mb(args.run), 1),
         "run_disk_mb_keep_weights_pareto": kept["run_mb"], "keep_weights_kept_trials": len(kept["kept"]),
-        **speeds, **served,
+        **speeds, **runtime_keys, **served,
         "serve_vs_predict_b32": round(served["serve_rows_per_s"] / speeds["predict_rows_per_s_b32"], 3),
         "best_trial": best["trial_id"], "best_gating": best["gating"],
     }
@@ -324,6 +431,8 @@ def results(args: argparse.Namespace) -> dict[Path, dict[str, Any]]:
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", type=Path, default=None, help="run: a finished run of the default search")
     p.add_argument("--threads", type=int, default=2, help="run: torch threads for predict")
+    p.add_argument("--runtime-rows", type=int, default=512,
+                   help="run: validation texts of the runtime comparison (the first N)")
     p.add_argument("--out", type=Path, default=OUT, help="run: where the result goes")
 
 

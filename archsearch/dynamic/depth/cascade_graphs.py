@@ -33,11 +33,15 @@ element (the *prefix*), and a new prefix drops every graph held. Python-side eff
 (module forward hooks, counters) run at capture, not at replays: instrumented runs set
 :attr:`SegmentGraphs.enabled` False. A segment must not synchronise with the host or copy from
 pageable host memory (the capture refuses it; then graphs are switched off for the gating, with
-a warning).
+a warning). A failed capture can leave the device's default CUDA generator registered for the
+capture, which breaks every later dropout in the process (a philox draw):
+:func:`recover_after_failed_capture` ends the capture, resets the graph, checks a draw and, if
+that fails, restores the generator state saved before the capture, or raises.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from typing import Any, Callable
@@ -88,6 +92,87 @@ def graphs_of(owner: Any) -> "SegmentGraphs":
     if g is None:
         g = owner._segment_graphs = SegmentGraphs()
     return g
+
+
+def _probe_rng(device: torch.device) -> None:
+    """Draw from ``device``'s default generator as dropout does (a philox Bernoulli draw) and
+    wait for it: raises where the generator is unusable."""
+    torch.empty(1, device=device).bernoulli_(0.5)
+    torch.cuda.synchronize(device)
+
+
+def _stream_capturing(stream) -> bool:
+    """Whether ``stream`` is capturing a CUDA graph."""
+    with torch.cuda.stream(stream):
+        return torch.cuda.is_current_stream_capturing()
+
+
+def recover_after_failed_capture(graph: Any, device: torch.device, saved_state: torch.Tensor, *,
+                                 stream: Any = None, probe: Callable[[torch.device], None] | None = None,
+                                 set_state: Callable[[torch.Tensor, torch.device], None] | None = None,
+                                 is_capturing: Callable[[Any], bool] | None = None) -> str:
+    """Leave the process's CUDA RNG usable after ``graph``'s capture on ``stream`` failed.
+
+    A capture that fails between ``capture_begin`` and ``capture_end`` can leave ``stream``
+    capturing and the device's default generator registered for the capture (PyTorch's
+    ``CUDAGraph.capture_end`` ends the generators' capture only after the stream's capture ended
+    cleanly), and then every later dropout in the process fails ("philox_cuda_state for an
+    unexpected CUDA generator used during capture", offset errors). In order:
+
+    1. a ``stream`` still capturing has its capture ended (``graph.capture_end()`` again, on it;
+       errors ignored);
+    2. ``graph.reset()`` (errors ignored): it releases the graph, and since PyTorch PR #171265
+       ("Implement Cleanup for Generator States in CUDAGraph Reset Method") the generator states
+       the capture registered;
+    3. ``probe(device)``, a draw as dropout makes (it advances the generator); if it raises,
+       ``set_state(saved_state, device)`` restores the generator state saved before
+       ``capture_begin`` and the draw is tried again.
+
+    Args:
+        graph: the ``torch.cuda.CUDAGraph`` whose capture failed.
+        device: the CUDA device.
+        saved_state: ``torch.cuda.get_rng_state(device)`` taken before ``capture_begin``.
+        stream: the capturing stream (``None``: not checked).
+        probe, set_state, is_capturing: default :func:`_probe_rng`,
+            ``torch.cuda.set_rng_state`` and :func:`_stream_capturing` (tests replace them).
+
+    Returns:
+        ``"reset"`` (the draw worked after steps 1-2) or ``"restored"`` (after the restore).
+
+    Raises:
+        RuntimeError: the draw still fails after the restore: the process's CUDA RNG is
+            unusable (a new process is needed for anything that draws random numbers on it).
+    """
+    probe = probe or _probe_rng
+    set_state = set_state or torch.cuda.set_rng_state
+    is_capturing = is_capturing or _stream_capturing
+    if stream is not None:
+        with contextlib.suppress(Exception):
+            if is_capturing(stream):
+                with torch.cuda.stream(stream), contextlib.suppress(Exception):
+                    graph.capture_end()
+    with contextlib.suppress(Exception):
+        graph.reset()
+    try:
+        probe(device)
+        return "reset"
+    except Exception:  # whatever the generator raises, the restore comes next
+        pass
+    try:
+        set_state(saved_state, device)
+        probe(device)
+    except Exception as e:
+        still = ""
+        with contextlib.suppress(Exception):
+            if stream is not None and is_capturing(stream):
+                still = "; its capturing stream is still capturing"
+        why = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise RuntimeError(
+            f"the process's CUDA RNG on {device} is unusable after a failed CUDA graph capture "
+            f"(a random draw fails even after restoring the generator state saved before the "
+            f"capture{still}: {why}); dropout and other random ops on this device need a new "
+            "process") from e
+    return "restored"
 
 
 class _Graph:
@@ -289,6 +374,7 @@ class SegmentGraphs:
             torch.cuda.synchronize(dev)
             eager = time.perf_counter() - t0
             graph = torch.cuda.CUDAGraph()
+            rng = torch.cuda.get_rng_state(dev)  # restored if a failed capture leaves it unusable
             # torch.cuda.graph() without its gc.collect() per capture; one pool for all graphs
             # (every replay's outputs are read before the next replay)
             try:
@@ -299,9 +385,10 @@ class SegmentGraphs:
                     finally:
                         graph.capture_end()
             except RuntimeError as e:  # an op the capture refuses (a host sync, a pageable copy)
-                # a failed capture can leave the CUDA generator in capture mode: no more captures
-                self.enabled = False
+                self.enabled = False  # no more captures for this gating
                 self.counts["failed"] += 1
+                # the CUDA generator may still be registered for the capture: make it usable or raise
+                recover_after_failed_capture(graph, dev, rng, stream=side)
                 warnings.warn(f"cascade graphs off: a segment could not be captured ({str(e).splitlines()[0][:160]})",
                               RuntimeWarning, stacklevel=2)
                 return _EAGER

@@ -138,7 +138,6 @@ class ConfidenceExitGating(GatingStrategy):
 
         return rule
 
-    @torch.no_grad()
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
         """Early exit through :func:`~archsearch.dynamic.depth.exits.run_cascade` at :attr:`threshold`.
 
@@ -146,6 +145,14 @@ class ConfidenceExitGating(GatingStrategy):
             ``(logits, flops)``: ``B x C`` logits of each row's exit, and ``B`` float64 FLOPs
             executed per row (:meth:`exit_flops` of its exit), both on ``x``'s device.
         """
+        return self.predict_exits(x, mask)[:2]
+
+    def exit_depths(self) -> list[int]:
+        return list(self.depths)
+
+    @torch.no_grad()
+    def predict_exits(self, x, mask) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`predict` and each row's exit depth (``B`` int64 blocks, on ``x``'s device)."""
         m = self.model
         pad = m.padding_mask(x, mask)
         graphs = key = None
@@ -155,7 +162,8 @@ class ConfidenceExitGating(GatingStrategy):
         logits, idx = run_cascade(m, m.embed(x), pad, self.depths, 0, self.stop_rule(), graphs=graphs, key=key)
         per, _ = self.exit_flops(x.shape[1], x.device)
         self._counts = self._counts.to(idx.device) + torch.bincount(idx, minlength=len(self.depths))
-        return logits, per[idx]
+        depth = torch.as_tensor(self.depths, dtype=torch.long).to(idx.device)[idx]  # (B,) blocks
+        return logits, per[idx], depth
 
     def before_evaluate(self, split_name: str = "validation") -> None:
         """Forget the exit counts (so :meth:`metrics` describes this pass only) and, with a

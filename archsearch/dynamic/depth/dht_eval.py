@@ -130,6 +130,14 @@ class DHTInference:
         """Greedy gated inference at the calibrated price: ``(logits, flops)``; ``logits``
         ``B x C`` (or ``B x T x V``), ``flops`` float ``(B,)`` FLOPs executed per sample (its
         fixed blocks, its gated blocks with its heads, the output head)."""
+        return self.predict_exits(x, mask)[:2]
+
+    def exit_depths(self) -> list[int] | None:
+        """The cascade's exit depths; ``None`` unless :meth:`predict` runs the cascade."""
+        return list(self.depths) if self._cascading() else None
+
+    def predict_exits(self, x, mask) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`predict` and each row's exit depth (``B`` int64 blocks)."""
         with torch.no_grad():
             if self._cascading():
                 out, arms, _ = self._run_cascade(*self._trunk(x, mask, 0))  # arms: (B,) on the model's device
@@ -143,12 +151,16 @@ class DHTInference:
                 table = self._greedy_cache[key]
                 # counted on the device, folded into the statistics by metrics(): no host sync here
                 self._pending_counts.append((torch.bincount(arms, minlength=len(self.depths)), heads))
-                return out, table[arms]
+                dkey = ("depths", str(arms.device))
+                if dkey not in self._greedy_cache:
+                    self._greedy_cache[dkey] = torch.tensor(self.depths, dtype=torch.long).to(arms.device)
+                return out, table[arms], self._greedy_cache[dkey][arms]
             h, pad = self._trunk(x, mask, self.force_depth)
             groups = self._plan(h, pad, greedy=True)
             B, T = x.shape
             out = None
             flops = torch.empty(B, dtype=torch.float64)
+            depth = torch.empty(B, dtype=torch.long)
             for g in groups:
                 lg = self._run_group(h, pad, g)
                 if len(groups) == 1:
@@ -161,15 +173,17 @@ class DHTInference:
                 f = self._group_flops(T, g)
                 if g["idx"] is None:
                     flops.fill_(float(f))
+                    depth.fill_(int(g["depth"]))
                 else:
                     flops[g["idx"].cpu()] = float(f)
+                    depth[g["idx"].cpu()] = int(g["depth"])
                 if g["arm"] is not None:
                     self._eval_counts[g["arm"]] += n
                 elif g["depth"] in self.depths:
                     self._eval_counts[self.depths.index(g["depth"])] += n
                 self._eval_heads[0] += n * sum(g["counts"])
                 self._eval_heads[1] += n * len(g["counts"])
-        return out, flops
+        return out, flops, depth
 
     def _cascading(self) -> bool:
         """Greedy inference runs the cascade: ``dht_routing: cascade``, trained, not forced."""

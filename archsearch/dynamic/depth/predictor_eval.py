@@ -99,8 +99,15 @@ class DepthPredictorInference:
         _, _, depth_logits = self._front(x, mask)
         return self.n_fixed + self.exit_index(depth_logits)  # (B,)
 
-    @torch.no_grad()
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`predict_exits` without the depths."""
+        return self.predict_exits(x, mask)[:2]
+
+    def exit_depths(self) -> list[int]:
+        return list(range(self.n_fixed, self.n_layers + 1))
+
+    @torch.no_grad()
+    def predict_exits(self, x, mask) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Inference with per-sample early exit.
 
         Each sample exits at depth ``n_fixed + k``, ``k`` = :meth:`exit_index` (the median of
@@ -113,9 +120,9 @@ class DepthPredictorInference:
             x: ``B x T`` token ids; mask: ``B x T`` bool or ``None``.
 
         Returns:
-            ``(logits, flops)``: ``B x C`` logits in the input order, and ``B`` float64 FLOPs
+            ``(logits, flops, depth)``: ``B x C`` logits in the input order, ``B`` float64 FLOPs
             executed per sample (``costs.flops_per_sample(config, T, n_layers=depth)`` plus the
-            predictor's own).
+            predictor's own), and ``B`` int64 exit depths (blocks).
         """
         h, pad_mask, depth_logits = self._front(x, mask)
         k_idx = self.exit_index(depth_logits)  # (B,) index into depths
@@ -131,7 +138,7 @@ class DepthPredictorInference:
             key = (("depth_predictor", model_signature(self.model)), None)
         logits, _ = run_cascade(self.model, h, pad_mask, depths, self.n_fixed, stop, state=(k_idx,),
                                 graphs=graphs, key=key)
-        return logits, self._depth_flops(x.shape[1], k_idx.device)[k_idx]  # (B, C), (B,)
+        return logits, self._depth_flops(x.shape[1], k_idx.device)[k_idx], self.n_fixed + k_idx  # (B, C), (B,), (B,)
 
     # ------------------------------------------------------------------ reporting
     def reset_stats(self) -> None:

@@ -264,6 +264,22 @@ class LengthDropGating(GatingStrategy):
                     out["budget_configs"][str(q)] = e
         return out
 
+    def set_operating_point(self, config: dict[str, Any]) -> None:
+        """Run at a point of :meth:`finalize`'s anytime curve: ``config`` is
+        ``{"length_config": [...]}`` (the point's settings); :meth:`predict` then runs that
+        length configuration (:meth:`set_length_config`).
+
+        Raises:
+            ValueError: a key other than ``length_config``, none, or an invalid configuration.
+        """
+        if not isinstance(config, dict) or set(config) != {"length_config"}:
+            keys = sorted(config) if isinstance(config, dict) else type(config).__name__
+            raise ValueError(f"a length_drop operating point is {{'length_config': [...]}}, got {keys}")
+        try:
+            self.set_length_config(config["length_config"])
+        except TypeError:  # not a list of numbers
+            raise ValueError(f"length_config {config['length_config']!r} is not a list of lengths") from None
+
     def metrics(self) -> dict[str, Any]:
         return {} if self.length_config is None else {"length_config": list(self.length_config)}
 
