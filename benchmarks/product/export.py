@@ -25,10 +25,11 @@ Protocol (``benchmarks/product/protocols/export.json``, committed before the run
   becomes ``archsearch serve``'s default. ``serve_p50_ms`` / ``serve_p99_ms`` (client-side latency), ``serve_errors`` (non-200
   answers or a label different from ``model.predict``'s), ``serve_rows_per_s`` (requests / wall),
   ``serve_vs_predict_b32`` = serve_rows_per_s / predict_rows_per_s_b32.
-* Disk: ``run_disk_mb_default_search`` (the run directory as given), ``export_dir_mb`` (the best trial's
-  export); ``run_disk_mb_keep_weights_pareto``: a copy of the run after
-  :func:`archsearch.tune.weights.keep_weights` with the default policy (what a search ends with
-  since ``budget.keep_weights``; a run written before it keeps every checkpoint whole).
+* Disk: ``run_disk_mb_keep_weights_all`` (the run directory as given: a search with
+  ``budget.keep_weights: all``, protocol addendum 3), ``export_dir_mb`` (the best trial's
+  export); ``run_disk_mb_default_search``: a copy of the run after
+  :func:`archsearch.tune.weights.keep_weights` with the default policy (``pareto``: what the
+  default search ends with).
 
 * HF: each static trial's export loaded by plain transformers
   (``AutoModelForSequenceClassification``, ``trust_remote_code``) in a Python that cannot import
@@ -409,8 +410,8 @@ def run(args: argparse.Namespace) -> int:
                                                if "onnx_static_max_abs_logit_diff" in r), default=None),
         "export_s": round(sum(export_s) / len(export_s), 2),
         "export_dir_mb": best["export_dir_mb"],
-        "run_disk_mb_default_search": round(dir_mb(args.run), 1),
-        "run_disk_mb_keep_weights_pareto": kept["run_mb"], "keep_weights_kept_trials": len(kept["kept"]),
+        "run_disk_mb_keep_weights_all": round(dir_mb(args.run), 1),
+        "run_disk_mb_default_search": kept["run_mb"], "keep_weights_kept_trials": len(kept["kept"]),
         **speeds, **runtime_keys, **served,
         "serve_vs_predict_b32": round(served["serve_rows_per_s"] / speeds["predict_rows_per_s_b32"], 3),
         "best_trial": best["trial_id"], "best_gating": best["gating"],
