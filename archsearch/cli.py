@@ -221,23 +221,34 @@ def predict(
     regime: str = typer.Option("auto", help="How batches run: auto (chosen per batch size and "
                                "length by timing on the device), cascade (the trial's own per-row "
                                "exits), static (a cut within the FLOPs budget) or full."),
+    adapt: str = typer.Option("none", help="none, or bandit: the stop rule keeps learning on these "
+                              "unlabeled rows (a DHT trial; holds its FLOPs budget under a shift)."),
+    state: Optional[Path] = typer.Option(None, help="With --adapt bandit: a file the learned state "
+                                         "is read from (if there) and written to."),
 ):
     """Classify the rows of a file with an exported model; prints rows/s, the mean executed
     FLOPs, the exit histogram, the regimes that ran and the predicted label counts."""
     from archsearch.runtime import REGIME_CHOICES
 
+    from archsearch.runtime import ADAPT_CHOICES
+
     if regime not in REGIME_CHOICES:
         raise UserError(f"{regime!r} is not one of {', '.join(REGIME_CHOICES)}", field="--regime")
+    if adapt not in ADAPT_CHOICES:
+        raise UserError(f"{adapt!r} is not one of {', '.join(ADAPT_CHOICES)}", field="--adapt")
     from archsearch.export import predict_file
 
     try:
         stats = predict_file(model_dir, data, out, text_column=text_column, batch_size=batch_size,
-                             device=device, regime=regime)
+                             device=device, regime=regime, adapt=adapt, state=state)
     except ValueError as e:  # a regime this model cannot run (no exits, no cut in the budget)
         raise UserError(str(e), file=str(model_dir), field="--regime") from None
+    budget = stats["flops_budget"]
     typer.echo(f"{stats['rows']} rows in {stats['seconds']:.2f} s ({stats['rows_per_s']:.1f} rows/s); "
                f"mean executed FLOPs {stats['mean_flops']:.4g} per row "
-               f"({stats['mean_flops_fraction']:.3f} of the full model's)")
+               f"({stats['mean_flops_fraction']:.3f} of the full model's"
+               + (f"; budget {budget:.3f}" if budget is not None else "") + ")"
+               + (f"; adapt bandit explored {stats['explored_share']:.3f} of rows" if "explored_share" in stats else ""))
     typer.echo("exit depth (blocks: rows): " + ", ".join(f"{k}: {v}" for k, v in stats["exit_histogram"].items()))
     typer.echo("regimes (rows): " + ", ".join(f"{k} {v}" for k, v in stats["regimes"].items()))
     typer.echo("labels: " + ", ".join(f"{k} {v}" for k, v in stats["label_counts"].items()))
@@ -358,6 +369,11 @@ def serve(
     device: str = typer.Option("cpu", help="cpu, cuda, ..."),
     regime: str = typer.Option("auto", help="How batches run: auto (chosen per batch size and "
                                "length by timing on the device), cascade, static or full."),
+    adapt: str = typer.Option("none", help="none, or bandit: the stop rule keeps learning on the "
+                              "traffic (a DHT trial; holds its FLOPs budget under a shift)."),
+    state: Optional[Path] = typer.Option(None, help="With --adapt bandit: the learned state's file "
+                                         "(read at start, written as it learns and at shutdown; "
+                                         "default DIR/runtime_state.pt)."),
 ):
     """Serve an exported model on Ray Serve: POST /predict {"texts": [...]} answers with one
     prediction per text; concurrent requests are batched. Ctrl-C stops it."""
@@ -368,13 +384,18 @@ def serve(
 
     if regime not in REGIME_CHOICES:
         raise UserError(f"{regime!r} is not one of {', '.join(REGIME_CHOICES)}", field="--regime")
+    if adapt not in ("none", "bandit"):
+        raise UserError(f"{adapt!r} is not one of none, bandit", field="--adapt")
+    if adapt == "bandit" and state is None:
+        state = model_dir / "runtime_state.pt"
 
     if address is None:
         _check_bind(host, port)
     if cpus is None:
         cpus = float(min(2, os.cpu_count() or 1))
     serve_model(model_dir, host=host, port=port, address=address, num_cpus=cpus,
-                num_replicas=replicas, max_batch_size=max_batch_size, device=device, regime=regime)
+                num_replicas=replicas, max_batch_size=max_batch_size, device=device, regime=regime,
+                adapt=adapt, state=state)
 
 
 _JOB_API_HELP = ("The head's dashboard (Ray job API): http://HEAD:8265 (default "

@@ -450,14 +450,48 @@ class ExportedModel:
         meta: ``archsearch.json``.
     """
 
-    def __init__(self, directory: Path, model, gating, tying, tokenizer, meta: dict):
+    def __init__(self, directory: Path, model, gating, tying, tokenizer, meta: dict, *, adapt: str = "none"):
         from archsearch.runtime import Runtime
 
         self.directory, self.model, self.gating, self.tying = directory, model, gating, tying
         self.tokenizer, self.meta = tokenizer, meta
         self.max_len = int(meta["max_len"])
         self.label_names = meta.get("label_names")
-        self.runtime = Runtime(model, gating, flops_budget=getattr(gating.s, "flops_budget", None))
+        self.runtime = Runtime(model, gating, flops_budget=getattr(gating.s, "flops_budget", None),
+                               adapt=adapt, seed=int(meta.get("seed", 0)))
+
+    def save_state(self, path: str | Path) -> None:
+        """Write the runtime's state (what ``adapt="bandit"`` learned) to ``path`` atomically
+        (``torch.save``; :meth:`load_state` reads it back)."""
+        import os
+        import tempfile
+
+        import torch
+
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        os.close(fd)
+        torch.save(self.runtime.state_dict(), tmp)
+        os.replace(tmp, path)
+
+    def load_state(self, path: str | Path) -> bool:
+        """Restore a state :meth:`save_state` wrote (``torch.load(weights_only=True)``); ``False``
+        when ``path`` does not exist.
+
+        Raises:
+            UserError: the file is unreadable or does not fit this model (names it).
+        """
+        import torch
+
+        path = Path(path)
+        if not path.is_file():
+            return False
+        try:
+            self.runtime.load_state_dict(torch.load(path, weights_only=True))
+        except Exception as e:  # a truncated file, another model's state
+            raise UserError(f"runtime state unreadable or not this model's ({e.__class__.__name__})",
+                            file=str(path)) from None
+        return True
 
     @property
     def device(self):
@@ -545,12 +579,19 @@ class ExportedModel:
                 for p, f, d, r in zip(probs, out.flops, out.depth, out.regime)]
 
 
-def load(directory: str | Path, *, device: str = "cpu") -> ExportedModel:
+def load(directory: str | Path, *, device: str = "cpu", adapt: str = "none") -> ExportedModel:
     """Load a directory written by :func:`export_trial` (``archsearch.load``).
+
+    Args:
+        directory: the export.
+        device: where the model runs.
+        adapt: ``"none"`` or ``"bandit"``: the stop rule keeps learning on the traffic
+            (:mod:`archsearch.runtime`; a DHT cascade only).
 
     Raises:
         UserError: not an export directory; a file missing, truncated or not matching its
-            sha256 in ``archsearch.json``; an ``archsearch.json`` of a newer format.
+            sha256 in ``archsearch.json``; an ``archsearch.json`` of a newer format; ``adapt``
+            unknown or not possible for this model (field ``adapt``).
     """
     import torch
     from safetensors.torch import load_file
@@ -601,8 +642,11 @@ def load(directory: str | Path, *, device: str = "cpu") -> ExportedModel:
     tok_dir = d / "tokenizer"
     kind = meta["tokenizer"]
     tokenizer = load_tokenizer(kind, tok_dir if kind == "pretrained" else tok_dir / "tokenizer.json")
-    out = ExportedModel(d, model.eval(), gating, tying, tokenizer, meta).to(torch.device(device))
-    return out
+    try:
+        out = ExportedModel(d, model.eval(), gating, tying, tokenizer, meta, adapt=adapt)
+    except ValueError as e:  # an adapt this model cannot run
+        raise UserError(str(e), file=str(d), field="adapt") from None
+    return out.to(torch.device(device))
 
 
 def read_texts(path: str | Path, text_column: str | None = None) -> list[str]:
@@ -655,7 +699,7 @@ def read_texts(path: str | Path, text_column: str | None = None) -> list[str]:
 
 def predict_file(model_dir: str | Path, data: str | Path, out: str | Path, *,
                  text_column: str | None = None, batch_size: int = 64, device: str = "cpu",
-                 regime: str = "auto") -> dict[str, Any]:
+                 regime: str = "auto", adapt: str = "none", state: str | Path | None = None) -> dict[str, Any]:
     """``archsearch predict``: classify every row of ``data`` with the model at ``model_dir``
     and write ``out`` (CSV: ``row, label, label_name, p_<class>..., flops, exit_depth, regime``;
     written only when every row was predicted).
@@ -664,7 +708,9 @@ def predict_file(model_dir: str | Path, data: str | Path, out: str | Path, *,
         ``rows``, ``seconds``, ``rows_per_s``, ``mean_flops`` (executed FLOPs per row),
         ``mean_flops_fraction`` (executed / the full model's at the same lengths),
         ``exit_histogram`` (``{depth: rows}``), ``regimes`` (``{regime: rows}``),
-        ``runtime`` (:meth:`archsearch.runtime.Runtime.report`) and ``label_counts``.
+        ``runtime`` (:meth:`archsearch.runtime.Runtime.report`), ``label_counts``,
+        ``flops_budget`` (the trial's, or ``None``) and, with ``adapt="bandit"``,
+        ``explored_share``; ``state`` (a file) is read before and written after when adapting.
 
     Raises:
         UserError: see :func:`load` and :func:`read_texts`.
@@ -681,7 +727,9 @@ def predict_file(model_dir: str | Path, data: str | Path, out: str | Path, *,
     from archsearch.runs import atomic_write
 
     texts = read_texts(data, text_column)
-    model = load(model_dir, device=device)
+    model = load(model_dir, device=device, adapt=adapt)
+    if state is not None and adapt != "none":
+        model.load_state(state)
     names = model.label_names or [str(i) for i in range(model.model.config.n_classes)]
     rows, executed, full = [], 0.0, 0.0
     t0 = time.perf_counter()
@@ -701,9 +749,14 @@ def predict_file(model_dir: str | Path, data: str | Path, out: str | Path, *,
             bar.advance(task, len(ids))
     seconds = time.perf_counter() - t0
     atomic_write(out, pd.DataFrame(rows).to_csv(index=False))
+    if state is not None and adapt != "none":
+        model.save_state(state)
+    ad = model.runtime.adapter
     counts = pd.Series([r["label_name"] for r in rows]).value_counts()
     return {"rows": len(rows), "seconds": seconds, "rows_per_s": len(rows) / max(seconds, 1e-9),
             "mean_flops": executed / max(len(rows), 1), "mean_flops_fraction": executed / max(full, 1e-9),
             "exit_histogram": dict(sorted(Counter(r["exit_depth"] for r in rows).items())),
             "regimes": dict(Counter(r["regime"] for r in rows)), "runtime": model.runtime.report(),
-            "label_counts": {str(k): int(v) for k, v in counts.items()}}
+            "label_counts": {str(k): int(v) for k, v in counts.items()},
+            "flops_budget": model.runtime.flops_budget,
+            **({} if ad is None else {"explored_share": ad.explored / max(ad.rows, 1)})}

@@ -36,6 +36,13 @@ its own path under the gathered cascade; under the cascade's whole-batch executo
 (rows that stopped ride along), the deepest path of the batch (``whole``) or the full model's
 (``whole_async``); the cut's or the full model's under ``static`` and ``full``.
 
+``adapt="bandit"`` (DHT's cascade only) keeps the stop rule learning on the unlabeled traffic
+it serves (:class:`archsearch.dynamic.depth.online.OnlineStopping`): every batch runs the cascade
+(no regime choice: the budget is the point), a seeded share of rows runs to the last exit with
+every exit read (the bandit's feedback; their FLOPs count as executed), and after the batch the
+rule's offset takes one dual step toward the budget and the explored rows join its window
+(refits every 64 of them). :meth:`Runtime.state_dict` holds the adapter's state.
+
 Gatings without per-sample exits (static, LengthDrop, tied models:
 :meth:`~archsearch.dynamic.base.GatingStrategy.exit_depths` is ``None``) have one regime,
 ``cascade`` (their own inference), and are not timed.
@@ -51,6 +58,8 @@ from typing import Any
 REGIMES = ("cascade", "static", "full")
 #: What ``regime=`` accepts: a regime, or ``"auto"`` (chosen by timing).
 REGIME_CHOICES = ("auto",) + REGIMES
+#: What ``adapt=`` accepts (module docstring).
+ADAPT_CHOICES = ("none", "bandit")
 
 
 def bucket(n: int) -> int:
@@ -106,6 +115,12 @@ class Runtime:
         repeats: timed runs of each candidate per measured batch (the best counts; default 2).
         trial_batches: batches of a regime measured before its choice (default 3: one row's
             exit, at batch 1, says little about the next row's).
+        adapt: ``"none"`` or ``"bandit"`` (module docstring).
+        seed: the exploration draws' seed (``adapt="bandit"``).
+
+    Raises:
+        ValueError: an unknown ``adapt``; ``"bandit"`` for a gating other than a trained DHT
+            cascade, or without a FLOPs budget.
 
     Attributes:
         chosen: ``{(rows, length): regime}`` decided so far.
@@ -113,7 +128,7 @@ class Runtime:
     """
 
     def __init__(self, model, gating, *, flops_budget: float | None = None, repeats: int = 2,
-                 trial_batches: int = 3):
+                 trial_batches: int = 3, adapt: str = "none", seed: int = 0):
         self.model, self.gating = model, gating
         self.flops_budget = None if flops_budget is None else float(flops_budget)
         self.repeats, self.trial_batches = int(repeats), max(1, int(trial_batches))
@@ -123,6 +138,73 @@ class Runtime:
         self.chosen: dict[tuple[int, int], str] = {}
         self.seconds: dict[tuple[int, int], dict[str, float]] = {}
         self._graphs = None  # SegmentGraphs of the static and full regimes (CUDA only)
+        if adapt not in ADAPT_CHOICES:
+            raise ValueError(f"adapt: expected one of {ADAPT_CHOICES}, got {adapt!r}")
+        self.adapt, self.adapter = adapt, None
+        if adapt == "bandit":
+            self.adapter = self._make_adapter(seed)
+
+    def _make_adapter(self, seed: int):
+        """The :class:`~archsearch.dynamic.depth.online.OnlineStopping` around the gating's own
+        stop rule (decisions read its offset), its sensitivity measured on the rule's window
+        (the calibration rows it was fitted on)."""
+        from archsearch.dynamic.depth.online import OnlineStopping, offset_sensitivity
+
+        g = self.gating
+        rule = getattr(g, "stopping", None)
+        if not hasattr(g, "explore_exits") or rule is None or getattr(g, "eval_price", None) is None \
+                or not self.dynamic:
+            raise ValueError("adapt 'bandit' needs a DHT cascade with a calibrated stop rule "
+                             f"(gating {type(g).__name__})")
+        if self.flops_budget is None:
+            raise ValueError("adapt 'bandit' needs the trial's flops_budget")
+        price = float(g.eval_price)
+        sens = offset_sensitivity(rule, rule.Xs, rule.c, price) if len(rule.Xs) else 1.0
+        return OnlineStopping(rule, price=price, budget=self.flops_budget, sensitivity=sens, seed=seed)
+
+    def _run_adapted(self, x, mask) -> Batch:
+        """One batch under ``adapt="bandit"`` (module docstring)."""
+        import numpy as np
+        import torch
+
+        g, ad = self.gating, self.adapter
+        B, T, K = int(x.shape[0]), int(x.shape[1]), len(self.depths)
+        explored = ad.explore_mask(B)
+        e_idx, r_idx = np.flatnonzero(explored), np.flatnonzero(~explored)
+        logits = flops = depth = None
+        Xs, classes = None, np.zeros((B, K), dtype=np.int64)
+        for idx, explore in ((r_idx, False), (e_idx, True)):
+            if not len(idx):
+                continue
+            sel = torch.as_tensor(idx, device=x.device)
+            xs, ms = x.index_select(0, sel), None if mask is None else mask.index_select(0, sel)
+            if explore:
+                lg, X, cls, f = g.explore_exits(xs, ms)
+                d = torch.full((len(idx),), self.depths[-1], dtype=torch.long)
+                if Xs is None:
+                    Xs = np.zeros((B,) + X.shape[1:])
+                Xs[idx], classes[idx] = X, cls
+            else:
+                lg, f, d = g.predict_exits(xs, ms)
+            if logits is None:
+                logits = lg.new_empty((B,) + tuple(lg.shape[1:]))
+                flops, depth = torch.empty(B, dtype=torch.float64), torch.empty(B, dtype=torch.long)
+            logits[sel] = lg
+            flops[torch.as_tensor(idx)] = torch.as_tensor(f, dtype=torch.float64).cpu()
+            depth[torch.as_tensor(idx)] = torch.as_tensor(d).cpu().long()
+        exits = np.searchsorted(np.asarray(self.depths), depth.numpy())
+        costs = np.broadcast_to(g.stop_costs(T), (B, K))
+        ad.observe(exits, costs, explored, Xs, classes)
+        return Batch(logits, flops, depth, "cascade")
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a restart needs: the adapter's state (``{}`` without ``adapt="bandit"``)."""
+        return {} if self.adapter is None else {"adapter": self.adapter.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (ignored without an adapter)."""
+        if self.adapter is not None and state.get("adapter"):
+            self.adapter.load_state_dict(state["adapter"])
 
     @property
     def dynamic(self) -> bool:
@@ -254,6 +336,10 @@ class Runtime:
         """
         if regime not in REGIME_CHOICES:
             raise ValueError(f"regime: expected one of {REGIME_CHOICES}, got {regime!r}")
+        if self.adapter is not None:  # adapting: the cascade, whatever the timings
+            if regime not in ("auto", "cascade"):
+                raise ValueError(f"regime {regime!r}: adapt 'bandit' runs the cascade (regime auto or cascade)")
+            return self._run_adapted(x, mask)
         if regime != "auto":
             if regime != "cascade" and not self.dynamic:
                 raise ValueError(f"regime {regime!r}: this model's gating has no early exits; use 'cascade' or 'auto'")

@@ -22,6 +22,8 @@ from pathlib import Path
 ROUTE = "/predict"
 #: at most this many texts in one request
 MAX_TEXTS = 4096
+#: with ``adapt="bandit"`` and a state file: batches between two saves of the learned state
+SAVE_EVERY = 16
 
 
 def parse_request(body) -> list[str]:
@@ -42,7 +44,7 @@ def parse_request(body) -> list[str]:
 
 def build_app(model_dir: str | Path, *, device: str = "cpu", num_cpus: float = 1.0,
               max_batch_size: int = 32, batch_wait_timeout_s: float = 0.005, num_replicas: int = 1,
-              regime: str = "auto"):
+              regime: str = "auto", adapt: str = "none", state: str | None = None):
     """The Ray Serve application of an exported model (``serve.run(build_app(DIR))``).
 
     Args:
@@ -54,6 +56,11 @@ def build_app(model_dir: str | Path, *, device: str = "cpu", num_cpus: float = 1
         num_replicas: replicas behind the proxy.
         regime: how batches run (:meth:`archsearch.export.ExportedModel.predict_ids`): ``"auto"``
             (timed per rows and length), or ``"cascade"``, ``"static"``, ``"full"``.
+        adapt: ``"none"`` or ``"bandit"`` (the stop rule keeps learning on the traffic,
+            :mod:`archsearch.runtime`).
+        state: with ``adapt="bandit"``, the file each replica reads its learned state from at
+            start (when there) and writes every :data:`SAVE_EVERY` batches and at shutdown
+            (several replicas: each keeps its own; the file holds the last one written).
     """
     from ray import serve
 
@@ -62,19 +69,30 @@ def build_app(model_dir: str | Path, *, device: str = "cpu", num_cpus: float = 1
     @serve.deployment(name="archsearch-model", num_replicas=num_replicas,
                       ray_actor_options={"num_cpus": num_cpus})
     class ModelServer:
-        def __init__(self, directory: str, device: str, threads: int, regime: str):
+        def __init__(self, directory: str, device: str, threads: int, regime: str, adapt: str,
+                     state: str | None):
             import torch
 
             from archsearch.export import load
 
             torch.set_num_threads(max(1, threads))
-            self.model = load(directory, device=device)
-            self.regime = regime
+            self.model = load(directory, device=device, adapt=adapt)
+            self.regime, self.batches = regime, 0
+            self.state = state if adapt != "none" else None
+            if self.state:
+                self.model.load_state(self.state)
+
+        def __del__(self):  # Ray Serve calls it when the replica shuts down
+            if getattr(self, "state", None) and self.batches:
+                self.model.save_state(self.state)
 
         @serve.batch(max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_timeout_s)
         async def predict_batch(self, requests: list[list[str]]) -> list[list[dict]]:
             flat = [t for texts in requests for t in texts]
             preds = self.model.predict(flat, batch_size=max(1, len(flat)), regime=self.regime) if flat else []
+            self.batches += 1
+            if self.state and self.batches % SAVE_EVERY == 0:
+                self.model.save_state(self.state)
             out, i = [], 0
             for texts in requests:
                 out.append([asdict(p) for p in preds[i:i + len(texts)]])
@@ -96,7 +114,8 @@ def build_app(model_dir: str | Path, *, device: str = "cpu", num_cpus: float = 1
                 return JSONResponse({"error": str(e)}, status_code=400)
             return JSONResponse({"predictions": await self.predict_batch(texts)})
 
-    return ModelServer.bind(model_dir, device, int(num_cpus), regime)
+    return ModelServer.bind(model_dir, device, int(num_cpus), regime, adapt,
+                            None if state is None else str(Path(state).resolve()))
 
 
 def serve_model(model_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8000,
@@ -116,7 +135,7 @@ def serve_model(model_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8
     from archsearch.export import load
     from archsearch.tune.ray_session import init_ray
 
-    model = load(model_dir)  # every bad-directory error before anything starts
+    model = load(model_dir, adapt=app_options.get("adapt", "none"))  # every bad-directory (or adapt) error before anything starts
     regime = app_options.get("regime", "auto")
     if regime in ("static", "full") and not model.runtime.dynamic:
         raise UserError(f"regime {regime!r}: this model's gating has no early exits (use auto or cascade)",

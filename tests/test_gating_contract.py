@@ -24,6 +24,7 @@ from conftest import sentence_subsets
 import torch
 
 from archsearch.dynamic import GATING, gating_class
+from archsearch.errors import UserError
 
 N_TRAIN, N_VAL, N_TEST = 512, 192, 160
 BUDGET = 0.5
@@ -246,3 +247,41 @@ def test_a_weights_only_checkpoint_holds_weights_and_predicts_the_same(small_dat
     restored.load(str(tmp_path / "w"))
     want, got = predictions(loop), predictions(restored)
     torch.testing.assert_close(got[0], want[0], rtol=0, atol=1e-6)
+
+
+def test_an_exported_dht_adapts_online_and_resumes_after_a_restart(small_data, device, tmp_path):
+    """``adapt="bandit"`` (issue 64) on an exported DHT cascade: a share of rows runs to the
+    last exit (the feedback), the others leave where the rule says; after a restart from the
+    saved state the decisions are those of an uninterrupted run; the same seed gives the same
+    decisions; no label is ever an input (the runtime gets token ids only)."""
+    from archsearch.export import export_loop, load
+
+    loop = trained("dht", small_data, device)
+    loop.evaluate("validation")  # calibrates the stop rule, as the trial's evaluation did
+    export_loop(loop, tmp_path / "model")
+    test = small_data["test"]
+    ids, mask = test.input_ids, test.attention_mask
+
+    def run(model, lo, hi):
+        return model.predict_ids(ids[lo:hi], mask[lo:hi], batch_size=32)
+
+    a = load(tmp_path / "model", device=str(device), adapt="bandit")
+    whole = run(a, 0, len(ids))
+    ad = a.runtime.adapter
+    assert ad.rows == len(ids) and 0 < ad.explored < 0.2 * len(ids)
+    L = max(a.gating.exit_depths())
+    assert (whole.depth == L).sum() >= ad.explored and set(whole.regime) == {"cascade"}
+    assert ad.rule.offset != 0.0  # the dual steps moved it
+    again = load(tmp_path / "model", device=str(device), adapt="bandit")
+    torch.testing.assert_close(run(again, 0, len(ids)).logits, whole.logits, rtol=0, atol=0)  # same seed
+    half = 4 * 32
+    first = load(tmp_path / "model", device=str(device), adapt="bandit")
+    out1 = run(first, 0, half)
+    first.save_state(tmp_path / "state.pt")
+    restarted = load(tmp_path / "model", device=str(device), adapt="bandit")
+    assert restarted.load_state(tmp_path / "state.pt")
+    out2 = run(restarted, half, len(ids))
+    assert torch.equal(torch.cat([out1.depth, out2.depth]), whole.depth)
+    assert restarted.runtime.adapter.rows == len(ids)
+    with pytest.raises(UserError, match="adapt"):
+        load(tmp_path / "model", device=str(device), adapt="sometimes")

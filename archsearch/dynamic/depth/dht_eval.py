@@ -185,6 +185,34 @@ class DHTInference:
                 self._eval_heads[1] += n * len(g["counts"])
         return out, flops, depth
 
+    def explore_exits(self, x, mask) -> tuple[torch.Tensor, np.ndarray, np.ndarray, torch.Tensor]:
+        """Every row to the last exit, with every exit read on the way (the rows an online stop
+        rule explores, :mod:`archsearch.dynamic.depth.online`): ``(logits, contexts, classes,
+        flops)`` -- ``B x C`` logits of the last exit, ``B x K x dim`` float64 stop contexts
+        (:meth:`_stop_context` at each exit), ``B x K`` each exit's class, ``B`` float64 FLOPs
+        executed per row (the deepest path's, with the greedy heads).
+
+        Raises:
+            ValueError: a gating that does not run the cascade (:meth:`exit_depths` is ``None``).
+        """
+        if not self._cascading():
+            raise ValueError("explore_exits needs dht_routing: cascade, trained")
+        with torch.no_grad():
+            h, pad = self._trunk(x, mask, 0)
+            T, price = x.shape[1], self._price(True)
+            heads = self._heads_for(len(self.depths) - 1, True, T, price)[0]
+            h = self.model.run_layers(h, pad, 0, self.n_fixed)
+            exits, hid = self._run_exits(h, pad, self.depths[-1], list(heads), hidden=True)
+            X = self._exit_contexts(exits, hid, pad)  # (B, K, dim)
+            classes = torch.stack([exits[d].argmax(-1) for d in self.depths], 1).cpu().numpy()  # (B, K)
+            counts = self._heads_for(len(self.depths) - 1, True, T, price)[1]
+            f = float(self._flops(T, self.depths[-1], counts))
+        return exits[self.depths[-1]], X, classes, torch.full((x.shape[0],), f, dtype=torch.float64)
+
+    def stop_costs(self, T: int) -> np.ndarray:
+        """The ``K`` exits' costs in the stop rule's units (FLOPs fractions at length ``T``)."""
+        return self._depth_costs(T)
+
     def _cascading(self) -> bool:
         """Greedy inference runs the cascade: ``dht_routing: cascade``, trained, not forced."""
         return self.stopping is not None and self.force_depth is None and self.updates > 0
