@@ -132,6 +132,12 @@ HEADLINE = [
      "static 3-block cut: wall ratio {static3_wall_ratio_b1}; batch 32: {dht_wall_over_flops_b32}x its FLOPs ratio "
      "(processes {dht_wall_over_flops_b32_range})",
      "FLOPs saved are time saved"),
+    ("An exported DHT trial in archsearch's runtime on this CPU (2 cores), batch 1", "export",
+     "runtime_wall_ratio_cpu_b1",
+     "x the full model's wall time in the same runtime (batch 32: {runtime_wall_ratio_cpu_b32}; at most "
+     "{runtime_wall_ratio_cpu_max} over batch 1, 8, 32, 128; the default search's best trial)",
+     "the full model: 1; served on Ray Serve: {serve_vs_predict_b32} of predict's rows/s at batch 32",
+     "per-sample exits pay only where a runtime serves them (issue 62)"),
     ("Length-adaptive (LengthDrop) at 0.5x FLOPs", "length_adaptive", "lat_acc_drop_pts_at_0.5",
      "accuracy points below the full model",
      "truncated inputs at the same FLOPs: {lat_gain_over_truncation_pts_at_0.5} points below ours",

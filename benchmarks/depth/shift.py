@@ -10,8 +10,10 @@ Protocol: ``benchmarks/depth/protocols/shift.json`` (committed before any run). 
   probabilities, labels and padded lengths on the rt validation and test splits and on
   ``../shared/data/sentiment_shift/{amazon,nyt}.csv`` (256-row batches in file order) in
   ``benchmarks/depth/runs/shift_exits/seed{N}.npz``, with the commit, command, machine and the
-  model's cascade predict time per row at batch 32 (rt test, 2 threads) in ``seed{N}.json``. A
-  seed already dumped is not re-run; seeds dumped apart pool in ``analyze``.
+  model's cascade predict time per row at batch 32 (rt test, 2 threads) in ``seed{N}.json``; after
+  the dumps, the bandit adapter's own time per row on the rt test stream
+  (``adapter_update_ms_per_row``). A seed already dumped is not re-run; seeds dumped apart pool
+  in ``analyze``.
 * ``analyze`` (a minute): per seed, every rule of the protocol is fitted and calibrated on the rt
   validation rows (the offline refit and the oracle on the target's calibration half) to each
   budget, then played on each stream -- amazon, nyt and, in-domain, rt test -- in one fixed
@@ -116,6 +118,32 @@ def predict_ms_per_row(loop, batch: int = BATCH) -> float:
     return 1e3 * best / len(test.input_ids)
 
 
+def adapter_ms_per_row(npz: Path, seed: int, passes: int = 3) -> float:
+    """The bandit adapter's own time per row (ms; its exploration draws and updates, CPU) on
+    the rt test stream at budget 0.5, batches of :data:`BATCH`, best of ``passes``."""
+    d = np.load(npz)
+    val, test = split_tables(d, "validation", exit_costs()), split_tables(d, "test", exit_costs())
+    rule, price = fit_default_rule(val, MAIN)
+    order = stream_order(len(test["y"]))
+    return 1e3 * min(stream_online(rule, price, MAIN, val, test, order, trajectory, refit=True, seed=seed,
+                                   timed=True)[2] for _ in range(passes))
+
+
+def time_adapters(out: Path, threads: int) -> None:
+    """Add ``adapter_update_ms_per_row`` to every dumped seed's json that lacks it (run after the
+    dumps, alone on the machine)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    for meta_file in sorted(out.glob("seed*.json")):
+        meta = json.loads(meta_file.read_text())
+        if "adapter_update_ms_per_row" in meta:
+            continue
+        meta["adapter_update_ms_per_row"] = round(adapter_ms_per_row(out / f"seed{meta['seed']}.npz", int(meta["seed"])), 5)
+        meta_file.write_text(json.dumps(meta, indent=1) + "\n")
+        print(f"seed {meta['seed']}: adapter {meta['adapter_update_ms_per_row']} ms per row", flush=True)
+
+
 def dump(seeds: list[int], out: Path, threads: int) -> None:
     import torch
 
@@ -201,11 +229,12 @@ def fit_confidence(t: dict, budget: float):
 
 
 def stream_online(rule, price: float, budget: float, calib: dict, stream: dict, order: np.ndarray,
-                  contexts, refit: bool, seed: int) -> tuple[np.ndarray, dict]:
+                  contexts, refit: bool, seed: int, timed: bool = False) -> tuple:
     """Play ``stream``'s rows in ``order``, ``BATCH`` at a time, through an
     :class:`OnlineStopping` around a copy of ``rule`` (sensitivity measured on ``calib``, the
     source rows). The adapter gets contexts, exit classes and costs, never labels. Returns
-    the exits per row (in the stream table's row order) and what it learned."""
+    the exits per row (in the stream table's row order) and what it learned; ``timed``: also
+    the adapter's own seconds per row (its draws and updates, not the rule's decisions)."""
     from archsearch.dynamic.depth.online import OnlineStopping, offset_sensitivity
 
     rule = copy.deepcopy(rule)
@@ -225,8 +254,9 @@ def stream_online(rule, price: float, budget: float, calib: dict, stream: dict, 
         seconds += time.perf_counter() - t0 - route_t  # the adapter's own work: draws and updates
     out = np.empty_like(exits)
     out[order] = exits
-    return out, {"offset": float(ad.rule.offset), "refits": ad.refits, "explored_share": ad.explored / max(ad.rows, 1),
-                 "stream_fraction": ad.fraction, "update_s_per_row": seconds / max(ad.rows, 1)}
+    learned = {"offset": float(ad.rule.offset), "refits": ad.refits, "explored_share": ad.explored / max(ad.rows, 1),
+               "stream_fraction": ad.fraction}
+    return (out, learned, seconds / max(ad.rows, 1)) if timed else (out, learned)
 
 
 def stream_order(n: int) -> np.ndarray:
@@ -286,7 +316,7 @@ def analyze(dumps: Path, out: Path = RESULT, record_reads: bool = True) -> dict:
     cost_of = exit_costs()
     summary: dict = {}
     details: dict = {}
-    update_s, fits = [], {}
+    fits = {}
     for section, (split, _) in STREAMS.items():
         per_rule = {r: {"curves": [], "at_0.5": [], "frac_0.5": [], "stream_frac_0.5": [], "early": [], "late": [],
                         "learned": [], "hist": np.zeros(K, int)} for r in RULES}
@@ -313,8 +343,6 @@ def analyze(dumps: Path, out: Path = RESULT, record_reads: bool = True) -> dict:
                         pr["hist"] += np.bincount(exits[scored], minlength=K)
                         if learned is not None:
                             pr["learned"].append(learned)
-                            if r == "bandit":
-                                update_s.append(learned["update_s_per_row"])
                 per_rule[r]["curves"].append((sc, by_budget))
                 acc = float(_curves_at_main(sc, by_budget, np.arange(len(sc["y"]))[None])[0])
                 per_rule[r]["at_0.5"].append(acc)
@@ -352,12 +380,13 @@ def analyze(dumps: Path, out: Path = RESULT, record_reads: bool = True) -> dict:
         print(f"{section}: " + ", ".join(f"{r} {100 * sec[f'{r}_acc_at_0.5']:.2f}@{sec[f'{r}_flops_fraction_at_budget_0.5']:.3f}"
                                          for r in RULES), flush=True)
     predict_ms = float(np.mean([m["predict_ms_per_row_b32"] for m in metas]))
-    summary["bandit_update_ms_per_row"] = 1e3 * float(np.mean(update_s))
+    summary["bandit_update_ms_per_row"] = float(np.mean([m["adapter_update_ms_per_row"] for m in metas]))
     summary["predict_ms_per_row_b32"] = predict_ms
     summary["bandit_update_overhead"] = summary["bandit_update_ms_per_row"] / predict_ms
     prov = provenance(commits=[m["commit"] for m in metas] + [git_commit()], seeds=[m["seed"] for m in metas],
                       wall_s=time.perf_counter() - t0, budgets=list(BUDGETS),
-                      dumps={str(m["seed"]): {k: m[k] for k in ("commit", "command", "wall_s", "predict_ms_per_row_b32")}
+                      dumps={str(m["seed"]): {k: m[k] for k in ("commit", "command", "wall_s", "predict_ms_per_row_b32",
+                                                          "adapter_update_ms_per_row")}
                              for m in metas})
     protocol = json.loads(PROTOCOL.read_text())
     reads = [Read(test_set, PROTOCOL, section) for section, (_, test_set) in STREAMS.items()]
@@ -373,6 +402,7 @@ def _options(ap: argparse.ArgumentParser) -> None:
 
 def _run(args) -> int:
     dump(args.seeds, args.dumps, args.threads)
+    time_adapters(args.dumps, args.threads)
     return 0
 
 
