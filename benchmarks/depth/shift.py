@@ -64,7 +64,10 @@ MAIN = 0.5
 BATCH = 32
 STATIC_EXIT = 2  # exit index of depth 3: 0.5x FLOPs at any length
 RULES = ("frozen", "bandit", "confidence", "confidence_online", "static", "refit", "oracle")
-ONLINE = ("bandit", "confidence_online")
+ONLINE = ("bandit", "confidence_online", "dual")
+#: the designs measured: name -> (protocol, result, the adaptive rule; its rules are RULES plus it)
+DESIGNS = {"bandit": (PROTOCOL, RESULT, "bandit"),
+           "dual": (HERE / "protocols" / "shift_dual.json", HERE / "results" / "shift_dual.json", "dual")}
 
 
 # ------------------------------------------------------------------------------------- dump
@@ -272,14 +275,14 @@ def rule_exits(name: str, val: dict, tgt: dict, order: np.ndarray, budget: float
     half = len(order) // 2
     calib = {k: v[order[:half]] for k, v in tgt.items()}
     fits = {} if fits is None else fits
-    if name in ("frozen", "bandit"):
+    if name in ("frozen", "bandit", "dual"):
         key = (seed, "default", budget)
         if key not in fits:
             fits[key] = fit_default_rule(val, budget)
         rule, price = fits[key]
         if name == "frozen":
             return rule.route(trajectory(tgt), tgt["cost"], price), None
-        return stream_online(rule, price, budget, val, tgt, order, trajectory, refit=True, seed=seed)
+        return stream_online(rule, price, budget, val, tgt, order, trajectory, refit=name == "bandit", seed=seed)
     if name in ("confidence", "confidence_online"):
         key = (seed, "confidence", budget)
         if key not in fits:
@@ -307,8 +310,14 @@ def _accuracy(t: dict, exits: np.ndarray, rows: np.ndarray) -> float:
     return float(t["correct"][r, exits[r]].mean())
 
 
-def analyze(dumps: Path, out: Path = RESULT, record_reads: bool = True) -> dict:
-    """``out``'s content from the exits stored in ``dumps`` (raises ValueError when there are none)."""
+def analyze(dumps: Path, out: Path | None = None, record_reads: bool = True, design: str = "bandit") -> dict:
+    """``out``'s content (default: the design's result) from the exits stored in ``dumps``, for
+    ``design`` (:data:`DESIGNS`; raises ValueError when there are no dumps or no such design)."""
+    if design not in DESIGNS:
+        raise ValueError(f"design: one of {sorted(DESIGNS)}, got {design!r}")
+    protocol_file, default_out, adaptive = DESIGNS[design]
+    out = default_out if out is None else out
+    rules = RULES if adaptive in RULES else RULES + (adaptive,)
     t0 = time.perf_counter()
     metas = [json.loads(f.read_text()) for f in sorted(dumps.glob("seed*.json"))]
     if not metas:
@@ -319,7 +328,7 @@ def analyze(dumps: Path, out: Path = RESULT, record_reads: bool = True) -> dict:
     fits = {}
     for section, (split, _) in STREAMS.items():
         per_rule = {r: {"curves": [], "at_0.5": [], "frac_0.5": [], "stream_frac_0.5": [], "early": [], "late": [],
-                        "learned": [], "hist": np.zeros(K, int)} for r in RULES}
+                        "learned": [], "hist": np.zeros(K, int)} for r in rules}
         tables = []
         for meta in metas:
             seed = int(meta["seed"])
@@ -329,7 +338,7 @@ def analyze(dumps: Path, out: Path = RESULT, record_reads: bool = True) -> dict:
             scored = order[len(order) // 2:]
             sc = {k: v[scored] for k, v in tgt.items()}
             tables.append(sc)
-            for r in RULES:
+            for r in rules:
                 by_budget = []
                 for b in BUDGETS:
                     exits, learned = rule_exits(r, val, tgt, order, b, seed, fits)
@@ -347,7 +356,7 @@ def analyze(dumps: Path, out: Path = RESULT, record_reads: bool = True) -> dict:
                 acc = float(_curves_at_main(sc, by_budget, np.arange(len(sc["y"]))[None])[0])
                 per_rule[r]["at_0.5"].append(acc)
         sec: dict = {}
-        for r in RULES:
+        for r in rules:
             pr = per_rule[r]
             sec[f"{r}_acc_at_0.5"] = float(np.mean(pr["at_0.5"]))
             sec[f"{r}_flops_fraction_at_budget_0.5"] = float(np.mean(pr["frac_0.5"]))
@@ -355,7 +364,9 @@ def analyze(dumps: Path, out: Path = RESULT, record_reads: bool = True) -> dict:
             sec[f"{r}_budget_abs_error_stream"] = float(abs(np.mean(pr["stream_frac_0.5"]) - MAIN))
         for a, b in (("bandit", "frozen"), ("bandit", "confidence_online"), ("bandit", "confidence"),
                      ("refit", "frozen"), ("oracle", "frozen"), ("confidence_online", "confidence"),
-                     ("bandit", "static"), ("frozen", "static")):
+                     ("bandit", "static"), ("frozen", "static")) + (() if adaptive == "bandit" else (
+                         (adaptive, "frozen"), (adaptive, "confidence_online"), (adaptive, "confidence"),
+                         (adaptive, "static"))):
             key = f"{a}_gain_over_{b}_pts_at_0.5"
             sec[key] = 100 * (sec[f"{a}_acc_at_0.5"] - sec[f"{b}_acc_at_0.5"])
             sec[key + "_ci"] = bootstrap_gain(per_rule[a]["curves"], per_rule[b]["curves"])
@@ -365,20 +376,22 @@ def analyze(dumps: Path, out: Path = RESULT, record_reads: bool = True) -> dict:
         if section == "in_domain":
             sec["bandit_minus_frozen_pts_at_0.5"] = sec["bandit_gain_over_frozen_pts_at_0.5"]
             sec["bandit_minus_frozen_pts_at_0.5_ci"] = sec["bandit_gain_over_frozen_pts_at_0.5_ci"]
+            sec[f"{adaptive}_minus_frozen_pts_at_0.5"] = sec[f"{adaptive}_gain_over_frozen_pts_at_0.5"]
+            sec[f"{adaptive}_minus_frozen_pts_at_0.5_ci"] = sec[f"{adaptive}_gain_over_frozen_pts_at_0.5_ci"]
         sec["over_stream"] = {r: {"first_500": {"accuracy": float(np.mean([e[0] for e in per_rule[r]["early"]])),
                                                 "flops_fraction": float(np.mean([e[1] for e in per_rule[r]["early"]]))},
                                   "rest": {"accuracy": float(np.mean([e[0] for e in per_rule[r]["late"]])),
                                            "flops_fraction": float(np.mean([e[1] for e in per_rule[r]["late"]]))}}
-                              for r in ("frozen", "bandit", "confidence_online")}
-        sec["learned"] = {r: {"per_seed": per_rule[r]["learned"]} for r in ONLINE}
+                              for r in dict.fromkeys(("frozen", "bandit", "confidence_online", adaptive))}
+        sec["learned"] = {r: {"per_seed": per_rule[r]["learned"]} for r in ONLINE if r in rules}
         sec["exit_share_at_budget_0.5"] = {r: (per_rule[r]["hist"] / max(per_rule[r]["hist"].sum(), 1)).round(4).tolist()
-                                           for r in ("frozen", "bandit", "refit", "oracle")}
+                                           for r in dict.fromkeys(("frozen", "bandit", "refit", "oracle", adaptive))}
         sec["scored_rows"] = len(tables[0]["y"])
         summary[section] = sec
         details[section] = {r: {"acc_at_0.5_per_seed": per_rule[r]["at_0.5"],
-                                "flops_fraction_at_budget_0.5_per_seed": per_rule[r]["frac_0.5"]} for r in RULES}
+                                "flops_fraction_at_budget_0.5_per_seed": per_rule[r]["frac_0.5"]} for r in rules}
         print(f"{section}: " + ", ".join(f"{r} {100 * sec[f'{r}_acc_at_0.5']:.2f}@{sec[f'{r}_flops_fraction_at_budget_0.5']:.3f}"
-                                         for r in RULES), flush=True)
+                                         for r in rules), flush=True)
     predict_ms = float(np.mean([m["predict_ms_per_row_b32"] for m in metas]))
     summary["bandit_update_ms_per_row"] = float(np.mean([m["adapter_update_ms_per_row"] for m in metas]))
     summary["predict_ms_per_row_b32"] = predict_ms
@@ -388,15 +401,17 @@ def analyze(dumps: Path, out: Path = RESULT, record_reads: bool = True) -> dict:
                       dumps={str(m["seed"]): {k: m[k] for k in ("commit", "command", "wall_s", "predict_ms_per_row_b32",
                                                           "adapter_update_ms_per_row")}
                              for m in metas})
-    protocol = json.loads(PROTOCOL.read_text())
-    reads = [Read(test_set, PROTOCOL, section) for section, (_, test_set) in STREAMS.items()]
-    return build_result(summary, prov, name=Path(out).name, protocol=PROTOCOL, targets=protocol["targets"],
+    protocol = json.loads(protocol_file.read_text())
+    reads = [Read(test_set, protocol_file, section) for section, (_, test_set) in STREAMS.items()]
+    return build_result(summary, prov, name=Path(out).name, protocol=protocol_file, targets=protocol["targets"],
                         reads=reads, record_reads=record_reads, per_seed=details)
 
 
 def _options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dumps", type=Path, default=DUMPS, help="directory of the exits' dumps (default %(default)s)")
-    ap.add_argument("--out", type=Path, default=RESULT)
+    ap.add_argument("--out", type=Path, default=None, help="where the result goes (default: the design's)")
+    ap.add_argument("--design", choices=sorted(DESIGNS), default="bandit",
+                    help="analyze/check: bandit (protocols/shift.json) or dual (protocols/shift_dual.json)")
     ap.add_argument("--threads", type=int, default=2)
 
 
@@ -407,7 +422,8 @@ def _run(args) -> int:
 
 
 COMMAND = Command(__doc__.split("\n")[0], run=_run, add_arguments=_options, seeds="0-2",
-                  results=lambda args: {args.out: analyze(args.dumps, args.out, record_reads=not args.check)})
+                  results=lambda args: {args.out or DESIGNS[args.design][1]: analyze(
+                      args.dumps, args.out, record_reads=not args.check, design=args.design)})
 
 
 def main(argv: list[str] | None = None) -> int:
