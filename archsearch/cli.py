@@ -221,9 +221,10 @@ def predict(
     regime: str = typer.Option("auto", help="How batches run: auto (chosen per batch size and "
                                "length by timing on the device), cascade (the trial's own per-row "
                                "exits), static (a cut within the FLOPs budget) or full."),
-    adapt: str = typer.Option("none", help="none, or bandit: the stop rule keeps learning on these "
-                              "unlabeled rows (a DHT trial; holds its FLOPs budget under a shift)."),
-    state: Optional[Path] = typer.Option(None, help="With --adapt bandit: a file the learned state "
+    adapt: str = typer.Option("none", help="none; dual: the stop rule's threshold follows the FLOPs "
+                              "budget on these rows; bandit: dual plus 5% explored rows it refits from "
+                              "(a DHT trial; benchmarks/depth/results/shift*.json)."),
+    state: Optional[Path] = typer.Option(None, help="With --adapt: a file the learned state "
                                          "is read from (if there) and written to."),
 ):
     """Classify the rows of a file with an exported model; prints rows/s, the mean executed
@@ -248,7 +249,7 @@ def predict(
                f"mean executed FLOPs {stats['mean_flops']:.4g} per row "
                f"({stats['mean_flops_fraction']:.3f} of the full model's"
                + (f"; budget {budget:.3f}" if budget is not None else "") + ")"
-               + (f"; adapt bandit explored {stats['explored_share']:.3f} of rows" if "explored_share" in stats else ""))
+               + (f"; adapt {adapt} explored {stats['explored_share']:.3f} of rows" if "explored_share" in stats else ""))
     typer.echo("exit depth (blocks: rows): " + ", ".join(f"{k}: {v}" for k, v in stats["exit_histogram"].items()))
     typer.echo("regimes (rows): " + ", ".join(f"{k} {v}" for k, v in stats["regimes"].items()))
     typer.echo("labels: " + ", ".join(f"{k} {v}" for k, v in stats["label_counts"].items()))
@@ -369,9 +370,9 @@ def serve(
     device: str = typer.Option("cpu", help="cpu, cuda, ..."),
     regime: str = typer.Option("auto", help="How batches run: auto (chosen per batch size and "
                                "length by timing on the device), cascade, static or full."),
-    adapt: str = typer.Option("none", help="none, or bandit: the stop rule keeps learning on the "
-                              "traffic (a DHT trial; holds its FLOPs budget under a shift)."),
-    state: Optional[Path] = typer.Option(None, help="With --adapt bandit: the learned state's file "
+    adapt: str = typer.Option("none", help="none, dual or bandit: the stop rule keeps following the "
+                              "FLOPs budget on the traffic (a DHT trial; see archsearch predict --help)."),
+    state: Optional[Path] = typer.Option(None, help="With --adapt: the learned state's file "
                                          "(read at start, written as it learns and at shutdown; "
                                          "default DIR/runtime_state.pt)."),
 ):
@@ -384,9 +385,9 @@ def serve(
 
     if regime not in REGIME_CHOICES:
         raise UserError(f"{regime!r} is not one of {', '.join(REGIME_CHOICES)}", field="--regime")
-    if adapt not in ("none", "bandit"):
-        raise UserError(f"{adapt!r} is not one of none, bandit", field="--adapt")
-    if adapt == "bandit" and state is None:
+    if adapt not in ("none", "dual", "bandit"):
+        raise UserError(f"{adapt!r} is not one of none, dual, bandit", field="--adapt")
+    if adapt != "none" and state is None:
         state = model_dir / "runtime_state.pt"
 
     if address is None:

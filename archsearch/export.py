@@ -585,8 +585,8 @@ def load(directory: str | Path, *, device: str = "cpu", adapt: str = "none") -> 
     Args:
         directory: the export.
         device: where the model runs.
-        adapt: ``"none"`` or ``"bandit"``: the stop rule keeps learning on the traffic
-            (:mod:`archsearch.runtime`; a DHT cascade only).
+        adapt: ``"none"``, ``"dual"`` or ``"bandit"``: the stop rule keeps following the FLOPs
+            budget on the traffic (:mod:`archsearch.runtime`; a DHT cascade only).
 
     Raises:
         UserError: not an export directory; a file missing, truncated or not matching its
@@ -710,7 +710,7 @@ def predict_file(model_dir: str | Path, data: str | Path, out: str | Path, *,
         ``exit_histogram`` (``{depth: rows}``), ``regimes`` (``{regime: rows}``),
         ``runtime`` (:meth:`archsearch.runtime.Runtime.report`), ``label_counts``,
         ``flops_budget`` (the trial's, or ``None``) and, with ``adapt="bandit"``,
-        ``explored_share``; ``state`` (a file) is read before and written after when adapting.
+        ``explored_share`` when adapting; ``state`` (a file) is read before and written after then.
 
     Raises:
         UserError: see :func:`load` and :func:`read_texts`.

@@ -41,7 +41,11 @@ it serves (:class:`archsearch.dynamic.depth.online.OnlineStopping`): every batch
 (no regime choice: the budget is the point), a seeded share of rows runs to the last exit with
 every exit read (the bandit's feedback; their FLOPs count as executed), and after the batch the
 rule's offset takes one dual step toward the budget and the explored rows join its window
-(refits every 64 of them). :meth:`Runtime.state_dict` holds the adapter's state.
+(refits every 64 of them). ``adapt="dual"``: the dual step alone (no exploration, no refit).
+:meth:`Runtime.state_dict` holds the adapter's state. Measured (``benchmarks/depth/shift.py``):
+both hold the budget under a shift the frozen rule misses; the bandit loses about a point at equal
+FLOPs, the dual step about 0.3 on one domain and nothing on the other (exploratory): the default
+stays ``none``.
 
 Gatings without per-sample exits (static, LengthDrop, tied models:
 :meth:`~archsearch.dynamic.base.GatingStrategy.exit_depths` is ``None``) have one regime,
@@ -59,7 +63,7 @@ REGIMES = ("cascade", "static", "full")
 #: What ``regime=`` accepts: a regime, or ``"auto"`` (chosen by timing).
 REGIME_CHOICES = ("auto",) + REGIMES
 #: What ``adapt=`` accepts (module docstring).
-ADAPT_CHOICES = ("none", "bandit")
+ADAPT_CHOICES = ("none", "dual", "bandit")
 
 
 def bucket(n: int) -> int:
@@ -115,7 +119,7 @@ class Runtime:
         repeats: timed runs of each candidate per measured batch (the best counts; default 2).
         trial_batches: batches of a regime measured before its choice (default 3: one row's
             exit, at batch 1, says little about the next row's).
-        adapt: ``"none"`` or ``"bandit"`` (module docstring).
+        adapt: ``"none"``, ``"dual"`` or ``"bandit"`` (module docstring).
         seed: the exploration draws' seed (``adapt="bandit"``).
 
     Raises:
@@ -141,10 +145,10 @@ class Runtime:
         if adapt not in ADAPT_CHOICES:
             raise ValueError(f"adapt: expected one of {ADAPT_CHOICES}, got {adapt!r}")
         self.adapt, self.adapter = adapt, None
-        if adapt == "bandit":
-            self.adapter = self._make_adapter(seed)
+        if adapt != "none":
+            self.adapter = self._make_adapter(seed, learn=adapt == "bandit")
 
-    def _make_adapter(self, seed: int):
+    def _make_adapter(self, seed: int, learn: bool = True):
         """The :class:`~archsearch.dynamic.depth.online.OnlineStopping` around the gating's own
         stop rule (decisions read its offset), its sensitivity measured on the rule's window
         (the calibration rows it was fitted on)."""
@@ -154,16 +158,17 @@ class Runtime:
         rule = getattr(g, "stopping", None)
         if not hasattr(g, "explore_exits") or rule is None or getattr(g, "eval_price", None) is None \
                 or not self.dynamic:
-            raise ValueError("adapt 'bandit' needs a DHT cascade with a calibrated stop rule "
+            raise ValueError(f"adapt {self.adapt!r} needs a DHT cascade with a calibrated stop rule "
                              f"(gating {type(g).__name__})")
         if self.flops_budget is None:
-            raise ValueError("adapt 'bandit' needs the trial's flops_budget")
+            raise ValueError(f"adapt {self.adapt!r} needs the trial's flops_budget")
         price = float(g.eval_price)
         sens = offset_sensitivity(rule, rule.Xs, rule.c, price) if len(rule.Xs) else 1.0
-        return OnlineStopping(rule, price=price, budget=self.flops_budget, sensitivity=sens, seed=seed)
+        return OnlineStopping(rule, price=price, budget=self.flops_budget, sensitivity=sens, seed=seed,
+                              explore=0.05 if learn else 0.0, refit=learn)
 
     def _run_adapted(self, x, mask) -> Batch:
-        """One batch under ``adapt="bandit"`` (module docstring)."""
+        """One batch under ``adapt="dual"`` or ``"bandit"`` (module docstring)."""
         import numpy as np
         import torch
 
@@ -338,7 +343,7 @@ class Runtime:
             raise ValueError(f"regime: expected one of {REGIME_CHOICES}, got {regime!r}")
         if self.adapter is not None:  # adapting: the cascade, whatever the timings
             if regime not in ("auto", "cascade"):
-                raise ValueError(f"regime {regime!r}: adapt 'bandit' runs the cascade (regime auto or cascade)")
+                raise ValueError(f"regime {regime!r}: adapt {self.adapt!r} runs the cascade (regime auto or cascade)")
             return self._run_adapted(x, mask)
         if regime != "auto":
             if regime != "cascade" and not self.dynamic:

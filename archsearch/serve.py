@@ -22,7 +22,7 @@ from pathlib import Path
 ROUTE = "/predict"
 #: at most this many texts in one request
 MAX_TEXTS = 4096
-#: with ``adapt="bandit"`` and a state file: batches between two saves of the learned state
+#: when adapting with a state file: batches between two saves of the learned state
 SAVE_EVERY = 16
 
 
@@ -56,9 +56,9 @@ def build_app(model_dir: str | Path, *, device: str = "cpu", num_cpus: float = 1
         num_replicas: replicas behind the proxy.
         regime: how batches run (:meth:`archsearch.export.ExportedModel.predict_ids`): ``"auto"``
             (timed per rows and length), or ``"cascade"``, ``"static"``, ``"full"``.
-        adapt: ``"none"`` or ``"bandit"`` (the stop rule keeps learning on the traffic,
-            :mod:`archsearch.runtime`).
-        state: with ``adapt="bandit"``, the file each replica reads its learned state from at
+        adapt: ``"none"``, ``"dual"`` or ``"bandit"`` (the stop rule keeps following the FLOPs
+            budget on the traffic, :mod:`archsearch.runtime`).
+        state: when adapting, the file each replica reads its learned state from at
             start (when there) and writes every :data:`SAVE_EVERY` batches and at shutdown
             (several replicas: each keeps its own; the file holds the last one written).
     """

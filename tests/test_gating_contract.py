@@ -283,5 +283,9 @@ def test_an_exported_dht_adapts_online_and_resumes_after_a_restart(small_data, d
     out2 = run(restarted, half, len(ids))
     assert torch.equal(torch.cat([out1.depth, out2.depth]), whole.depth)
     assert restarted.runtime.adapter.rows == len(ids)
+    dual = load(tmp_path / "model", device=str(device), adapt="dual")  # the dual step alone
+    run(dual, 0, len(ids))
+    assert dual.runtime.adapter.explored == 0 and dual.runtime.adapter.rows == len(ids)
+    assert dual.runtime.adapter.refits == 0 and dual.runtime.adapter.rule.offset != 0.0
     with pytest.raises(UserError, match="adapt"):
         load(tmp_path / "model", device=str(device), adapt="sometimes")

@@ -177,8 +177,9 @@ def json_targets():
 
 
 def test_the_committed_shift_result_regenerates_from_the_committed_dumps():
-    """``check`` on the committed exits' dumps gives the committed ``shift.json`` (every key but
-    provenance; the timings come from the dumps' json, so the check is exact)."""
+    """``check`` on the committed exits' dumps gives the committed ``shift.json`` and
+    ``shift_dual.json`` (every key but provenance; the timings come from the dumps' json, so the
+    check is exact)."""
     from benchmarks.depth import shift
 
     if not shift.RESULT.is_file():

@@ -27,7 +27,7 @@ points with paired bootstrap intervals (``_ci``), the accuracy over time (first 
 rest), what the bandit learned; and ``bandit_update_overhead``.
 
     python -m benchmarks.depth.shift run --seeds 0-2      # dumps (resumable per seed)
-    python -m benchmarks.depth.shift analyze|check
+    python -m benchmarks.depth.shift analyze|check [--design bandit|dual]   # default: both designs
 """
 
 from __future__ import annotations
@@ -410,8 +410,9 @@ def analyze(dumps: Path, out: Path | None = None, record_reads: bool = True, des
 def _options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dumps", type=Path, default=DUMPS, help="directory of the exits' dumps (default %(default)s)")
     ap.add_argument("--out", type=Path, default=None, help="where the result goes (default: the design's)")
-    ap.add_argument("--design", choices=sorted(DESIGNS), default="bandit",
-                    help="analyze/check: bandit (protocols/shift.json) or dual (protocols/shift_dual.json)")
+    ap.add_argument("--design", choices=sorted(DESIGNS), default=None,
+                    help="analyze/check one design: bandit (protocols/shift.json) or dual "
+                         "(protocols/shift_dual.json); default both")
     ap.add_argument("--threads", type=int, default=2)
 
 
@@ -422,8 +423,9 @@ def _run(args) -> int:
 
 
 COMMAND = Command(__doc__.split("\n")[0], run=_run, add_arguments=_options, seeds="0-2",
-                  results=lambda args: {args.out or DESIGNS[args.design][1]: analyze(
-                      args.dumps, args.out, record_reads=not args.check, design=args.design)})
+                  results=lambda args: {
+                      (args.out or DESIGNS[d][1]): analyze(args.dumps, args.out, record_reads=not args.check, design=d)
+                      for d in ([args.design] if args.design else list(DESIGNS))})
 
 
 def main(argv: list[str] | None = None) -> int:
