@@ -83,8 +83,14 @@ if [ "$latest" = 1 ]; then
     | grep -iE '^(torch|ray|optuna|optuna-dashboard|botorch|gpytorch|transformers|datasets|tokenizers|pyarrow|numpy|pydantic)==' \
     | sed 's/^/  /'
   fetch_source_wheels
+  # `lock` checks the newest releases before it writes constraints.txt: the test that the current
+  # lock pins every dependency cannot pass yet when pyproject.toml has gained one
+  deselect=()
+  if [ "$cmd" = lock ]; then
+    deselect=(--deselect tests/test_lock.py::test_every_dependency_is_pinned_within_its_bounds)
+  fi
   set +e
-  "$PY" -m pytest -m "not slow" "$@"
+  "$PY" -m pytest -m "not slow" "${deselect[@]}" "$@"
   rc=$?
   set -e
   if [ "$rc" != 0 ]; then

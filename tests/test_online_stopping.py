@@ -176,6 +176,7 @@ def json_targets():
     return json.loads((Path(__file__).resolve().parents[1] / "benchmarks/depth/protocols/shift.json").read_text())["targets"]
 
 
+@pytest.mark.slow
 def test_the_committed_shift_result_regenerates_from_the_committed_dumps():
     """``check`` on the committed exits' dumps gives the committed ``shift.json`` and
     ``shift_dual.json`` (every key but provenance; the timings come from the dumps' json, so the

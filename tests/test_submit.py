@@ -270,6 +270,7 @@ def test_envcheck_names_what_a_bare_python_lacks(staged, tmp_path):
     import venv
 
     import archsearch
+    from archsearch.tune.envcheck import REQUIRED
 
     venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "bare")
     bare = tmp_path / "bare" / "bin" / "python"
@@ -279,7 +280,7 @@ def test_envcheck_names_what_a_bare_python_lacks(staged, tmp_path):
         line, = proc.stderr.splitlines()
         assert line.startswith(f"error: {exe}: torch: this Python (")
         assert "lacks torch, ray, optuna," in line and "typer" in line
-        assert f"of the 19 packages archsearch {archsearch.__version__} needs" in line
+        assert f"of the {len(REQUIRED)} packages archsearch {archsearch.__version__} needs" in line
         assert "the image in cluster/" in line and "`ray start` from the project's environment" in line
 
 

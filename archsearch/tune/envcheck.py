@@ -33,7 +33,7 @@ REQUIRED = {
     "huggingface_hub": "huggingface_hub", "datasets": "datasets", "tokenizers": "tokenizers",
     "typer": "typer", "rich": "rich", "pydantic": "pydantic", "PyYAML": "yaml",
     "plotly": "plotly", "Jinja2": "jinja2", "matplotlib": "matplotlib", "pandas": "pandas",
-    "pyarrow": "pyarrow",
+    "pyarrow": "pyarrow", "onnx": "onnx", "onnxscript": "onnxscript", "onnxruntime": "onnxruntime",
 }
 
 FIX = ("run the cluster from the image in cluster/ (cluster/Dockerfile, or cluster/kuberay), "
