@@ -237,6 +237,8 @@ def predict(
         raise UserError(f"{regime!r} is not one of {', '.join(REGIME_CHOICES)}", field="--regime")
     if adapt not in ADAPT_CHOICES:
         raise UserError(f"{adapt!r} is not one of {', '.join(ADAPT_CHOICES)}", field="--adapt")
+    if state is not None and adapt == "none":
+        raise UserError("a state file is only read and written with --adapt dual or bandit", field="--state")
     from archsearch.export import predict_file
 
     try:
@@ -387,6 +389,10 @@ def serve(
         raise UserError(f"{regime!r} is not one of {', '.join(REGIME_CHOICES)}", field="--regime")
     if adapt not in ("none", "dual", "bandit"):
         raise UserError(f"{adapt!r} is not one of none, dual, bandit", field="--adapt")
+    if state is not None and adapt == "none":
+        raise UserError("a state file is only read and written with --adapt dual or bandit", field="--state")
+    if adapt != "none" and regime in ("static", "full"):
+        raise UserError(f"--adapt {adapt} runs the cascade: --regime auto or cascade", field="--regime")
     if adapt != "none" and state is None:
         state = model_dir / "runtime_state.pt"
 

@@ -500,13 +500,12 @@ class ExportedModel:
     def to(self, device) -> "ExportedModel":
         """Move the model and the gating's modules to ``device`` (the runtime's regime choices,
         timed on the old device, are forgotten); returns self."""
-        import torch
-
-        if torch.device(device) != self.device:
-            self.runtime.reset()
+        old = self.device
         self.model.to(device)
         for m in self.gating.extra_modules():
             m.to(device)
+        if self.device != old:
+            self.runtime.reset()
         return self
 
     def encode(self, texts: Sequence[str]):

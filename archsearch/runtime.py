@@ -162,13 +162,27 @@ class Runtime:
                              f"(gating {type(g).__name__})")
         if self.flops_budget is None:
             raise ValueError(f"adapt {self.adapt!r} needs the trial's flops_budget")
+        rows = getattr(g, "calibration_window", None)
+        if rows is None:
+            raise ValueError(f"adapt {self.adapt!r} needs the rows the stop rule was calibrated on, which "
+                             "this export predates: export the trial again")
+        Xs, q, c = rows
         price = float(g.eval_price)
-        sens = offset_sensitivity(rule, rule.Xs, rule.c, price) if len(rule.Xs) else 1.0
+        sens = offset_sensitivity(rule, Xs, c, price)
+        if learn:  # refits start from the calibration rows (the training rows' qualities are another scale)
+            rule.Xs, rule.q, rule.c = Xs[-rule.window:], q[-rule.window:], c[-rule.window:]
         return OnlineStopping(rule, price=price, budget=self.flops_budget, sensitivity=sens, seed=seed,
                               explore=0.05 if learn else 0.0, refit=learn)
 
     def _run_adapted(self, x, mask) -> Batch:
         """One batch under ``adapt="dual"`` or ``"bandit"`` (module docstring)."""
+        import numpy as np
+        import torch
+
+        with self.adapter.lock:  # one batch's decisions and its update together (threads)
+            return self._run_adapted_locked(x, mask)
+
+    def _run_adapted_locked(self, x, mask) -> Batch:
         import numpy as np
         import torch
 
@@ -203,7 +217,7 @@ class Runtime:
         return Batch(logits, flops, depth, "cascade")
 
     def state_dict(self) -> dict[str, Any]:
-        """What a restart needs: the adapter's state (``{}`` without ``adapt="bandit"``)."""
+        """What a restart needs: the adapter's state (``{}`` without ``adapt``)."""
         return {} if self.adapter is None else {"adapter": self.adapter.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -353,8 +367,11 @@ class Runtime:
             return self.run_regime("cascade", x, mask)
         key = self.regime_of(x.shape[0], x.shape[1])
         if key in self.chosen:
-            return self.run_regime(self.chosen[key], x, mask)
-        trial = self._trials.setdefault(key, {"batches": 0, "seconds": {}})
+            chosen = self.chosen[key]
+            if chosen == "static" and self.static_depth(int(x.shape[1])) is None:
+                chosen = "full"  # a length of the bucket where no exit is within the budget
+            return self.run_regime(chosen, x, mask)
+        trial = self._trials.setdefault(key, {"batches": 0, "seconds": {}, "counts": {}})
         outs = {}
         for c in self.candidates(int(x.shape[1])):
             if trial["batches"] == 0:
@@ -364,10 +381,11 @@ class Runtime:
                 sec, outs[c] = self.time_regime(c, x, mask)
                 best = min(best, sec)
             trial["seconds"][c] = trial["seconds"].get(c, 0.0) + best
+            trial["counts"][c] = trial["counts"].get(c, 0) + 1
         trial["batches"] += 1
         if trial["batches"] >= self.trial_batches:
             del self._trials[key]
-            self.seconds[key] = {c: v / self.trial_batches for c, v in trial["seconds"].items()}
+            self.seconds[key] = {c: v / trial["counts"][c] for c, v in trial["seconds"].items()}
             self.chosen[key] = choose_regime(self.seconds[key])
         return outs["cascade"]  # while measuring: the trial's own predictions
 

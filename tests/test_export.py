@@ -243,6 +243,10 @@ def test_predict_refuses_an_unknown_regime_in_one_line_and_writes_nothing(export
                    "--regime", "fastest")
     assert proc.returncode == 2 and "--regime" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "preds.csv").exists()
+    proc = run_cli("predict", exported, tmp_path / "in.csv", "--out", tmp_path / "preds.csv",
+                   "--state", tmp_path / "state.pt")  # a state file without --adapt
+    assert proc.returncode == 2 and "--state" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "preds.csv").exists() and not (tmp_path / "state.pt").exists()
 
 
 @pytest.mark.ray

@@ -289,3 +289,7 @@ def test_an_exported_dht_adapts_online_and_resumes_after_a_restart(small_data, d
     assert dual.runtime.adapter.refits == 0 and dual.runtime.adapter.rule.offset != 0.0
     with pytest.raises(UserError, match="adapt"):
         load(tmp_path / "model", device=str(device), adapt="sometimes")
+    with pytest.raises(UserError, match="state"):  # a bandit's state does not fit the dual adapter
+        dual.load_state(tmp_path / "state.pt")
+    Xs, q, c = a.gating.calibration_window  # the rows the rule was calibrated on, exported with it
+    assert Xs.shape[:2] == q.shape == c.shape and len(Xs) >= 32

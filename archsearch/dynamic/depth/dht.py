@@ -119,6 +119,9 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         self.calibration_rows = s.dht_calibration_rows
         self.price = DualPrice(self.flops_budget, lr=s.dht_price_lr, init=self.lam)
         self.eval_price: float | None = None
+        #: (Xs, agreement, costs) of the rows the stop rule was last calibrated on (``N x K x d``,
+        #: ``N x K``, ``N x K``), kept for an online adapter (:mod:`archsearch.runtime`)
+        self.calibration_window: tuple | None = None
         self.n_gated = self.depths[-1] - self.n_fixed  # blocks that can be head-gated (up to the deepest exit)
         seed = int(settings.get("seed", 0))
         gen = torch.Generator().manual_seed(seed + 7919)
@@ -301,7 +304,9 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
                 "acc": [-1.0 if self.acc_ema is None else self.acc_ema, float(self.acc_best), self.acc_best_step],
                 "train_fraction": -1.0 if self.train_fraction is None else self.train_fraction,
                 "rng": json.dumps(self.rng.bit_generator.state),
-                **({"stopping": self.stopping.state_dict()} if self.stopping is not None else {})}
+                **({"stopping": self.stopping.state_dict()} if self.stopping is not None else {}),
+                **({} if self.calibration_window is None else {"calibration_window": [
+                    torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)) for a in self.calibration_window]})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (checkpoints written before issue 14 load too: the price
@@ -333,4 +338,6 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
             self.takeover_step = self.steps
         if self.stopping is not None and "stopping" in state:
             self.stopping.load_state_dict(state["stopping"])
+        if "calibration_window" in state:
+            self.calibration_window = tuple(t.numpy().astype(np.float64) for t in state["calibration_window"])
         self._greedy_cache.clear()

@@ -124,6 +124,8 @@ class DHTInference:
                 frac = self.stopping.calibrate_offset(lambda: fraction(price, fit=False), budget, frac)
         self._greedy_cache.clear()
         self.eval_price, self.calibrated_fraction = float(price), float(frac)
+        if self.stopping is not None:
+            self.calibration_window = held_out
         return self.eval_price, self.calibrated_fraction
 
     def predict(self, x, mask) -> tuple[torch.Tensor, torch.Tensor]:

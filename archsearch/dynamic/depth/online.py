@@ -119,7 +119,7 @@ class OnlineStopping:
         self.rng = np.random.default_rng(seed)
         self.rows = self.explored = self.pending = self.refits = 0
         self.executed = self.full = 0.0
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
 
     # ------------------------------------------------------------------ decisions
     def explore_mask(self, n: int) -> np.ndarray:
@@ -202,7 +202,16 @@ class OnlineStopping:
                     "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (raises ``ValueError`` when the rule's shapes differ)."""
+        """Restore :meth:`state_dict`.
+
+        Raises:
+            ValueError: the rule's shapes differ, or the state was saved under another budget or
+                another mode (exploration share, refits) than this adapter's.
+        """
+        if (float(state["budget"]), float(state["explore"]), bool(state["refit"])) != (
+                self.budget, self.explore, self.refit):
+            raise ValueError(f"state saved with budget {state['budget']}, explore {state['explore']}, refit "
+                             f"{state['refit']}; this adapter has {self.budget}, {self.explore}, {self.refit}")
         with self.lock:
             self.rule.load_state_dict(state["rule"])
             self.price, self.budget = float(state["price"]), float(state["budget"])
