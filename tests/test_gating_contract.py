@@ -283,6 +283,11 @@ def test_an_exported_dht_adapts_online_and_resumes_after_a_restart(small_data, d
     out2 = run(restarted, half, len(ids))
     assert torch.equal(torch.cat([out1.depth, out2.depth]), whole.depth)
     assert restarted.runtime.adapter.rows == len(ids)
+    counted = load(tmp_path / "model", device=str(device))  # a server never reads metrics():
+    counted.gating.PENDING_FOLD = 3  # its device-side exit counts are folded as they pile up
+    counted.predict_ids(ids, mask, batch_size=32, regime="cascade")
+    assert len(counted.gating._pending_counts) < 3
+    assert counted.gating.metrics()["dht_eval_samples"] == len(ids)  # nothing lost in the folds
     dual = load(tmp_path / "model", device=str(device), adapt="dual")  # the dual step alone
     run(dual, 0, len(ids))
     assert dual.runtime.adapter.explored == 0 and dual.runtime.adapter.rows == len(ids)

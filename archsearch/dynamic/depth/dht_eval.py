@@ -153,6 +153,8 @@ class DHTInference:
                 table = self._greedy_cache[key]
                 # counted on the device, folded into the statistics by metrics(): no host sync here
                 self._pending_counts.append((torch.bincount(arms, minlength=len(self.depths)), heads))
+                if len(self._pending_counts) >= self.PENDING_FOLD:  # a server never calls metrics()
+                    self._fold_pending_counts()
                 dkey = ("depths", str(arms.device))
                 if dkey not in self._greedy_cache:
                     self._greedy_cache[dkey] = torch.tensor(self.depths, dtype=torch.long).to(arms.device)
@@ -295,12 +297,7 @@ class DHTInference:
         :meth:`predict` ran since :meth:`before_evaluate` (or the last call): in
         ``TrialLoop.evaluate`` exactly the split just evaluated, read before the latency timing
         (which also runs :meth:`predict`). The counters reset on each call."""
-        for cnt, heads in self._pending_counts:  # the cascade's device-side counts
-            cnt = cnt.cpu().numpy()
-            self._eval_counts += cnt
-            self._eval_heads[0] += float(sum(n * sum(c) for n, c in zip(cnt, heads)))
-            self._eval_heads[1] += float(sum(n * len(c) for n, c in zip(cnt, heads)))
-        self._pending_counts = []
+        self._fold_pending_counts()
         ev = self._eval_counts
         tot = max(ev.sum(), 1)
         tr = self._train_counts
@@ -322,6 +319,20 @@ class DHTInference:
             out["dht_bandit_overhead_pct"] = 100.0 * self.bandit_seconds / train_s
         self._reset_eval_counters()
         return out
+
+    #: cascade batches whose device-side exit counts are kept before they are read to the host
+    #: (one synchronisation per this many batches; bounds the list where metrics() never runs)
+    PENDING_FOLD = 256
+
+    def _fold_pending_counts(self) -> None:
+        """Add the cascade's device-side exit counts to the evaluation counters (one host copy
+        per batch held) and empty the list."""
+        for cnt, heads in self._pending_counts:
+            cnt = cnt.cpu().numpy()
+            self._eval_counts += cnt
+            self._eval_heads[0] += float(sum(n * sum(c) for n, c in zip(cnt, heads)))
+            self._eval_heads[1] += float(sum(n * len(c) for n, c in zip(cnt, heads)))
+        self._pending_counts = []
 
     def _reset_eval_counters(self) -> None:
         self._eval_counts = np.zeros(len(self.depths))  # samples per depth arm
