@@ -65,6 +65,10 @@ BATCH = 32
 STATIC_EXIT = 2  # exit index of depth 3: 0.5x FLOPs at any length
 RULES = ("frozen", "bandit", "confidence", "confidence_online", "static", "refit", "oracle")
 ONLINE = ("bandit", "confidence_online", "dual")
+#: the rules fitted on the source rows: name -> (family, refit: None = frozen, else online with
+#: or without refits from explored rows)
+SOURCE_RULES = {"frozen": ("default", None), "bandit": ("default", True), "dual": ("default", False),
+                "confidence": ("confidence", None), "confidence_online": ("confidence", False)}
 #: the designs measured: name -> (protocol, result, the adaptive rule; its rules are RULES plus it)
 DESIGNS = {"bandit": (PROTOCOL, RESULT, "bandit"),
            "dual": (HERE / "protocols" / "shift_dual.json", HERE / "results" / "shift_dual.json", "dual")}
@@ -272,28 +276,21 @@ def rule_exits(name: str, val: dict, tgt: dict, order: np.ndarray, budget: float
     """Exits per row of ``tgt`` (its table order) under rule ``name`` at ``budget``, and what an
     online rule learned (``None`` for the others). ``fits``: a cache of the source fits (keyed
     by ``seed``, kind and budget; the online rules adapt copies)."""
-    half = len(order) // 2
-    calib = {k: v[order[:half]] for k, v in tgt.items()}
-    fits = {} if fits is None else fits
-    if name in ("frozen", "bandit", "dual"):
-        key = (seed, "default", budget)
+    if name in SOURCE_RULES:
+        family, refit = SOURCE_RULES[name]
+        fit, contexts = {"default": (fit_default_rule, trajectory), "confidence": (fit_confidence, _conf_contexts)}[family]
+        fits = {} if fits is None else fits
+        key = (seed, family, budget)
         if key not in fits:
-            fits[key] = fit_default_rule(val, budget)
+            fits[key] = fit(val, budget)
         rule, price = fits[key]
-        if name == "frozen":
-            return rule.route(trajectory(tgt), tgt["cost"], price), None
-        return stream_online(rule, price, budget, val, tgt, order, trajectory, refit=name == "bandit", seed=seed)
-    if name in ("confidence", "confidence_online"):
-        key = (seed, "confidence", budget)
-        if key not in fits:
-            fits[key] = fit_confidence(val, budget)
-        rule, price = fits[key]
-        if name == "confidence":
-            return rule.route(_conf_contexts(tgt), tgt["cost"], price), None
-        return stream_online(rule, price, budget, val, tgt, order, _conf_contexts, refit=False, seed=seed)
+        if refit is None:  # frozen
+            return rule.route(contexts(tgt), tgt["cost"], price), None
+        return stream_online(rule, price, budget, val, tgt, order, contexts, refit=refit, seed=seed)
     if name == "static":
         return np.full(len(tgt["y"]), STATIC_EXIT), None
     if name in ("refit", "oracle"):
+        calib = {k: v[order[:len(order) // 2]] for k, v in tgt.items()}  # the stream's first half
         rule, price = fit_default_rule(calib, budget, quality="match" if name == "refit" else "correct")
         return rule.route(trajectory(tgt), tgt["cost"], price), None
     raise ValueError(f"unknown rule {name!r}")
