@@ -58,6 +58,17 @@ class QNEHVISearcher(Searcher):
         initial_configs: configs the initial design proposes first, in order (a warm start,
             as Optuna's ``enqueue_trial``: e.g. configs that did well on related tasks); the
             Sobol design fills the rest of ``n_init``.
+        noise_floor, output_scale: the GP's noise floor and learned output scale
+            (:func:`archsearch.search.gp.fit_gp`).
+        log_costs: model a minimised objective whose observed values are all positive (a
+            time, a loss) as its logarithm.
+        history: earlier searches of related tasks (Optuna studies, or lists of ``{"config",
+            "metrics"}`` rows; :func:`archsearch.search.transfer.history_tasks`): a
+            Gaussian-copula prior (:class:`~archsearch.search.transfer.CopulaPrior`) becomes
+            the GP's mean for the objectives the history holds, and the initial design comes
+            from the prior (after ``initial_configs``).
+        history_mean: use the prior as the GP's mean (``False``: the prior gives the initial
+            design only and the GP models the raw values, as without history).
     """
 
     name = "qnehvi"
@@ -67,9 +78,13 @@ class QNEHVISearcher(Searcher):
                  num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15,
                  mc_samples: int = 32, gp_maxiter: int = 60, horizon: int | None = None,
                  trust_length: float = 0.2, max_gp_points: int = 200,
-                 initial_configs: list[dict] | None = None):
+                 initial_configs: list[dict] | None = None, noise_floor: float = 1e-4,
+                 output_scale: bool = False, log_costs: bool = False, history=None,
+                 history_mean: bool = True):
         super().__init__(space, seed=seed, cost_fn=cost_fn)
+        self.history_mean = bool(history_mean)
         self.initial_configs = [dict(c) for c in initial_configs or []]
+        self.noise_floor, self.output_scale, self.log_costs = float(noise_floor), bool(output_scale), bool(log_costs)
         self.initial_used = 0
         budget = getattr(space, "budget", None)
         self.horizon = int(horizon or (budget.trials if budget is not None else 40))
@@ -93,6 +108,18 @@ class QNEHVISearcher(Searcher):
         self.table: list[dict[str, Any]] | None = None
         self._table_X: torch.Tensor | None = None  # (rows, d)
         self._table_ok: list[bool] = []
+        self.prior = None
+        self.prior_weight: dict[str, float] = {}
+        #: the modelled objectives (what a transfer prior can model)
+        self.prior_metrics = [k for k in self.metrics if k in self.modelled and k not in self.constraints]
+        if history:
+            from archsearch.search import transfer
+
+            self.prior = transfer.CopulaPrior(space, history, self.prior_metrics,
+                                              [self.signs[self.metrics.index(k)] for k in self.prior_metrics],
+                                              seed=seed)
+            transfer.warn_ignored(self.prior)
+            self.initial_configs += self.prior.design(space, self.n_init, seed=seed, feasible=self.known_feasible)
 
     # ------------------------------------------------------------------ restriction
     def restrict_configurations(self, configs) -> None:
@@ -214,6 +241,26 @@ class QNEHVISearcher(Searcher):
                 chosen.append(i)
         return [obs[i] for i in sorted(chosen)]
 
+    def _modelled_outcomes(self, obs: list[Observation]) -> tuple[torch.Tensor, dict[str, float], dict[str, str]]:
+        """The GP's outcomes ``(n, k)`` for the modelled metrics of ``obs``, each objective's
+        sign in the acquisition and how each objective was transformed (``copula``: the
+        transfer prior's copula values, maximisation form, sign +1; ``log``: ``log_costs``)."""
+        from archsearch.search import transfer
+
+        cols, signs, how = [], {}, {}
+        for k in self.modelled:
+            y = torch.tensor([o.metrics[k] for o in obs], dtype=DTYPE)
+            s = self.signs[self.metrics.index(k)] if k in self.metrics else 1.0
+            signs[k] = s
+            if k in self.metrics and k not in self.constraints:
+                if (self.prior is not None and self.history_mean
+                        and self.prior_metrics.index(k) in self.prior.objectives):
+                    y, signs[k], how[k] = transfer.copula(s * y), 1.0, "copula"
+                elif self.log_costs and s < 0 and bool((y > 0).all()):
+                    y, how[k] = y.log(), "log"
+            cols.append(y)
+        return torch.stack(cols, -1), signs, how
+
     def _acquisition(self, obs: list[Observation]):
         from archsearch.search import gp
 
@@ -222,25 +269,46 @@ class QNEHVISearcher(Searcher):
         fid = any(o.fidelity < 1.0 for o in obs)
         X = torch.tensor([o.x for o in obs], dtype=DTYPE)  # (n, d)
         Xin = torch.cat([X, torch.tensor([[o.fidelity] for o in obs], dtype=DTYPE)], -1) if fid else X
-        Y = torch.tensor([[o.metrics[k] for k in self.modelled] for o in obs], dtype=DTYPE)  # (n, k)
-        model = gp.fit_gp(Xin, Y, maxiter=self.gp_maxiter)
+        Y, msign, how = self._modelled_outcomes(obs)  # (n, k)
+        means = None
+        if self.prior is not None:
+            from archsearch.search import transfer
+
+            means = {self.modelled.index(k): transfer.prior_mean(
+                self.prior, self.prior.objectives.index(self.prior_metrics.index(k)))
+                for k, h in how.items() if h == "copula"}
+        model = gp.fit_gp(Xin, Y, maxiter=self.gp_maxiter, noise_floor=self.noise_floor,
+                          output_scale=self.output_scale, means=means)
         if self.known_names and self._known is None:
             self._known = gp._KnownMetrics(self.space.decode, self.cost_fn, self.known_names, self.d)
         outputs = []
         for k, s in zip(self.metrics, self.signs):
             outputs.append(("known", self.known_names.index(k), s) if k in self.known_names
-                           else ("model", self.modelled.index(k), s))
+                           else ("model", self.modelled.index(k), msign[k]))
         learned = [(self.modelled.index(k), lo, hi) for k, (lo, hi) in self.constraints.items()
                    if k in self.modelled]
-        full = [o for o in obs if o.fidelity >= 1.0] or obs
+        full_idx = [i for i, o in enumerate(obs) if o.fidelity >= 1.0] or list(range(len(obs)))
+        full = [obs[i] for i in full_idx]
         Xb = torch.tensor([o.x for o in full], dtype=DTYPE)
         Xp = torch.tensor([p["x"] for p in self.pending.values()], dtype=DTYPE) if self.pending else None
         ref = self.ref_point(full)
+        for j, k in enumerate(self.metrics):  # a transformed objective: its reference from the data
+            if k in how:
+                if how[k] == "log" and self.refs[j] is not None and self.refs[j] > 0:
+                    ref[j] = -math.log(self.refs[j])
+                    continue
+                v = msign[k] * Y[full_idx, self.modelled.index(k)]
+                lo, hi = float(v.min()), float(v.max())
+                ref[j] = lo - 0.1 * (hi - lo) - 1e-9 * max(1.0, abs(lo))
         acqf = gp.make_acquisition(
             model, X_baseline=Xb, ref_point=ref, outputs=outputs, learned_constraints=learned,
             known=self._known, known_bounds=self.known_bounds, X_pending=Xp, d=self.d,
             fidelity=fid, mc_samples=self.mc_samples,
             seed=zlib.crc32(f"acq:{self.seed}:{self.n_asked}".encode()))
+        if means:  # the learned weight of the prior in each GP mean (0: the prior is ignored)
+            self.prior_weight = {
+                k: float((model.models[i] if hasattr(model, "models") else model).mean_module.weight.detach())
+                for k, i in ((k, self.modelled.index(k)) for k, h in how.items() if h == "copula")}
         return model, acqf, fid
 
     def _optimiser_candidates(self, acqf, bounds: torch.Tensor | None = None) -> torch.Tensor:
@@ -326,7 +394,7 @@ class QNEHVISearcher(Searcher):
             return self._sobol(), {"source": "sobol"}
         best = ranked[0]
         self.last_info = {"n_candidates": len(ranked), "best_source": sources[best],
-                          "best_value": float(vals[0])}
+                          "best_value": float(vals[0]), "prior_weight": dict(self.prior_weight)}
         return cfgs[best], {"source": sources[best]}
 
     # ------------------------------------------------------------------ state
@@ -382,12 +450,16 @@ class AHTOSearcher(QNEHVISearcher):
                  num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15, mc_samples: int = 32,
                  gp_maxiter: int = 60, horizon: int | None = None, trust_length: float = 0.2,
                  max_gp_points: int = 200, initial_configs: list[dict] | None = None,
-                 policy: str | None = None, n_sobol: int = 64, n_perturb: int = 16,
+                 noise_floor: float = 1e-4, output_scale: bool = False, log_costs: bool = False,
+                 history=None, history_mean: bool = True, policy: str | None = None,
+                 n_sobol: int = 64, n_perturb: int = 16,
                  perturb_scale: float = 0.1, record_pool: bool = False):
         super().__init__(space, seed=seed, cost_fn=cost_fn, n_init=n_init, num_restarts=num_restarts,
                          raw_samples=raw_samples, maxiter=maxiter, mc_samples=mc_samples,
                          gp_maxiter=gp_maxiter, horizon=horizon, trust_length=trust_length,
-                         max_gp_points=max_gp_points, initial_configs=initial_configs)
+                         max_gp_points=max_gp_points, initial_configs=initial_configs,
+                         noise_floor=noise_floor, output_scale=output_scale, log_costs=log_costs,
+                         history=history, history_mean=history_mean)
         from archsearch.search import policy as pol
 
         self.policy = None if policy == "none" else pol.load_policy(policy)

@@ -61,6 +61,9 @@ class OptunaSearcher(Searcher):
         n_startup_trials: TPE's and GPSampler's random start (default: ``min(6, budget.trials)``);
             population_size: NSGA-II's (default: ``max(4, min(20, budget.trials // 3))``);
             max_resample: re-asks for a known-infeasible suggestion.
+        initial_configs: configs proposed first, in order, through ``study.enqueue_trial`` (a
+            warm start: e.g. configs that did well on related tasks); they count towards
+            ``n_startup_trials``.
 
     Raises:
         ValueError: unknown ``kind``.
@@ -68,7 +71,7 @@ class OptunaSearcher(Searcher):
 
     def __init__(self, kind: str, space, *, seed: int = 0, cost_fn: CostFn | None = None,
                  n_startup_trials: int | None = None, population_size: int | None = None,
-                 max_resample: int = 100):
+                 max_resample: int = 100, initial_configs: list[dict] | None = None):
         if kind not in BASELINES:
             raise ValueError(f"unknown baseline {kind!r}; choose one of {', '.join(BASELINES)}")
         super().__init__(space, seed=seed, cost_fn=cost_fn)
@@ -76,6 +79,8 @@ class OptunaSearcher(Searcher):
 
         self.name = kind
         self.max_resample = int(max_resample)
+        self.initial_configs = [dict(c) for c in initial_configs or []]
+        self.initial_used = 0
         horizon = int(space.budget.trials)
         startup = n_startup_trials if n_startup_trials is not None else min(6, horizon)
         #: the sampler's class in ``optuna.samplers`` and its constructor arguments
@@ -112,6 +117,9 @@ class OptunaSearcher(Searcher):
         import optuna
 
         for attempt in range(self.max_resample):
+            if self.initial_used < len(self.initial_configs):  # the warm start, as given
+                self.study.enqueue_trial(self.initial_configs[self.initial_used])
+                self.initial_used += 1
             trial = self.study.ask()
             cfg = self.space.suggest(trial)
             if self.known_feasible(cfg) or attempt == self.max_resample - 1:
@@ -167,7 +175,8 @@ class OptunaSearcher(Searcher):
     # ------------------------------------------------------------------ state (plain data)
     def _state(self) -> Any:
         return {"study": study_state(self.study), "sampler_args": self.sampler_args,
-                "trials": {k: (n, dict(p)) for k, (n, p) in self.trials.items()}}
+                "trials": {k: (n, dict(p)) for k, (n, p) in self.trials.items()},
+                "initial_used": self.initial_used}
 
     def _load_state(self, state: Any) -> None:
         if isinstance(state, bytes):  # written before the plain-data state: a pickled study
@@ -179,6 +188,7 @@ class OptunaSearcher(Searcher):
         self.study = self._new_study()
         load_study_state(self.study, state["study"])
         self.trials = {k: (int(n), dict(p)) for k, (n, p) in state["trials"].items()}
+        self.initial_used = int(state.get("initial_used", 0))
 
     def __getstate__(self):  # pickle (Ray Tune's tuner.pkl): the plain-data state, no sampler
         out = self.__dict__.copy()

@@ -27,13 +27,21 @@ import torch
 DTYPE = torch.double
 
 
-def fit_gp(X: torch.Tensor, Y: torch.Tensor, *, maxiter: int = 75):
+def fit_gp(X: torch.Tensor, Y: torch.Tensor, *, maxiter: int = 75, noise_floor: float = 1e-4,
+           output_scale: bool = False, means: dict | None = None):
     """Fit one GP per column of ``Y``.
 
     Args:
         X: ``n x D`` inputs in the unit cube (D = d, or d + 1 with a fidelity column).
-        Y: ``n x k`` outcomes (any scale; standardised inside).
+        Y: ``n x k`` outcomes (any scale; standardised inside, except the columns of ``means``).
         maxiter: L-BFGS-B iterations of the marginal-likelihood fit.
+        noise_floor: lower bound of the (standardised) noise variance: BoTorch's 1e-4 by
+            default; 1e-6 models a deterministic objective as Optuna's ``GPSampler`` does.
+        output_scale: wrap the kernel in a learned output scale (``ScaleKernel``; Optuna's
+            ``kernel_scale``) instead of a fixed one.
+        means: column -> a GPyTorch mean module (a transfer prior,
+            :func:`archsearch.search.transfer.prior_mean`); that column is modelled on its own
+            scale (no standardisation: copula values are already standard normal).
 
     Returns:
         A ``ModelListGP`` with ``k`` outputs (a ``SingleTaskGP`` when ``k == 1``).
@@ -42,7 +50,9 @@ def fit_gp(X: torch.Tensor, Y: torch.Tensor, *, maxiter: int = 75):
     from botorch.fit import fit_gpytorch_mll
     from botorch.models import ModelListGP, SingleTaskGP
     from botorch.models.transforms.outcome import Standardize
-    from gpytorch.kernels import MaternKernel
+    from gpytorch.constraints import GreaterThan
+    from gpytorch.kernels import MaternKernel, ScaleKernel
+    from gpytorch.likelihoods import GaussianLikelihood
     from gpytorch.mlls import ExactMarginalLogLikelihood, SumMarginalLogLikelihood
     from gpytorch.priors import LogNormalPrior
 
@@ -51,8 +61,20 @@ def fit_gp(X: torch.Tensor, Y: torch.Tensor, *, maxiter: int = 75):
     for j in range(Y.shape[-1]):
         prior = LogNormalPrior(loc=math.sqrt(2) + math.log(D) / 2, scale=math.sqrt(3))
         kernel = MaternKernel(nu=2.5, ard_num_dims=D, lengthscale_prior=prior)
-        models.append(SingleTaskGP(X, Y[:, j:j + 1], covar_module=kernel,
-                                   outcome_transform=Standardize(m=1)))
+        if output_scale:
+            kernel = ScaleKernel(kernel)
+        kwargs = {}
+        if noise_floor != 1e-4:
+            noise_prior = LogNormalPrior(loc=-4.0, scale=1.0)  # BoTorch's default prior
+            kwargs["likelihood"] = GaussianLikelihood(
+                noise_prior=noise_prior,
+                noise_constraint=GreaterThan(noise_floor, transform=None, initial_value=noise_prior.mode))
+        mean = (means or {}).get(j)
+        if mean is not None:
+            kwargs["mean_module"] = mean
+        else:
+            kwargs["outcome_transform"] = Standardize(m=1)
+        models.append(SingleTaskGP(X, Y[:, j:j + 1], covar_module=kernel, **kwargs))
     model = models[0] if len(models) == 1 else ModelListGP(*models)
     mll = (ExactMarginalLogLikelihood(model.likelihood, model) if len(models) == 1
            else SumMarginalLogLikelihood(model.likelihood, model))

@@ -67,7 +67,7 @@ LC_BUDGETS = (10, 20, 40)
 #: the initial design of every model-based searcher and TPE/GP's startup
 N_INIT = 6
 #: every searcher :func:`build_searcher` builds
-LC_SEARCHERS = ("random", "tpe", "nsga2", "gp", "qnehvi", "transfer", "ahto")
+LC_SEARCHERS = ("random", "tpe", "nsga2", "gp", "qnehvi", "transfer", "transfer_gp", "ahto")
 REGRET_FLOOR = 1e-4
 #: the label of ``ahto`` rows whose asks a (removed, per-run) policy decided (:func:`read_runs`)
 POLICY = "ahto_policy"
@@ -289,16 +289,69 @@ def transfer_design(n: int = N_INIT, split_path: str = str(SPLIT)) -> tuple:
     return tuple(json.dumps(cfgs[i], sort_keys=True) for i in chosen)
 
 
+#: past searches per history task (:func:`history`): evaluated configs of a scrambled Sobol sample
+HISTORY_ROWS = 512
+
+
+@functools.lru_cache(maxsize=None)
+def history(kind: str, rows: int = HISTORY_ROWS, split_path: str = str(SPLIT)) -> tuple:
+    """Earlier searches a transfer searcher is given, as ``{"config", "metrics"}`` row lists:
+
+    * ``"train"``: one per *training* task of ``split_path``, ``rows`` configs of a scrambled
+      Sobol sample (seeded by the task) with their surrogate ``val_accuracy`` and ``time``;
+    * ``"unrelated"``: 20 tasks of another family on the same configs: each metric a random
+      smooth function of the unit-cube encoding (5 Gaussian bumps of width 0.3 at random
+      centres and weights, seeded per task; ``time`` is ``exp`` of one, so positive), which no
+      LCBench task follows.
+    """
+    from scipy.stats import qmc
+
+    s = surrogate()
+    space = search_space()
+    out = []
+    if kind == "train":
+        for t in load_split(Path(split_path))["train"]:
+            U = qmc.Sobol(d=len(PARAMS), scramble=True, seed=int(t)).random(rows)
+            cfgs = s.decode(U)
+            y = s.predict(t, cfgs)
+            out.append([{"config": c, "metrics": {"val_accuracy": float(a), "time": float(b)}}
+                        for c, a, b in zip(cfgs, y["val_accuracy"], y["time"])])
+    elif kind == "unrelated":
+        for k in range(20):
+            rng = np.random.default_rng(1000 + k)
+            U = qmc.Sobol(d=len(PARAMS), scramble=True, seed=1000 + k).random(rows)
+            cfgs = s.decode(U)
+            X = np.array([space.encode(c) for c in cfgs])
+
+            def bumps():
+                C, w = rng.random((5, X.shape[1])), rng.normal(size=5)
+                return (w * np.exp(-((X[:, None, :] - C[None]) ** 2).sum(-1) / (2 * 0.3 ** 2))).sum(-1)
+
+            acc, tim = 80 + 10 * bumps(), np.exp(4 + bumps())
+            out.append([{"config": c, "metrics": {"val_accuracy": float(a), "time": float(b)}}
+                        for c, a, b in zip(cfgs, acc, tim)])
+    else:
+        raise ValueError(f"unknown history {kind!r}: train or unrelated")
+    return tuple(tuple(t) for t in out)
+
+
 def build_searcher(name: str, problem: LCBenchProblem, seed: int, n_init: int = N_INIT, **kwargs):
     """The searcher ``name`` of :data:`LC_SEARCHERS` for ``problem``, through
     ``archsearch.search.make`` (the CLI's construction path) with an initial design of
-    ``n_init``; ``transfer`` is ``qnehvi`` whose initial design is :func:`transfer_design`."""
+    ``n_init``; ``transfer`` is ``qnehvi`` whose initial design is :func:`transfer_design`,
+    ``transfer_gp`` Optuna's ``GPSampler`` with the same configs enqueued first. A ``history``
+    keyword (``"train"`` or ``"unrelated"``) is replaced by :func:`history`'s searches."""
     from archsearch.search import make
 
+    if isinstance(kwargs.get("history"), str):
+        kwargs["history"] = [list(t) for t in history(kwargs["history"])]
     if name in ("random", "nsga2"):
         return make(name, problem.space, seed=seed, **kwargs)
     if name in ("tpe", "gp"):
         return make(name, problem.space, seed=seed, n_startup_trials=n_init, **kwargs)
+    if name == "transfer_gp":
+        return make("gp", problem.space, seed=seed, n_startup_trials=n_init,
+                    initial_configs=[json.loads(c) for c in transfer_design(n_init)], **kwargs)
     if name == "transfer":
         return make("qnehvi", problem.space, seed=seed, n_init=n_init,
                     initial_configs=[json.loads(c) for c in transfer_design(n_init)], **kwargs)
