@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -40,6 +40,9 @@ def search(
     progress: bool = typer.Option(True, help="Show a progress bar."),
     fixed: Optional[str] = typer.Option(None, help="JSON config to pin (e.g. a Pareto trial's, "
                                         "from a report): re-runs exactly that architecture."),
+    history: Optional[List[Path]] = typer.Option(
+        None, help="An earlier run directory whose finished trials warm-start the searcher "
+        "(ahto, qnehvi: a transfer prior); repeat for several."),
 ):
     """Run an architecture search and write its Pareto-front report."""
     from archsearch.space import load_space, parse_fixed
@@ -53,7 +56,7 @@ def search(
     res = run_search(space, searcher=searcher, trials=trials, address=address, name=name,
                      storage=storage, reports=reports, progress=progress,
                      cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
-                     ray_dashboard=ray_dashboard, fixed=pinned)
+                     ray_dashboard=ray_dashboard, fixed=pinned, history=history or ())
     _print_summary(res.summary, res.report_dir, res.run_dir, res.wall_seconds, res.disk)
     _exit_if_nothing_succeeded(res)
 

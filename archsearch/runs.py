@@ -110,6 +110,7 @@ class RunSpec:
     wall_seconds_before: float = 0.0     #: wall time of the sessions before the latest one
     resumed: list[float] = field(default_factory=list)  #: Unix times of each resume
     path: str | None = None              #: the run directory, absolute, as created
+    history: list[str] = field(default_factory=list)  #: ``--history`` run directories (warm start)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "run.json") -> "RunSpec":
@@ -169,9 +170,9 @@ _SPEC_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "searcher": (str,), "seed": (int,), "trials": (int,), "cpus_per_trial": _NUMBER,
     "gpus_per_trial": _NUMBER, "address": (str,), "num_cpus": (int,), "space_file": (str,),
     "fixed": (dict,), "argv": (list,), "started": _NUMBER, "wall_seconds": _NUMBER,
-    "wall_seconds_before": _NUMBER, "resumed": (list,), "path": (str,)}
+    "wall_seconds_before": _NUMBER, "resumed": (list,), "path": (str,), "history": (list,)}
 _SPEC_OPTIONAL = {"address", "num_cpus", "space_file", "fixed", "wall_seconds", "path"}
-_SPEC_ITEMS = {"argv": (str,), "resumed": _NUMBER}  #: the JSON type of each list's items
+_SPEC_ITEMS = {"argv": (str,), "resumed": _NUMBER, "history": (str,)}  #: the JSON type of each list's items
 _SPEC_TIMES = ("started", "resumed")  #: Unix times (seconds)
 _LAST_TIME = 253402300799  #: 9999-12-31T23:59:59Z, the last second Python's datetime can show
 

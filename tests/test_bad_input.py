@@ -406,3 +406,40 @@ def test_data_prepare_names_the_option_not_the_space_field(tmp_path):
     (tmp_path / "x.csv").write_text("text,label\n" + _rows(20))
     line = _one_line(run_cli("data", "prepare", "x.csv", "--label-column", "nope", cwd=tmp_path, timeout=120))
     assert line == "error: x.csv: --label-column: column 'nope' not found; available columns: text, label", line
+
+
+# ------------------------------------------------------------------------------------------
+# --history (issue 65): a searcher that takes none, a run with nothing to learn from
+# ------------------------------------------------------------------------------------------
+
+
+def test_history_with_a_searcher_that_takes_none_is_refused_before_launch(tmp_path, kept_run):
+    storage, _ = kept_run
+    proc = run_cli("search", tiny_space_file(tmp_path), "--searcher", "random", "--name", "other",
+                   "--storage", storage, "--history", storage / RUN_NAME, "--no-progress",
+                   "--no-ray-dashboard", cwd=tmp_path, timeout=180)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("error: --history: --history needs a searcher that learns across "
+                                   "searches (ahto or qnehvi), not 'random'")
+    assert os.listdir(storage) == [RUN_NAME]
+
+
+def test_history_run_with_no_finished_trial_is_refused_naming_it(tmp_path, kept_run):
+    import yaml
+
+    from archsearch.report.synthetic import synthetic_trials, write_run_dir
+
+    storage, _ = kept_run
+    failed = [{**t, "status": "ERROR", "error": "boom"} for t in synthetic_trials(2, epochs=1)]
+    bad = write_run_dir(tmp_path / "old" / "failed", failed, space_yaml=yaml.safe_dump(TINY_SPACE), name="failed")
+    proc = run_cli("search", tiny_space_file(tmp_path), "--searcher", "ahto", "--name", "other",
+                   "--storage", storage, "--history", bad, "--no-progress", "--no-ray-dashboard",
+                   cwd=tmp_path, timeout=180)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"error: {bad}: --history: no finished trial to learn from"
+    assert os.listdir(storage) == [RUN_NAME]
+    # and a run that has finished trials gives the searcher its rows
+    from archsearch.tune.searchers import history_rows
+
+    rows = history_rows([storage / RUN_NAME])
+    assert len(rows) == 1 and rows[0] and all(set(r) == {"config", "metrics"} for r in rows[0])

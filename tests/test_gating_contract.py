@@ -298,3 +298,57 @@ def test_an_exported_dht_adapts_online_and_resumes_after_a_restart(small_data, d
         dual.load_state(tmp_path / "state.pt")
     Xs, q, c = a.gating.calibration_window  # the rows the rule was calibrated on, exported with it
     assert Xs.shape[:2] == q.shape == c.shape and len(Xs) >= 32
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_serve_adapts_online_and_keeps_its_state_over_a_restart(small_data, device, tmp_path, ray_session):
+    """``archsearch serve --adapt dual --state FILE`` (issue 64) on real Ray Serve: concurrent
+    requests, batched together, all update one replica's adapter (under its lock); shutting
+    the application down writes the learned state; a new application reads it and continues
+    from the rows already seen."""
+    import json
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ray import serve
+
+    from archsearch.export import export_loop, load
+    from archsearch.serve import serve_model
+    from conftest import free_port
+
+    if device.type != "cpu":
+        pytest.skip("Ray Serve replicas run on the CPU here")
+    loop = trained("dht", small_data, device)
+    loop.evaluate("validation")
+    export_loop(loop, tmp_path / "model")
+    texts = [f"{w} film, {v} acting" for w in ("a fine", "a dull", "an odd", "a warm") for v in ("great", "poor", "plain")]
+    state, port = tmp_path / "state.pt", free_port()  # Serve's HTTP proxy keeps its first port
+
+    def serve_once(n_requests):
+        url = serve_model(tmp_path / "model", port=port, blocking=False, num_cpus=0.5,
+                          regime="cascade", adapt="dual", state=state)
+
+        def post(i):
+            req = urllib.request.Request(url, data=json.dumps({"texts": texts[i % len(texts):][:3]}).encode(),
+                                         method="POST", headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, len(json.load(r)["predictions"])
+
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                got = list(pool.map(post, range(n_requests)))
+        finally:
+            serve.delete("archsearch")  # the replica shuts down: its state is written
+        assert all(s == 200 for s, _ in got)
+        return sum(n for _, n in got)
+
+    rows = serve_once(16)
+    assert state.exists()
+    first = load(tmp_path / "model", adapt="dual")
+    assert first.load_state(state) and first.runtime.adapter.rows == rows
+    offset = first.runtime.adapter.rule.offset
+    rows += serve_once(8)
+    again = load(tmp_path / "model", adapt="dual")
+    assert again.load_state(state) and again.runtime.adapter.rows == rows  # carried on, not restarted
+    assert again.runtime.adapter.rule.offset != offset

@@ -115,10 +115,13 @@ class QNEHVISearcher(Searcher):
         if history:
             from archsearch.search import transfer
 
-            self.prior = transfer.CopulaPrior(space, history, self.prior_metrics,
-                                              [self.signs[self.metrics.index(k)] for k in self.prior_metrics],
-                                              seed=seed)
-            transfer.warn_ignored(self.prior)
+            if isinstance(history, transfer.CopulaPrior):  # fitted already (a sampler's cache)
+                self.prior = history
+            else:
+                self.prior = transfer.CopulaPrior(
+                    space, history, self.prior_metrics,
+                    [self.signs[self.metrics.index(k)] for k in self.prior_metrics], seed=seed)
+                transfer.warn_ignored(self.prior)
             self.initial_configs += self.prior.design(space, self.n_init, seed=seed, feasible=self.known_feasible)
 
     # ------------------------------------------------------------------ restriction
@@ -430,6 +433,9 @@ class AHTOSearcher(QNEHVISearcher):
     (REINFORCE from scratch inside each run, choosing among near-ties) was removed because it
     never beat plain qLogNEHVI (``benchmarks/searchers/searchers.py``: Wilcoxon p >= 0.07 everywhere).
 
+    With ``history`` (a transfer prior) the policy is switched off, being outside what it was
+    trained on: the acquisition decides and each ask's ``extra`` says ``policy_off: history``.
+
     Args:
         space, seed, cost_fn, and the rest: as :class:`QNEHVISearcher`.
         policy: path of a weights file; ``None`` (default) the shipped one; ``"none"`` no policy
@@ -500,6 +506,11 @@ class AHTOSearcher(QNEHVISearcher):
         return torch.stack(cols_m, -1), torch.stack(cols_s, -1), p
 
     def _model_suggest(self, obs):
+        if self.prior is not None and self.policy is not None:
+            # outside the policy's training distribution (it never saw a transfer prior's
+            # copula outputs): the acquisition decides, and the ask says so
+            cfg, extra = super()._model_suggest(obs)
+            return cfg, {**extra, "decided_by": "acquisition", "policy_off": "history"}
         if self.policy is None and not self.record_pool or self.table is not None:
             return super()._model_suggest(obs)
         from botorch.utils.multi_objective.pareto import is_non_dominated

@@ -268,6 +268,8 @@ class AHTOSearch(CoreSearch):
         mc_samples: quasi-MC samples of the acquisition.
         gp_maxiter: L-BFGS-B iterations of each GP's marginal-likelihood fit.
         max_gp_points: observations the GP is fitted on at most.
+        history: earlier searches (Optuna studies or lists of ``{"config", "metrics"}`` rows): a
+            warm start, as :class:`~archsearch.search.samplers.AHTOSampler`'s.
 
     Raises:
         ValueError: as :class:`CoreSearch`.
@@ -278,12 +280,12 @@ class AHTOSearch(CoreSearch):
                  points_to_evaluate: list[dict] | None = None, n_init: int = 10, policy: str | None = None,
                  n_sobol: int = 64, n_perturb: int = 16, perturb_scale: float = 0.1, num_restarts: int = 2,
                  raw_samples: int = 32, maxiter: int = 15, mc_samples: int = 32, gp_maxiter: int = 60,
-                 max_gp_points: int = 200):
+                 max_gp_points: int = 200, history: Sequence[Any] | None = None):
         super().__init__("ahto", param_space=param_space, metric=metric, mode=mode, seed=seed,
                          points_to_evaluate=points_to_evaluate, n_init=n_init, policy=policy, n_sobol=n_sobol,
                          n_perturb=n_perturb, perturb_scale=perturb_scale, num_restarts=num_restarts,
                          raw_samples=raw_samples, maxiter=maxiter, mc_samples=mc_samples,
-                         gp_maxiter=gp_maxiter, max_gp_points=max_gp_points)
+                         gp_maxiter=gp_maxiter, max_gp_points=max_gp_points, history=history)
 
 
 class QNEHVISearch(CoreSearch):

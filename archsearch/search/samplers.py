@@ -152,7 +152,10 @@ class CoreSearcherSampler(BaseSampler):
         model_branches: model the params of every branch of a define-by-run objective (the
             union of the trials' params, with "active" indicators); False: only the params
             every trial shares.
-        searcher_kwargs: passed to the searcher's constructor (e.g. ``num_restarts``).
+        searcher_kwargs: passed to the searcher's constructor (e.g. ``num_restarts``);
+            ``history=[study, ...]``: earlier Optuna studies (any storage) whose complete trials
+            warm-start the search (:mod:`archsearch.search.transfer`; params matched by name
+            and range, objectives by ``metric_names`` or order).
     """
 
     def __init__(self, searcher: str = "ahto", *, seed: int | None = None,
@@ -167,6 +170,7 @@ class CoreSearcherSampler(BaseSampler):
         self._independent = independent_sampler or RandomSampler(seed=seed)
         self._constraints_func = constraints_func
         self._kwargs = searcher_kwargs
+        self._priors: dict = {}  #: transfer priors fitted from ``history``, per modelled space
         self._intersection = IntersectionSearchSpace()
         self.model_branches = bool(model_branches)
         self.last_source: str | None = None  #: what proposed the last relative sample
@@ -228,7 +232,13 @@ class CoreSearcherSampler(BaseSampler):
         dists.update({f"{k}{ACTIVE_SUFFIX}": IntDistribution(0, 1) for k in branch})
         space = param_space_from_distributions(dists, study.directions, names, keys)
         metrics = [o.metric for o in space.objectives]
-        core = make(self.searcher, space, seed=self._seed, n_init=self.n_startup_trials, **self._kwargs)
+        kwargs = dict(self._kwargs)
+        key = (tuple(space.dims()), tuple(metrics))
+        if kwargs.get("history") and key in self._priors:  # fitted once per space, not per ask
+            kwargs["history"] = self._priors[key]
+        core = make(self.searcher, space, seed=self._seed, n_init=self.n_startup_trials, **kwargs)
+        if getattr(core, "prior", None) is not None:
+            self._priors[key] = core.prior
         low = space.decode([0.0] * len(space.dims()))
         for t in trials:
             if not self.model_branches and not all(k in t.params for k in search_space):
@@ -257,6 +267,8 @@ class CoreSearcherSampler(BaseSampler):
         core.n_asked = len(trials)
         if hasattr(core, "sobol_pos"):
             core.sobol_pos = len(trials)
+        if hasattr(core, "initial_used"):  # the warm start's configs too (one per earlier trial)
+            core.initial_used = min(len(trials), len(core.initial_configs))
         return core
 
     # ------------------------------------------------------------------ independent sampling
@@ -293,6 +305,10 @@ class AHTOSampler(CoreSearcherSampler):
         gp_maxiter: L-BFGS-B iterations of each GP's marginal-likelihood fit.
         max_gp_points: observations the GP is fitted on at most (beyond: the best
             non-dominated layers and the most recent trials).
+        history: earlier Optuna studies (any storage) or lists of ``{"config", "metrics"}``
+            rows: a warm start (:mod:`archsearch.search.transfer`: a Gaussian-copula prior as
+            the GP's mean and the initial design); params matched by name and range (the rest
+            ignored, with one warning naming them), objectives by ``metric_names`` or order.
     """
 
     def __init__(self, *, seed: int | None = None, n_startup_trials: int = 10,
@@ -300,12 +316,14 @@ class AHTOSampler(CoreSearcherSampler):
                  constraints_func: Callable[[FrozenTrial], Sequence[float]] | None = None,
                  model_branches: bool = True, policy: str | None = None, n_sobol: int = 64, n_perturb: int = 16,
                  perturb_scale: float = 0.1, num_restarts: int = 2, raw_samples: int = 32,
-                 maxiter: int = 15, mc_samples: int = 32, gp_maxiter: int = 60, max_gp_points: int = 200):
+                 maxiter: int = 15, mc_samples: int = 32, gp_maxiter: int = 60, max_gp_points: int = 200,
+                 history: Sequence[Any] | None = None):
         super().__init__("ahto", seed=seed, n_startup_trials=n_startup_trials,
                          independent_sampler=independent_sampler, constraints_func=constraints_func,
                          model_branches=model_branches, policy=policy, n_sobol=n_sobol, n_perturb=n_perturb, perturb_scale=perturb_scale,
                          num_restarts=num_restarts, raw_samples=raw_samples, maxiter=maxiter,
-                         mc_samples=mc_samples, gp_maxiter=gp_maxiter, max_gp_points=max_gp_points)
+                         mc_samples=mc_samples, gp_maxiter=gp_maxiter, max_gp_points=max_gp_points,
+                         history=history)
 
 
 class QNEHVISampler(CoreSearcherSampler):

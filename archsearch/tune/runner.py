@@ -85,7 +85,7 @@ def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = 
               address: str | None = None, name: str | None = None, storage: str | Path = "runs",
               cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,
               num_cpus: int | None = None, fixed: dict[str, Any] | None = None,
-              ray: bool = False, ray_dashboard: bool = False) -> Launch:
+              ray: bool = False, ray_dashboard: bool = False, history=()) -> Launch:
     """Check everything that can be checked before launch (:mod:`archsearch.tune.preflight`),
     then create the run directory with its spec and effective space. Nothing is launched.
 
@@ -103,6 +103,9 @@ def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = 
         check_run_name(space.name, file=space.source, field="name")
     space, data = check_search(space, searcher=searcher, address=address, trials=trials,
                                cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
+    from archsearch.tune.searchers import check_history
+
+    check_history(searcher, history)  # before the run directory exists
     if ray:
         overridden = tuple(f for f, v in (("cpus_per_trial", cpus_per_trial),
                                           ("gpus_per_trial", gpus_per_trial)) if v is not None)
@@ -115,7 +118,8 @@ def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = 
         spec = RunSpec(name=name, searcher=searcher, seed=space.seed, trials=b.trials,
                        cpus_per_trial=b.cpus_per_trial, gpus_per_trial=b.gpus_per_trial,
                        address=address, num_cpus=num_cpus, space_file=space.source, fixed=fixed,
-                       argv=list(sys.argv), started=t0, path=str(run.path))
+                       argv=list(sys.argv), started=t0, path=str(run.path),
+                       history=[str(Path(h).resolve()) for h in history])
         run.write_space(space)
         run.write_spec(spec)
     return Launch(run, spec, space, data, t0, lock=lock)
@@ -253,7 +257,8 @@ def _tuner(launch: Launch, progress: bool, restore: bool):
         from archsearch.tune.pending import TimeBudget
 
         stop = CombinedStopper(stop, TimeBudget(launch.run.name))
-    search_alg = tune_searcher(launch.spec.searcher, space, launch.data, launch.run, seed=launch.spec.seed)
+    search_alg = tune_searcher(launch.spec.searcher, space, launch.data, launch.run, seed=launch.spec.seed,
+                               history=launch.spec.history)
     _check_picklable(search_alg, launch.spec.searcher)
     return tune.Tuner(
         _trainable(launch),
@@ -411,9 +416,10 @@ def run_search(space: SearchSpace, *, searcher: str = "gp", trials: int | None =
                reports: str | Path = "reports", progress: bool = True,
                cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,
                num_cpus: int | None = None, ray_dashboard: bool = False,
-               fixed: dict[str, Any] | None = None) -> RunResult:
+               fixed: dict[str, Any] | None = None, history=()) -> RunResult:
     """Run a whole search and write its report (``fixed``: the ``--fixed`` config the space
-    was pinned with, recorded in the run spec).
+    was pinned with, recorded in the run spec; ``history``: earlier run directories whose
+    finished trials warm-start the searcher, ``--history``).
 
     Raises:
         UserError: see :func:`start_run` and :func:`check_reports_dir`; a trial that waited longer than
@@ -421,7 +427,7 @@ def run_search(space: SearchSpace, *, searcher: str = "gp", trials: int | None =
             written first).
     """
     check_reports_dir(reports)
-    launch = start_run(space, searcher=searcher, trials=trials, address=address, name=name,
+    launch = start_run(space, searcher=searcher, trials=trials, address=address, name=name, history=history,
                        storage=storage, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
                        num_cpus=num_cpus, fixed=fixed, ray=True, ray_dashboard=ray_dashboard)
     return _fit(launch, progress=progress, ray_dashboard=ray_dashboard, restore=False, reports=reports)

@@ -21,21 +21,60 @@ def check_searcher(name: str) -> None:
                         field="--searcher")
 
 
-def build_core(name: str, space, data, *, seed: int):
-    """The searcher core for ``--searcher name``: ``make(name, space, seed=seed,
-    cost_fn=known_costs_fn(data, space.fixed))``.
+#: the searchers that take ``--history`` (a transfer prior: :mod:`archsearch.search.transfer`)
+HISTORY_SEARCHERS = ("ahto", "qnehvi")
+
+
+def history_rows(run_dirs, *, field: str = "--history") -> list[list[dict]]:
+    """The finished trials of earlier runs as transfer history: one list of ``{"config",
+    "metrics"}`` rows per run directory.
 
     Raises:
-        UserError: unknown searcher name.
+        UserError: not a run directory, or one with no finished trial (names it).
+    """
+    from archsearch.runs import TERMINATED
+
+    out = []
+    for d in run_dirs:
+        rows = [{"config": r["config"], "metrics": r["metrics"]} for r in RunDir.open(d).read_trials()
+                if r["status"] == TERMINATED and r.get("config") and r.get("metrics")]
+        if not rows:
+            raise UserError("no finished trial to learn from", file=str(d), field=field)
+        out.append(rows)
+    return out
+
+
+def check_history(name: str, run_dirs) -> list[list[dict]]:
+    """:func:`history_rows` of ``run_dirs`` for searcher ``name``.
+
+    Raises:
+        UserError: ``name`` takes no history, or a run directory is unusable.
+    """
+    if run_dirs and name not in HISTORY_SEARCHERS:
+        raise UserError(f"--history needs a searcher that learns across searches "
+                        f"({' or '.join(HISTORY_SEARCHERS)}), not {name!r}", field="--history")
+    return history_rows(run_dirs)
+
+
+def build_core(name: str, space, data, *, seed: int, history=()):
+    """The searcher core for ``--searcher name``: ``make(name, space, seed=seed,
+    cost_fn=known_costs_fn(data, space.fixed))``, with ``history=`` the finished trials of the
+    run directories ``history`` (``--history``).
+
+    Raises:
+        UserError: unknown searcher name; ``history`` with a searcher that takes none, or an
+            unusable run directory.
     """
     from archsearch.dynamic.known_costs import known_costs_fn
     from archsearch.search import make
 
     check_searcher(name)
-    return make(name, space, seed=seed, cost_fn=known_costs_fn(data, space.fixed))
+    rows = check_history(name, history)
+    kwargs = {"history": rows} if rows else {}
+    return make(name, space, seed=seed, cost_fn=known_costs_fn(data, space.fixed), **kwargs)
 
 
-def tune_searcher(name: str, space, data, run: RunDir, *, seed: int):
+def tune_searcher(name: str, space, data, run: RunDir, *, seed: int, history=()):
     """A Ray Tune search algorithm for the run: :func:`build_core` in the Ray adapter,
     recording into ``run``'s Optuna study, at most ``budget.max_concurrent`` trials at once.
 
@@ -47,7 +86,7 @@ def tune_searcher(name: str, space, data, run: RunDir, *, seed: int):
 
     from archsearch.search.adapters.ray import RaySearcher
 
-    core = build_core(name, space, data, seed=seed)
+    core = build_core(name, space, data, seed=seed, history=history)
     alg = RaySearcher(core, epochs=space.budget.epochs, storage=run.optuna_url, study_name=run.name,
                       fail_errors=False)
     return ConcurrencyLimiter(alg, max_concurrent=space.budget.max_concurrent)
