@@ -29,6 +29,8 @@ import torch
 DTYPE = torch.double
 #: past trials used per task at most (the most recent ones): bounds the prior's fit time
 MAX_ROWS_PER_TASK = 2000
+#: finished trials a past task needs to count (its copula values need a few ranks)
+MIN_ROWS_PER_TASK = 3
 
 
 def copula(values: torch.Tensor) -> torch.Tensor:
@@ -123,7 +125,8 @@ class CopulaPrior(torch.nn.Module):
         of ``metrics`` the history holds (the others get no prior); ``n_tasks``, ``n_rows``.
 
     Raises:
-        ValueError: no task with at least 4 usable trials, or no shared parameter.
+        ValueError: no task with at least :data:`MIN_ROWS_PER_TASK` usable trials, no shared
+            parameter, or none of the objectives.
     """
 
     def __init__(self, space, history, metrics: Sequence[str], signs: Sequence[float], *,
@@ -162,7 +165,7 @@ class CopulaPrior(torch.nn.Module):
         for t in tasks:
             rows = [(c, m) for c, m in zip(t.configs, t.metrics)
                     if all(k in c for k in shared)][-MAX_ROWS_PER_TASK:]
-            if len(rows) < 4:
+            if len(rows) < MIN_ROWS_PER_TASK:
                 continue
             used += 1
             enc = torch.tensor([space.encode({**space.decode([0.5] * len(dims)), **{k: c[k] for k in shared}})
@@ -173,14 +176,14 @@ class CopulaPrior(torch.nn.Module):
                 vals = [signs[j] * m[metrics[j]] if metrics[j] in m and math.isfinite(m[metrics[j]]) else None
                         for _, m in rows]
                 idx = [i for i, v in enumerate(vals) if v is not None]
-                if len(idx) >= 4:
+                if len(idx) >= MIN_ROWS_PER_TASK:
                     Z[idx, jj] = copula(torch.tensor([vals[i] for i in idx], dtype=DTYPE))
                     M[idx, jj] = True
             Xs.append(enc)
             Zs.append(Z)
             Ms.append(M)
         if not used:
-            raise ValueError("no history task has 4 or more finished trials in this space")
+            raise ValueError(f"no history task has {MIN_ROWS_PER_TASK} or more finished trials in this space")
         self.n_tasks, self.n_rows = used, sum(len(x) for x in Xs)
         X, Z, M = torch.cat(Xs), torch.cat(Zs), torch.cat(Ms)
         m = len(self.objectives)

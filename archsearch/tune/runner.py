@@ -105,7 +105,7 @@ def start_run(space: SearchSpace, *, searcher: str = "gp", trials: int | None = 
                                cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
     from archsearch.tune.searchers import check_history
 
-    check_history(searcher, history)  # before the run directory exists
+    check_history(searcher, history, space)  # before the run directory exists
     if ray:
         overridden = tuple(f for f, v in (("cpus_per_trial", cpus_per_trial),
                                           ("gpus_per_trial", gpus_per_trial)) if v is not None)

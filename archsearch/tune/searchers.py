@@ -44,8 +44,9 @@ def history_rows(run_dirs, *, field: str = "--history") -> list[list[dict]]:
     return out
 
 
-def check_history(name: str, run_dirs) -> list[list[dict]]:
-    """:func:`history_rows` of ``run_dirs`` for searcher ``name``.
+def check_history(name: str, run_dirs, space=None) -> list[list[dict]]:
+    """:func:`history_rows` of ``run_dirs`` for searcher ``name``; with ``space``, also that a
+    transfer prior can be built from them (a shared parameter, an objective, enough trials).
 
     Raises:
         UserError: ``name`` takes no history, or a run directory is unusable.
@@ -53,7 +54,17 @@ def check_history(name: str, run_dirs) -> list[list[dict]]:
     if run_dirs and name not in HISTORY_SEARCHERS:
         raise UserError(f"--history needs a searcher that learns across searches "
                         f"({' or '.join(HISTORY_SEARCHERS)}), not {name!r}", field="--history")
-    return history_rows(run_dirs)
+    rows = history_rows(run_dirs)
+    if rows and space is not None:
+        from archsearch.search.transfer import CopulaPrior
+
+        metrics = [o.metric for o in space.objectives]
+        try:
+            CopulaPrior(space, rows, metrics, [1.0] * len(metrics), steps=0)
+        except ValueError as e:
+            raise UserError(f"cannot warm-start from {', '.join(map(str, run_dirs))}: {e}",
+                            field="--history") from None
+    return rows
 
 
 def build_core(name: str, space, data, *, seed: int, history=()):
