@@ -71,11 +71,15 @@ def test_prior_ranks_a_new_task_of_the_family_and_designs_near_its_optimum():
                      transfer.copula(torch.tensor([-r["metrics"]["latency_ms"] for r in new], dtype=torch.double))], -1)
     agree = transfer.rank_agreement(prior, X, Z)
     assert agree[0] > 0.8 and agree[1] > 0.9
-    design = prior.design(space, 4, seed=0)
-    assert len(design) == 4 and len({tuple(sorted(c.items())) for c in design}) == 4
-    # the most accurate design point sits near the family's optimum (x about 0.33)
-    best = max(design, key=lambda c: task(0.05)(c)["accuracy"])
-    assert abs(best["dropout"] / 0.5 - 0.33) < 0.15
+    for method in ("mean", "setcover"):
+        design = prior.design(space, 4, seed=0, method=method)
+        assert len(design) == 4 and len({tuple(sorted(c.items())) for c in design}) == 4
+        # the most accurate design point sits near the family's optimum (x about 0.33)
+        best = max(design, key=lambda c: task(0.05)(c)["accuracy"])
+        assert abs(best["dropout"] / 0.5 - 0.33) < 0.15, method
+    assert prior.per_task(X).shape == (4, 40, 2)
+    with pytest.raises(ValueError, match="design method"):
+        prior.design(space, 2, method="best")
 
 
 def test_prior_ignores_params_it_cannot_match_and_names_them():
@@ -124,7 +128,9 @@ def test_searcher_with_history_starts_from_the_prior_and_models_residuals(name):
 
 def test_history_mean_false_uses_the_prior_for_the_design_only():
     space = parse_space(SPACE)
-    s = make("qnehvi", space, seed=0, history=history(), history_mean=False, **FAST)
+    s = make("qnehvi", space, seed=0, history=history(), history_mean=False, history_design="setcover",
+             history_design_share=0.5, **FAST)
+    assert len(s.initial_configs) == 2  # half of n_init = 3, rounded up; Sobol fills the rest
     f = task(0.05)
     for _ in range(5):
         tid, cfg = s.ask()

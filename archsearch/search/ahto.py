@@ -69,6 +69,10 @@ class QNEHVISearcher(Searcher):
             from the prior (after ``initial_configs``).
         history_mean: use the prior as the GP's mean (``False``: the prior gives the initial
             design only and the GP models the raw values, as without history).
+        history_design: how the prior chooses the initial design
+            (:meth:`~archsearch.search.transfer.CopulaPrior.design`: ``"mean"`` or ``"setcover"``).
+        history_design_share: the share of ``n_init`` the prior chooses (rounded up); Sobol
+            points fill the rest (a hedge against history that does not transfer).
     """
 
     name = "qnehvi"
@@ -80,7 +84,7 @@ class QNEHVISearcher(Searcher):
                  trust_length: float = 0.2, max_gp_points: int = 200,
                  initial_configs: list[dict] | None = None, noise_floor: float = 1e-4,
                  output_scale: bool = False, log_costs: bool = False, history=None,
-                 history_mean: bool = True):
+                 history_mean: bool = True, history_design: str = "mean", history_design_share: float = 1.0):
         super().__init__(space, seed=seed, cost_fn=cost_fn)
         self.history_mean = bool(history_mean)
         self.initial_configs = [dict(c) for c in initial_configs or []]
@@ -122,7 +126,9 @@ class QNEHVISearcher(Searcher):
                     space, history, self.prior_metrics,
                     [self.signs[self.metrics.index(k)] for k in self.prior_metrics], seed=seed)
                 transfer.warn_ignored(self.prior)
-            self.initial_configs += self.prior.design(space, self.n_init, seed=seed, feasible=self.known_feasible)
+            k = math.ceil(self.n_init * float(history_design_share) - 1e-9)
+            self.initial_configs += self.prior.design(space, k, seed=seed, feasible=self.known_feasible,
+                                                      method=history_design)
 
     # ------------------------------------------------------------------ restriction
     def restrict_configurations(self, configs) -> None:
@@ -457,7 +463,8 @@ class AHTOSearcher(QNEHVISearcher):
                  gp_maxiter: int = 60, horizon: int | None = None, trust_length: float = 0.2,
                  max_gp_points: int = 200, initial_configs: list[dict] | None = None,
                  noise_floor: float = 1e-4, output_scale: bool = False, log_costs: bool = False,
-                 history=None, history_mean: bool = True, policy: str | None = None,
+                 history=None, history_mean: bool = True, history_design: str = "mean",
+                 history_design_share: float = 1.0, policy: str | None = None,
                  n_sobol: int = 64, n_perturb: int = 16,
                  perturb_scale: float = 0.1, record_pool: bool = False):
         super().__init__(space, seed=seed, cost_fn=cost_fn, n_init=n_init, num_restarts=num_restarts,
@@ -465,7 +472,8 @@ class AHTOSearcher(QNEHVISearcher):
                          gp_maxiter=gp_maxiter, horizon=horizon, trust_length=trust_length,
                          max_gp_points=max_gp_points, initial_configs=initial_configs,
                          noise_floor=noise_floor, output_scale=output_scale, log_costs=log_costs,
-                         history=history, history_mean=history_mean)
+                         history=history, history_mean=history_mean, history_design=history_design,
+                         history_design_share=history_design_share)
         from archsearch.search import policy as pol
 
         self.policy = None if policy == "none" else pol.load_policy(policy)

@@ -105,6 +105,13 @@ def history_tasks(history: Iterable[Any], metric_names: Sequence[str]) -> list[H
     return out
 
 
+def _hv_max(Y: torch.Tensor, ref: torch.Tensor) -> float:
+    """Hypervolume of ``Y`` (``k x m``, maximised) above ``ref`` (:func:`archsearch.pareto.hypervolume`)."""
+    from archsearch.pareto import hypervolume
+
+    return hypervolume(Y.numpy(), ["max"] * Y.shape[-1], ref.tolist()) if len(Y) else 0.0
+
+
 class CopulaPrior(torch.nn.Module):
     """The transfer prior: ``x -> (mu, sigma)`` of each objective's copula value.
 
@@ -160,7 +167,7 @@ class CopulaPrior(torch.nn.Module):
                            if any(m in r for t in tasks for r in t.metrics)]
         if not self.objectives:
             raise ValueError(f"the history holds none of the objectives {', '.join(metrics)}")
-        Xs, Zs, Ms = [], [], []
+        Xs, Zs, Ms, Ts = [], [], [], []
         used = 0
         for t in tasks:
             rows = [(c, m) for c, m in zip(t.configs, t.metrics)
@@ -182,31 +189,39 @@ class CopulaPrior(torch.nn.Module):
             Xs.append(enc)
             Zs.append(Z)
             Ms.append(M)
+            Ts.append(torch.full((len(rows),), used - 1, dtype=torch.long))
         if not used:
             raise ValueError(f"no history task has {MIN_ROWS_PER_TASK} or more finished trials in this space")
         self.n_tasks, self.n_rows = used, sum(len(x) for x in Xs)
-        X, Z, M = torch.cat(Xs), torch.cat(Zs), torch.cat(Ms)
+        X, Z, M, T = torch.cat(Xs), torch.cat(Zs), torch.cat(Ms), torch.cat(Ts)
         m = len(self.objectives)
         g = torch.Generator().manual_seed(int(seed))
-        self.net = torch.nn.Sequential(torch.nn.Linear(len(self.columns), hidden), torch.nn.Tanh(),
-                                       torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
-                                       torch.nn.Linear(hidden, 2 * m)).to(DTYPE)
+        self.trunk = torch.nn.Sequential(torch.nn.Linear(len(self.columns), hidden), torch.nn.Tanh(),
+                                         torch.nn.Linear(hidden, hidden), torch.nn.Tanh()).to(DTYPE)
+        self.head = torch.nn.Linear(hidden, 2 * m).to(DTYPE)
+        # one linear head per past task on the shared features (as ABLR, Perrone et al. 2018):
+        # each task's own copula values, for the set-cover design (:meth:`design`)
+        self.task_head = torch.nn.Linear(hidden, used * m).to(DTYPE)
         with torch.no_grad():
-            for p in self.net.parameters():
+            for p in self.parameters():
                 p.copy_(torch.randn(p.shape, generator=g, dtype=DTYPE) * (1.0 / math.sqrt(max(p.shape[-1], 1))))
-        opt = torch.optim.Adam(self.net.parameters(), lr=1e-2)
+        opt = torch.optim.Adam(self.parameters(), lr=1e-2)
+        rows_idx = torch.arange(len(X))
         for _ in range(int(steps)):
             opt.zero_grad()
-            mu, log_sd = self._raw(X)
+            h = self.trunk(X)
+            mu, log_sd = self._split(self.head(h))
             nll = (log_sd + 0.5 * ((Z - mu) / log_sd.exp()) ** 2)[M].mean()
-            nll.backward()
+            own = self.task_head(h).reshape(len(X), used, m)[rows_idx, T]  # (n, m): each row's task
+            mse = ((own - Z) ** 2)[M].mean()
+            (nll + mse).backward()
             opt.step()
-        self.net.eval()
-        for p in self.net.parameters():
+        self.eval()
+        for p in self.parameters():
             p.requires_grad_(False)
 
-    def _raw(self, Xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.net(Xs)
+    @staticmethod
+    def _split(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         m = out.shape[-1] // 2
         return out[..., :m], out[..., m:].clamp(-5, 3)
 
@@ -214,16 +229,34 @@ class CopulaPrior(torch.nn.Module):
         """Prior mean and standard deviation of the copula values of ``X`` (``... x D`` unit
         cube, ``D >= d``: extra columns such as a fidelity are ignored). Returns two ``... x m``
         tensors (``m = len(objectives)``)."""
-        mu, log_sd = self._raw(X[..., self.columns])
+        mu, log_sd = self._split(self.head(self.trunk(X[..., self.columns])))
         return mu, log_sd.exp()
 
-    def design(self, space, n: int, *, seed: int = 0, pool: int = 2048,
-               feasible=None) -> list[dict[str, Any]]:
-        """An initial design of ``n`` configs from the prior: a scrambled Sobol pool of
-        ``pool`` configs; with one modelled objective, Thompson draws from the prior
-        (``mu + sigma * eps``, argmax, Salinas et al. 2020, sec. 3.2); with several, greedy
+    def per_task(self, X: torch.Tensor) -> torch.Tensor:
+        """Each past task's predicted copula values at ``X`` (``n x D``): ``(n_tasks, n, m)``."""
+        out = self.task_head(self.trunk(X[..., self.columns]))
+        return out.reshape(len(X), self.n_tasks, -1).transpose(0, 1)
+
+    def design(self, space, n: int, *, seed: int = 0, pool: int = 2048, feasible=None,
+               method: str = "mean") -> list[dict[str, Any]]:
+        """An initial design of ``n`` configs from the prior, chosen in a scrambled Sobol pool
+        of ``pool`` configs (``feasible(config) -> bool`` drops known-infeasible ones).
+
+        ``method="setcover"``: greedily, the config that most raises the mean over the past
+        tasks of the normalised hypervolume of the chosen set, each task's values predicted by
+        its own head (:meth:`per_task`; with one objective the hypervolume is the best value
+        above the pool's worst): configs good across the history, as Wistuba et al. 2015
+        ("Learning hyperparameter optimization initializations") choose them from a shared
+        table, here from a model so that past tasks need not share configs.
+        ``method="mean"``: with one modelled objective, Thompson draws from the prior (``mu +
+        sigma * eps``, argmax, Salinas et al. 2020, sec. 3.2); with several, greedy
         hypervolume of the prior means (maximisation form; reference: the pool's worst).
-        ``feasible(config) -> bool`` drops known-infeasible configs."""
+
+        Raises:
+            ValueError: unknown ``method``.
+        """
+        if method not in ("setcover", "mean"):
+            raise ValueError(f"unknown design method {method!r}: setcover or mean")
         from botorch.utils.multi_objective.hypervolume import Hypervolume
 
         d = len(space.dims())
@@ -236,6 +269,8 @@ class CopulaPrior(torch.nn.Module):
             mu, sd = self(X)
         chosen: list[int] = []
         g = torch.Generator().manual_seed(int(seed) + 1)
+        if method == "setcover":
+            return [dict(cfgs[i]) for i in self._setcover(X, n)]
         if mu.shape[-1] == 1:
             for _ in range(min(n, len(cfgs))):
                 draw = mu[:, 0] + sd[:, 0] * torch.randn(len(cfgs), generator=g, dtype=DTYPE)
@@ -255,6 +290,23 @@ class CopulaPrior(torch.nn.Module):
                 gains = [hv.compute(torch.cat([base, mu[i:i + 1]])) for i in cand]
                 chosen.append(cand[max(range(len(cand)), key=gains.__getitem__)])
         return [dict(cfgs[i]) for i in chosen]
+
+    def _setcover(self, X: torch.Tensor, n: int) -> list[int]:
+        """Greedy set cover of the past tasks' predicted fronts (see :meth:`CopulaPrior.design`)."""
+        from botorch.utils.multi_objective.pareto import is_non_dominated
+
+        with torch.no_grad():
+            P = self.per_task(X)  # (tasks, pool, m)
+        refs = P.min(1).values - 1e-6  # (tasks, m)
+        # candidates: the union of each task's predicted front (the greedy gain is largest there)
+        cand = sorted({int(i) for t in range(len(P)) for i in torch.nonzero(is_non_dominated(P[t])).flatten()})
+        full = [_hv_max(P[t][cand], refs[t]) or 1.0 for t in range(len(P))]
+        chosen: list[int] = []
+        for _ in range(min(n, len(X))):
+            left = [i for i in cand if i not in chosen] or [i for i in range(len(X)) if i not in chosen]
+            gains = [sum(_hv_max(P[t][chosen + [i]], refs[t]) / full[t] for t in range(len(P))) for i in left]
+            chosen.append(left[max(range(len(left)), key=gains.__getitem__)])
+        return chosen
 
 
 def prior_mean(prior: CopulaPrior, column: int):
