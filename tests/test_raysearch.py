@@ -191,3 +191,22 @@ def test_choices_of_any_value_are_searched_by_their_index(tmp_path):
                        points_to_evaluate=[{"dropout": 0.7}])
     with pytest.raises(ValueError, match=r"points_to_evaluate: dropout=0.7 is not one of \[None, 0.1\]"):
         bad.suggest("b")
+
+
+def test_ahto_search_takes_history_rows_in_the_flattened_param_names():
+    """``AHTOSearch(history=...)`` (issue 65): rows whose configs use the Tuner's flattened
+    names (``model/layers``) fit the transfer prior, whose design opens the search."""
+    import numpy as np
+
+    ps = {"lr": tune.loguniform(1e-4, 1e-1), "model": {"layers": tune.randint(1, 7)}}
+    rng = np.random.default_rng(0)
+    past = [[{"config": {"lr": float(10 ** rng.uniform(-4, -1)), "model/layers": int(rng.integers(1, 7))},
+              "metrics": {"acc": 0.0}} for _ in range(12)] for _ in range(2)]
+    for task in past:
+        for r in task:
+            r["metrics"]["acc"] = -abs(r["config"]["model/layers"] - 4) - r["config"]["lr"]
+    s = AHTOSearch(metric="acc", mode="max", seed=0, n_init=3, history=past, num_restarts=1, raw_samples=16)
+    assert s.set_search_properties(None, None, ps)
+    assert s.core.prior is not None and s.core.prior.n_tasks == 2
+    first = s.suggest("t0")
+    assert first == {"lr": s.core.initial_configs[0]["lr"], "model": {"layers": s.core.initial_configs[0]["model/layers"]}}
