@@ -623,7 +623,9 @@ def load(directory: str | Path, *, device: str = "cpu", adapt: str = "none") -> 
                             file=str(path))
     cfg_raw = json.loads((d / "config.json").read_text())
     fields = TransformerConfig.__dataclass_fields__
-    model = Transformer(TransformerConfig(**{k: v for k, v in cfg_raw.items() if k in fields}))
+    # on the device before re-tying: frozen aliases view the memory they are made on, and a later
+    # Module.to would give them memory of their own (an untied model on a GPU)
+    model = Transformer(TransformerConfig(**{k: v for k, v in cfg_raw.items() if k in fields})).to(torch.device(device))
     cfg = dict(meta["config"])
     cfg.pop("distill_teacher", None)  # training-time only: the teacher is not exported
     settings = {"seed": int(meta.get("seed", 0)), "device": device}

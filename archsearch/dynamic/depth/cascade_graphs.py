@@ -401,6 +401,11 @@ class SegmentGraphs:
             replay = time.perf_counter() - t0
         if self.measure and replay >= eager:
             self.counts["eager_chosen"] += 1
+            del graph, out
+            if not any(isinstance(g, _Graph) for g in self._graphs.values()):
+                # recent PyTorch frees a private pool once no graph holds it; its handle cannot be
+                # captured into again (an INTERNAL ASSERT on use_count in CUDACachingAllocator)
+                self._pool = None
             return _EAGER
         self.counts["captured"] += 1
         return _Graph(hb, pb, sb, graph, out)

@@ -201,7 +201,7 @@ class DepthPredictorGating(DepthPredictorInference, GatingStrategy):
 
     def expected_depth(self, probs: torch.Tensor) -> torch.Tensor:
         """``B x D`` depth probabilities -> ``B`` expected number of blocks executed."""
-        return probs @ self.depths.to(probs.dtype)  # (B,)
+        return probs @ self.depths.to(device=probs.device, dtype=probs.dtype)  # (B,)
 
     def exit_logits(self, x, mask) -> list[torch.Tensor]:
         """The unscaled full model (one forward) read at every allowed depth (its exit head, or
