@@ -23,7 +23,8 @@ def _rows(la, **kw):
     return list(la.rows_of(la.RUNS, la.protocol(**kw)).values())
 
 
-@pytest.mark.parametrize("name, kw", [("length_adaptive", {"ld_steps": 600, "ld_from": "full"}),
+@pytest.mark.parametrize("name, kw", [("length_adaptive", {"ld_steps": 1452, "ld_from": "full", "device": "cuda"}),
+                                      ("length_adaptive_2ep_cpu", {"ld_steps": 600, "ld_from": "full"}),
                                       ("length_adaptive_from_short", {"ld_steps": 600})])
 def test_reported_summary_regenerates_from_the_rows_of_its_protocol(la, name, kw):
     result = json.loads((ROOT / "benchmarks" / "length" / "results" / f"{name}.json").read_text())

@@ -5,16 +5,16 @@ Claims (issue 16; targets in :data:`benchmarks.length.length_adaptive.TARGETS`):
 length-adaptive MiniLM-L6 on 20 Newsgroups (128 tokens) loses at most 0.5 / 1.0 accuracy points
 at 0.5x / 0.35x FLOPs against the equal-steps fine-tuned model, beats truncating the inputs to the
 same FLOPs by at least 2 points at 0.5x, and its FLOPs savings are wall-clock savings (wall /
-FLOPs ratio <= 1.3). Both results read the 20 Newsgroups test documents (``20newsgroups:test``).
+FLOPs ratio <= 1.3). Every result reads the 20 Newsgroups test documents (``20newsgroups:test``).
 
-    python -m benchmarks.length.length_adaptive analyze   # both results from runs/ (no training)
+    python -m benchmarks.length.length_adaptive analyze   # every result from runs/ (no training)
     python -m benchmarks.length.length_adaptive check     # regenerate in memory, compare
-    python -m benchmarks.length.length_adaptive run --ld-steps 600 --ld-from full --seeds 0-1
-                                                          # results/length_adaptive.json (the paper's recipe)
+    python -m benchmarks.length.length_adaptive run --ld-steps 600 --ld-from full --seeds 0-1 \\
+        --result benchmarks/length/results/length_adaptive_2ep_cpu.json   # the recipe at 2 epochs, CPU
     python -m benchmarks.length.length_adaptive run --ld-steps 600 --seeds 0-1 \\
         --result benchmarks/length/results/length_adaptive_from_short.json
-    bash benchmarks/length/length_adaptive_device.sh      # issue 39's 5-epoch protocol on a GPU
+    bash benchmarks/length/length_adaptive_device.sh      # results/length_adaptive.json: issue 39's 5 epochs, GPU
 
-Protocols: ``protocols/length_adaptive.json`` (the reported results), ``protocols/length_adaptive_5ep.json``
-(issue 39, not yet run). Rows: ``runs/length_adaptive_runs.jsonl``.
+Protocols: ``protocols/length_adaptive.json`` (the 2-epoch results), ``protocols/length_adaptive_5ep.json``
+(issue 39: the reported length_adaptive.json). Rows: ``runs/length_adaptive_runs.jsonl``.
 """

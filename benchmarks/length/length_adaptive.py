@@ -105,9 +105,13 @@ LengthDrop started from is a row too (``full_{STD_STEPS + ld_steps}_steps``). ``
 the protocol and the adaptive model's files (``*_fromfull_v2``). ``--result`` writes the
 summary to another file than ``length_adaptive.json``.
 
-Reported (:data:`REPORTED`; protocol ``benchmarks/length/protocols/length_adaptive.json``, the
-wording both results ran under): ``length_adaptive.json`` is the paper's recipe, two seeds,
-``python -m benchmarks.length.length_adaptive run --ld-steps 600 --ld-from full --seeds 0-1``;
+Reported (:data:`REPORTED`): ``length_adaptive.json`` is issue 39's 5-epoch protocol
+(``benchmarks/length/protocols/length_adaptive_5ep.json``), 3 seeds on an H200, run by
+``benchmarks/length/length_adaptive_device.sh`` (stop 72). Under ``benchmarks/length/protocols/length_adaptive.json``
+(the wording both 2-epoch results ran under): ``length_adaptive_2ep_cpu.json`` (``length_adaptive.json``
+until stop 71, moved unedited) is the paper's recipe at 2 epochs, two seeds,
+``python -m benchmarks.length.length_adaptive run --ld-steps 600 --ld-from full --seeds 0-1 --result
+benchmarks/length/results/length_adaptive_2ep_cpu.json``;
 the same two seeds of LengthDrop from the 300-step model are ``length_adaptive_from_short.json``
 (``run --ld-steps 600 --seeds 0-1 --result benchmarks/length/results/length_adaptive_from_short.json``).
 ``analyze`` rewrites both from the committed rows (no training), ``check`` regenerates them in
@@ -599,7 +603,8 @@ def summarize(per_seed: list[dict], ci: dict | None = None) -> dict:
 
 
 #: the reported results: path -> (:func:`protocol` keywords, seeds); what ``analyze`` and ``check`` regenerate
-REPORTED = {RESULTS: ({"ld_steps": 600, "ld_from": "full"}, [0, 1]),
+REPORTED = {RESULTS: ({"ld_steps": 1452, "ld_from": "full", "device": "cuda"}, [0, 1, 2]),  # issue 39's protocol
+            HERE / "results" / "length_adaptive_2ep_cpu.json": ({"ld_steps": 600, "ld_from": "full"}, [0, 1]),
             HERE / "results" / "length_adaptive_from_short.json": ({"ld_steps": 600}, [0, 1])}
 
 
