@@ -21,7 +21,7 @@ RUNNERS = {
     # its provenance records (tests/test_depth_benchmark.py), not by a bare ``check``
     "depth": ["dht_seeded", "stop_policies", "stop_bandit", "shift", "head_gating"],
     "length": ["length_adaptive"],
-    "tying": ["tying"],
+    "tying": ["tying", "tying_regularised"],
     "gpu": ["gpu", "train_ops"],
     "product": ["baselines", "export", "faults", "fuzz", "minilm_search", "report", "scaling"],
 }
