@@ -38,6 +38,7 @@ TYING = {
     "all": "archsearch.dynamic.tying.controllers:AllTying",
     "every_k": "archsearch.dynamic.tying.controllers:EveryKTying",
     "switch": "archsearch.dynamic.tying.controllers:SwitchTying",
+    "merge": "archsearch.dynamic.tying.controllers:MergeTying",
 }
 
 

@@ -1,10 +1,10 @@
 """Dynamic layer tying: tying controllers decide during training which blocks share weights
-(``tying: all``, ``every_k``, ``switch``, ``rl``, ``paper``; Hay & Wolf, ICLR 2024).
+(``tying: all``, ``every_k``, ``switch``, ``merge``, ``rl``, ``paper``; Hay & Wolf, ICLR 2024).
 
 Modules:
 
 * ``settings`` -- the controllers' pydantic ``Settings`` (torch-free).
-* ``controllers`` -- the map controllers' base, ``all`` and ``every_k`` (fixed maps), ``switch``.
+* ``controllers`` -- the map controllers' base, ``all`` and ``every_k`` (fixed maps), ``switch``, ``merge``.
 * ``rl`` -- the Q-learning controllers: ``rl`` (ours) and ``paper`` (Hay & Wolf's as their code runs it).
 * ``agent`` -- the Q-network, replay buffer, agent and reward of the Q-learning controllers.
 * ``maps`` -- tying maps: which blocks share weights, real parameter sharing, the optimizer kept in step.

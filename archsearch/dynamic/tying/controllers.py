@@ -1,5 +1,5 @@
 """Layer tying during training: the controllers with a fixed map (``tying: all``, ``every_k``), the
-held-out switch (``tying: switch``), and the base every tying controller shares (apply a map, keep
+held-out switch (``tying: switch``), the held-out merges (``tying: merge``), and the base every tying controller shares (apply a map, keep
 the optimizer in step, report, save); the Q-learning agents (``tying: rl``, ours; ``tying:
 paper``, Hay & Wolf's as their code runs it) are :mod:`archsearch.dynamic.tying.rl`.
 
@@ -37,8 +37,10 @@ from typing import Any
 from torch import nn
 
 from archsearch.dynamic.base import TrialContext, TyingController, planned_steps
-from archsearch.dynamic.tying.maps import apply_tying_map, model_blocks, sync_optimizer, tying_map
-from archsearch.dynamic.tying.settings import AllTyingSettings, EveryKTyingSettings, SwitchTyingSettings
+from archsearch.dynamic.tying.maps import (apply_tying_map, groups_of, mean_weights, merge_blocks, model_blocks,
+                                           sync_optimizer, tying_map)
+from archsearch.dynamic.tying.settings import (AllTyingSettings, EveryKTyingSettings, MergeTyingSettings,
+                                               SwitchTyingSettings)
 
 
 def total_steps(settings: dict[str, Any], loop: TrialContext | None = None) -> int:
@@ -216,3 +218,109 @@ class SwitchTying(_MapTying):
         super().load_state_dict(state)
         self.best, self.bad = float(state.get("best", math.inf)), int(state.get("bad", 0))
         self.switch_step = state.get("switch_step")
+
+
+class MergeTying(SwitchTying):
+    """``tying: merge``: untied while the held-out loss improves, then greedy merges of
+    neighbouring groups that keep what was learned.
+
+    Before: as :class:`SwitchTying` (a check every ``tying_check_every`` steps; after
+    ``tying_patience`` checks without a new held-out minimum merging starts). Then at each check,
+    every pair of neighbouring groups is scored by the held-out loss of the model with the pair's
+    blocks at their mean weights (what the merged group starts from) plus ``tying_price`` x the
+    fraction of block parameters left (``n_groups / n_layers``); the best pair is merged when its
+    score is below the current model's (:func:`~archsearch.dynamic.tying.maps.merge_blocks`: mean
+    weights, mean AdamW moments), at most one merge per check, and merges are never undone
+    (issue 67; merging by function-preserving averages in the spirit of model soups, Wortsman et
+    al. ICML 2022, applied within one network's layers). Measured in
+    ``benchmarks/tying/tying_regularised.py`` (``tying_merge`` rows).
+
+    Attributes:
+        merge_start: the step merging started (``None`` before); merges: ``[(step, map)]``.
+
+    Raises:
+        ValueError: as :class:`SwitchTying`.
+    """
+
+    #: ``tying_check_every``, ``tying_patience``, ``tying_split``, ``tying_price``.
+    Settings = MergeTyingSettings
+
+    def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
+                 loop: TrialContext | None = None):
+        _MapTying.__init__(self, model, cfg, settings, loop)  # SwitchTying's checks, without its tying_k
+        if loop is None:
+            raise ValueError("tying: merge reads a held-out loss during training: it needs a trial loop")
+        s = self.s
+        splits = getattr(loop.data, "data", {})
+        if s.tying_split not in splits:
+            raise ValueError(f"tying_split: the trial's data has no split {s.tying_split!r} (it has {', '.join(splits)})")
+        self.every, self.patience, self.split, self.price = s.tying_check_every, s.tying_patience, s.tying_split, s.tying_price
+        self.best, self.bad, self.switch_step = math.inf, 0, None
+        self.merge_start: int | None = None
+        self.merges: list[tuple[int, list[int]]] = []
+
+    def _score(self, n_groups: int, loss: float) -> float:
+        return loss + self.price * n_groups / self.n_layers
+
+    def candidate_losses(self) -> list[tuple[list[int], float]]:
+        """``[(blocks, held-out loss)]`` of each neighbouring pair of groups at their mean weights
+        (the model is restored after each)."""
+        import torch
+
+        groups = groups_of(tying_map(self.model))
+        blocks = model_blocks(self.model)
+        out = []
+        for a, b in zip(groups, groups[1:]):
+            members = a + b
+            owners = [blocks[a[0]], blocks[b[0]]]
+            saved = [[p.detach().clone() for p in o.parameters()] for o in owners]
+            mean = mean_weights(self.model, members)
+            with torch.no_grad():
+                for o in owners:
+                    for p, w in zip(o.parameters(), mean, strict=True):
+                        p.copy_(w)
+            try:
+                out.append((members, self.held_out_loss()))
+            finally:
+                with torch.no_grad():
+                    for o, ws in zip(owners, saved):
+                        for p, w in zip(o.parameters(), ws, strict=True):
+                            p.copy_(w)
+        return out
+
+    def after_step(self, step: int, loss: float) -> None:
+        """Every ``tying_check_every`` steps: read the held-out loss; once merging has started,
+        make the best merge whose priced score beats the current model's."""
+        if step % self.every:
+            return
+        h = self.held_out_loss()
+        if self.merge_start is None:
+            if h < self.best:
+                self.best, self.bad = h, 0
+                return
+            self.bad += 1
+            if self.bad < self.patience:
+                return
+            self.merge_start = step
+        n = len(groups_of(tying_map(self.model)))
+        cands = self.candidate_losses() if n > 1 else []
+        if not cands:
+            return
+        members, hc = min(cands, key=lambda c: c[1])
+        if self._score(n - 1, hc) < self._score(n, h):
+            self.merges.append((step, merge_blocks(self.model, members, self.loop)))
+
+    def metrics(self) -> dict[str, Any]:
+        """:class:`_MapTying`'s, ``tying_merge_start`` (-1 before) and ``tying_merges`` (count)."""
+        return {**_MapTying.metrics(self), "tying_merge_start": -1 if self.merge_start is None else self.merge_start,
+                "tying_merges": len(self.merges)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**_MapTying.state_dict(self), "best": self.best, "bad": self.bad, "merge_start": self.merge_start,
+                "merges": [[st, list(m)] for st, m in self.merges]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        _MapTying.load_state_dict(self, state)
+        self.best, self.bad = float(state.get("best", math.inf)), int(state.get("bad", 0))
+        self.merge_start = state.get("merge_start")
+        self.merges = [(int(st), list(m)) for st, m in state.get("merges", [])]

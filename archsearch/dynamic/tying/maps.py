@@ -230,3 +230,72 @@ def sync_optimizer(loop: TrialContext | None) -> None:
             elif _where(p) in by_memory:  # a new Parameter on the same memory (a frozen alias made owner)
                 loop.opt.state[p] = by_memory[_where(p)]
 
+
+
+def groups_of(s: Sequence[int]) -> list[list[int]]:
+    """The blocks of each group of map ``s``, groups in order of their first block."""
+    out: dict[int, list[int]] = {}
+    for i, j in enumerate(s):
+        out.setdefault(j, []).append(i)
+    return list(out.values())
+
+
+def mean_weights(model: nn.Module, blocks: Sequence[int]) -> list:
+    """Per parameter slot, the mean over ``blocks`` of their weights (a block of a shared group
+    counts once per block: the mean the blocks compute with on average); detached tensors."""
+    import torch
+
+    bl = model_blocks(model)
+    with torch.no_grad():
+        return [torch.stack([ps[k].detach() for ps in (_params(bl[b]) for b in blocks)]).mean(0)
+                for k in range(len(_params(bl[blocks[0]])))]
+
+
+def merge_blocks(model: nn.Module, blocks: Sequence[int], loop: TrialContext | None = None) -> list[int]:
+    """Tie ``blocks`` into one group (shared Parameters, owned by the first block): the group
+    takes the blocks' mean weights (:func:`mean_weights`) and, with ``loop``'s AdamW, their mean
+    first and second moments (``step``: the largest), so the optimizer goes on where the blocks
+    were rather than restarting (issue 67: a tie that keeps what was learned). Other blocks'
+    sharing is unchanged.
+
+    Returns:
+        The new tying map.
+
+    Raises:
+        ValueError: fewer than 2 blocks, blocks that are not whole groups, or a map the merge
+            would make invalid (:func:`check_map`); the model is then unchanged.
+    """
+    import torch
+
+    blocks = sorted(int(b) for b in blocks)
+    if len(blocks) < 2:
+        raise ValueError(f"merge_blocks needs at least 2 blocks, got {blocks}")
+    bl = model_blocks(model)
+    s = tying_map(model)
+    split = [g for g in groups_of(s) if set(g) & set(blocks) and not set(g) <= set(blocks)]
+    if split:
+        raise ValueError(f"merge_blocks merges whole groups: {blocks} splits group {split[0]} of map {s}")
+    new = check_map([blocks[0] if i in blocks else s[i] for i in range(len(s))], len(s))  # before any change
+    owner = _params(bl[blocks[0]])
+    weights = mean_weights(model, blocks)
+    opt = getattr(loop, "opt", None) if loop is not None else None
+    moments = []
+    if opt is not None:
+        for k, p in enumerate(owner):
+            states = [opt.state.get(_params(bl[b])[k]) for b in blocks]
+            if all(st and "exp_avg" in st for st in states):
+                moments.append({"exp_avg": torch.stack([st["exp_avg"] for st in states]).mean(0),
+                                "exp_avg_sq": torch.stack([st["exp_avg_sq"] for st in states]).mean(0),
+                                "step": max(st["step"] for st in states)})
+            else:
+                moments.append(None)
+    with torch.no_grad():
+        for p, w in zip(owner, weights, strict=True):
+            p.copy_(w)
+    apply_tying_map(model, new)
+    if opt is not None:
+        for p, m in zip(owner, moments, strict=True):
+            if m is not None:
+                opt.state[p].update(m)  # the owner's state: its Parameter object stays
+        sync_optimizer(loop)
+    return tying_map(model)

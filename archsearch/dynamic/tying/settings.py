@@ -1,5 +1,5 @@
 """The settings of the tying controllers (torch-free): ``tying: all``, ``every_k``, ``rl``,
-``paper`` and ``switch``.
+``paper``, ``switch`` and ``merge``.
 
 The controllers (:mod:`archsearch.dynamic.tying.controllers`, :mod:`archsearch.dynamic.tying.rl`)
 declare these as their ``Settings``; a field's name is its trial-config key, and its
@@ -57,6 +57,27 @@ class SwitchTyingSettings(StrategySettings):
         "evaluation reads them). Default validation: the split a trial's early stopping and "
         "scheduler read; benchmarks/tying/tying.py gives it validation blocks disjoint from the ones "
         "it reports (split 'holdout')."))
+
+
+class MergeTyingSettings(StrategySettings):
+    """Knobs of ``tying: merge`` (:class:`archsearch.dynamic.tying.controllers.MergeTying`):
+    train untied while a held-out loss improves, then merge neighbouring groups of blocks, one
+    merge per check, while a merge lowers the held-out loss plus a parameter price."""
+
+    tying_check_every: int = Field(100, ge=1, description=(
+        "Optimizer steps between two held-out checks (count), before and after the first merge. "
+        "Default 100: tying: switch's, benchmarks/tying/tying.py's validation-curve spacing."))
+    tying_patience: int = Field(1, ge=1, description=(
+        "Checks in a row without a new held-out minimum before merging starts (count). Default 1: "
+        "tying: switch's (start at the first rise of the held-out loss)."))
+    tying_split: str = Field("validation", min_length=1, description=(
+        "Data split whose loss scores the merges (its evaluation batches). Default validation, as "
+        "tying: switch; benchmarks give it blocks disjoint from the reported ones."))
+    tying_price: float = Field(0.02, ge=0.0, description=(
+        "Price of parameters (nats of held-out loss per unit of the block-parameter fraction "
+        "n_groups / n_layers): a merge is made when held-out loss + price x fraction drops. "
+        "Default 0.02: with 8 blocks a merge may cost up to 0.0025 nats (about 0.25% perplexity); "
+        "not tuned (issue 67's first measured design)."))
 
 
 class RLTyingSettings(StrategySettings):
