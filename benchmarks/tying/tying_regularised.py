@@ -19,6 +19,12 @@ lowest mean best validation perplexity is chosen (validation only), then:
   forward saved for backward (``torch.autograd.graph.saved_tensors_hooks``; parameter storages
   counted once, in the state), the largest over steps. Both every_4 / none at the chosen dropouts.
 
+Addendum 1 (written before its runs): ``tying: merge`` (:class:`~archsearch.dynamic.tying.controllers.MergeTying`)
+and the ``every_2`` map at dropout 0 and at the dropout chosen for ``none``;
+``merge_minus_best_fixed_best_val_ppl``: merge's best validation perplexity after its merging
+started minus the best fixed map (none, every_2, every_4 at the same dropout) with at most its
+final parameters, with a paired bootstrap interval over the validation blocks.
+
 Run: ``nice -n 10 python -m benchmarks.tying.tying_regularised run --jobs 2`` (18 runs, ~1 h on
 2 cores; resumable: one JSON line per finished run in ``runs/tying_regularised_runs.jsonl``);
 ``analyze`` rewrites ``results/tying_regularised.json`` from the rows, ``check`` compares.
@@ -47,8 +53,8 @@ from benchmarks.evidence.provenance import ROOT, git_commit, provenance
 from benchmarks.evidence.results import build_result, write_json
 from benchmarks.evidence.runlog import RunLog
 from benchmarks.evidence.stats import bootstrap_ci, paired_bootstrap_stat
-from benchmarks.tying.tying import (BATCH, CONTEXT, CURVE_POINTS, EVAL_BLOCKS, MODEL, SEEDS, STEPS, TEST_SET,
-                                    TRAIN_CHARS, measured_state_bytes, read_rows)
+from benchmarks.tying.tying import (BATCH, CONTEXT, CURVE_POINTS, EVAL_BLOCKS, HOLDOUT_BLOCKS, MODEL, SEEDS, STEPS,
+                                    TEST_SET, TRAIN_CHARS, measured_state_bytes, read_rows)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "tying_regularised.json"
@@ -57,8 +63,11 @@ PROTOCOL = HERE / "protocols" / "tying_regularised.json"
 CLAIM = ("a tied char LM (every_4, 0.27x the parameters) is at least as good on validation as the "
          "untied one when both get their dropout chosen on validation; memory counts saved activations")
 MAPS = {"none": {"tying": "none"}, "every_4": {"tying": "every_k", "tying_k": 4}}
+#: addendum 1 (written before its runs): tying: merge and the every_2 map, at dropout 0 and at the
+#: dropout chosen for none; merge reads its held-out loss on validation-play blocks HOLDOUT_BLOCKS
+ADDENDUM_MAPS = {"every_2": {"tying": "every_k", "tying_k": 2}, "merge": {"tying": "merge", "tying_split": "holdout"}}
 DROPOUTS = (0.0, 0.1, 0.2)
-TARGETS = {"tied_minus_untied_regularised_best_val_ppl": "<= 0"}
+TARGETS = {"tied_minus_untied_regularised_best_val_ppl": "<= 0", "merge_minus_best_fixed_best_val_ppl": "<= 0"}
 
 
 def variant_name(tying_map: str, dropout: float) -> str:
@@ -66,6 +75,11 @@ def variant_name(tying_map: str, dropout: float) -> str:
 
 
 VARIANTS = [variant_name(m, d) for m in MAPS for d in DROPOUTS]
+
+
+def addendum_variants(untied_dropout: float) -> list[str]:
+    """Addendum 1's variants: every_2 and merge at dropout 0 and at ``untied_dropout``."""
+    return [variant_name(m, d) for m in ADDENDUM_MAPS for d in sorted({0.0, float(untied_dropout)})]
 
 
 def setup(steps: int, eval_blocks: int = EVAL_BLOCKS) -> dict:
@@ -126,15 +140,18 @@ def child(variant: str, seed: int, steps: int, eval_blocks: int = EVAL_BLOCKS) -
 
     torch.set_num_threads(1)
     from archsearch.data import prepare
+    from archsearch.dynamic.tying.maps import tying_map as current_map
     from archsearch.tune.trainable import TrialLoop
 
     tying_map, dropout = variant.split("@")
     t_start = time.perf_counter()
     data = prepare("shakespeare", max_len=CONTEXT)
-    data = dataclasses.replace(data, data={**data.data, "train": data.train[:TRAIN_CHARS]})
+    a, b = HOLDOUT_BLOCKS  # (read by tying: merge only)
+    data = dataclasses.replace(data, data={**data.data, "train": data.train[:TRAIN_CHARS],
+                                           "holdout": data.validation[a * CONTEXT:b * CONTEXT + 1]})
     settings = {"epochs": CURVE_POINTS, "steps_per_epoch": steps // CURVE_POINTS, "batch_size": BATCH,
                 "seed": seed, "eval_blocks": eval_blocks, "latency_batch_size": 32}
-    loop = TrialLoop({**MODEL, **MAPS[tying_map], "dropout": float(dropout)}, data, settings)
+    loop = TrialLoop({**MODEL, **{**MAPS, **ADDENDUM_MAPS}[tying_map], "dropout": float(dropout)}, data, settings)
 
     def param_ptrs() -> set[int]:
         return {p.untyped_storage().data_ptr() for p in loop.model.parameters()}
@@ -152,17 +169,32 @@ def child(variant: str, seed: int, steps: int, eval_blocks: int = EVAL_BLOCKS) -
         ptrs[0] = param_ptrs()
 
     loop.tying.after_step = after_step
+    merging = tying_map == "merge"
     curve, best, test, blocks = [], math.inf, {}, {}
+    phase_best = {False: (math.inf, {}), True: (math.inf, {})}  # merge: before / after merging started
     for _ in range(CURVE_POINTS):
         with saved:
             train_loss = loop.train_epoch()
         m = loop.evaluate()
-        curve.append({"step": loop.step, "val_loss": m["val_loss"], "train_loss": train_loss})
-        if m["val_loss"] < best:  # a new validation minimum: the test plays and the blocks here
+        curve.append({"step": loop.step, "val_loss": m["val_loss"], "train_loss": train_loss,
+                      "params_trainable": m["params_trainable"]})
+        if m["val_loss"] < best:  # a new validation minimum: the test plays (and blocks) here
             best, test = m["val_loss"], loop.evaluate("test")
-            blocks = {"val": block_losses(loop, "validation"), "test": block_losses(loop, "test")}
+            if not merging:
+                blocks = {"val": block_losses(loop, "validation"), "test": block_losses(loop, "test")}
+        if merging:  # merge is scored after its merging started (the untied phase is not its own)
+            started = loop.tying.merge_start is not None and loop.tying.merge_start < loop.step
+            if m["val_loss"] < phase_best[started][0]:
+                phase_best[started] = (m["val_loss"], {"val": block_losses(loop, "validation"),
+                                                       "test": block_losses(loop, "test")})
     best_i = min(range(len(curve)), key=lambda k: curve[k]["val_loss"])
-    return {
+    extra = {}
+    if merging:
+        started = loop.tying.merge_start is not None and phase_best[True][1]
+        loss, blocks = phase_best[bool(started)]
+        extra = {"merge_start": loop.tying.merge_start, "merges": loop.tying.merges,
+                 "tying_map": current_map(loop.model), "best_val_ppl_after_merge_start": math.exp(loss)}
+    return {**extra,
         "variant": variant, "seed": seed, "steps": steps, "dropout": float(dropout), "map": tying_map,
         "best_val_ppl": math.exp(best), "best_step": curve[best_i]["step"],
         "final_val_ppl": math.exp(curve[-1]["val_loss"]), "test_ppl_at_best_val": test["perplexity"],
@@ -205,16 +237,39 @@ def ppl_gap(rows: dict, a: str, b: str, seeds: list[int], key: str) -> tuple[flo
     return float(point[0]), [round(v, 4) for v in bootstrap_ci(boot)]
 
 
+def merge_gap(rows: dict, seeds: list[int], dropout: float) -> tuple[float, list[float], list[str]]:
+    """Addendum 1's score at ``dropout``: per seed merge's best validation perplexity after its
+    merging started minus the lowest best_val_ppl among the fixed maps at that dropout with at
+    most merge's final trainable parameters; the mean over seeds, its paired bootstrap interval
+    over the validation blocks, and each seed's fixed map."""
+    m = variant_name("merge", dropout)
+    picks = []
+    for sd in seeds:
+        ok = [variant_name(f, dropout) for f in ("none", "every_2", "every_4")
+              if rows[(variant_name(f, dropout), sd)]["params_trainable"] <= rows[(m, sd)]["params_trainable"]]
+        picks.append(min(ok, key=lambda v: rows[(v, sd)]["best_val_ppl"]))
+    point = statistics.fmean(rows[(m, sd)]["best_val_ppl_after_merge_start"] - rows[(f, sd)]["best_val_ppl"]
+                             for sd, f in zip(seeds, picks))
+    la = np.array([rows[(m, sd)]["val_block_loss"] for sd in seeds])
+    lb = np.array([rows[(f, sd)]["val_block_loss"] for sd, f in zip(seeds, picks)])
+    _, boot = paired_bootstrap_stat(lambda idx: (np.exp(la[:, idx].mean(-1)) - np.exp(lb[:, idx].mean(-1))).mean(0),
+                                    la.shape[1])
+    return point, [round(v, 4) for v in bootstrap_ci(boot)], picks
+
+
 def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict]:
-    """``(summary, per-variant aggregates)`` from complete rows (the protocol's rules)."""
+    """``(summary, per-variant aggregates)`` from complete rows (the protocol's rules; addendum
+    1's keys once all its rows are there)."""
+    du = choose_dropout(rows, "none", seeds)
+    extra_variants = [v for v in addendum_variants(du) if all((v, sd) in rows for sd in seeds)]
     agg = {}
-    for v in VARIANTS:
+    for v in VARIANTS + extra_variants:
         rs = [rows[(v, s)] for s in seeds]
         agg[v] = {k: statistics.fmean(r[k] for r in rs)
                   for k in ("best_val_ppl", "final_val_ppl", "test_ppl_at_best_val", "params_trainable",
                             "state_peak_mb", "saved_peak_mb", "peak_mb", "best_step")}
         agg[v].update({f"{k}_per_seed": [r[k] for r in rs] for k in ("best_val_ppl", "test_ppl_at_best_val")})
-    du, dt = choose_dropout(rows, "none", seeds), choose_dropout(rows, "every_4", seeds)
+    dt = choose_dropout(rows, "every_4", seeds)
     untied, tied = variant_name("none", du), variant_name("every_4", dt)
     val, val_ci = ppl_gap(rows, tied, untied, seeds, "val_block_loss")
     test, test_ci = ppl_gap(rows, tied, untied, seeds, "test_block_loss")
@@ -231,6 +286,22 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict]:
         "tying_state_memory_ratio": agg[tied]["state_peak_mb"] / agg[untied]["state_peak_mb"],
         "tying_peak_memory_ratio": agg[tied]["peak_mb"] / agg[untied]["peak_mb"],
     }
+    if len(extra_variants) == len(addendum_variants(du)):
+        gap, ci, picks = merge_gap(rows, seeds, du)
+        gap0, ci0, picks0 = merge_gap(rows, seeds, 0.0)
+        merge = variant_name("merge", du)
+        summary.update({
+            "merge_minus_best_fixed_best_val_ppl": gap, "merge_minus_best_fixed_best_val_ppl_ci": ci,
+            "merge_minus_best_fixed_best_val_ppl_at_dropout_0": gap0,
+            "merge_minus_best_fixed_best_val_ppl_at_dropout_0_ci": ci0,
+            "merge_params_ratio": agg[merge]["params_trainable"] / agg[untied]["params_trainable"],
+        })
+        for v in (merge, variant_name("merge", 0.0)):
+            agg[v].update(best_val_ppl_after_merge_start_per_seed=[rows[(v, sd)]["best_val_ppl_after_merge_start"]
+                                                                   for sd in seeds],
+                          merge_start_per_seed=[rows[(v, sd)]["merge_start"] for sd in seeds],
+                          tying_maps=[rows[(v, sd)]["tying_map"] for sd in seeds])
+        agg[merge]["best_fixed_per_seed"], agg[variant_name("merge", 0.0)]["best_fixed_per_seed"] = picks, picks0
     return summary, agg
 
 
@@ -239,7 +310,7 @@ def build(rows: dict, seeds: list[int], want: dict, name: str, *, record_reads: 
     """The result of complete rows in the one schema (summary, targets, protocol, its read of the
     test plays, provenance; then the per-variant aggregates and the runs without block losses)."""
     summary, agg = summarize(rows, seeds)
-    used = [rows[(v, s)] for v in VARIANTS for s in seeds]
+    used = [rows[(v, s)] for v in agg for s in seeds]
     prov = provenance(commits=[r["commit"] for r in used], seeds=list(seeds),
                       wall_s=sum(r["process_seconds"] for r in used), threads_per_run=1,
                       **({"jobs": jobs} if jobs is not None else {}),
@@ -285,10 +356,12 @@ def run(args: argparse.Namespace) -> int:
               f"test@best {r['test_ppl_at_best_val']:.3f}  state {r['state_peak_mb']:.2f} MB  "
               f"saved {r['saved_peak_mb']:.2f} MB  train {r['train_seconds']:.0f} s", flush=True)
 
-    todo = [(v, s) for s in args.seeds for v in VARIANTS if (v, s) not in rows]
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for fut in [pool.submit(one, v, s) for v, s in todo]:
-            fut.result()
+    for phase in (0, 1):  # the protocol's variants; then addendum 1's (they need the untied dropout)
+        names = VARIANTS if phase == 0 else addendum_variants(choose_dropout(rows, "none", list(args.seeds)))
+        todo = [(v, s) for s in args.seeds for v in names if (v, s) not in rows]
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for fut in [pool.submit(one, v, s) for v, s in todo]:
+                fut.result()
     result = build(rows, list(args.seeds), want, Path(args.out).name, jobs=args.jobs,
                    driver_seconds=time.perf_counter() - t0,
                    record_reads=Path(args.out).resolve() == RESULTS)  # a smoke run's read is not the protocol's
