@@ -150,7 +150,7 @@ HEADLINE = [
      "one model for every length budget at about the full model's accuracy (Kim & Cho, ACL 2021)"),
     ("Layer tying (every_4, data-limited LM)", "tying", "tied_minus_untied_best_val_ppl",
      "validation perplexity minus the untied model's",
-     "untied model: 0, at {tying_params_ratio}x its parameters and {tying_memory_ratio}x its measured memory",
+     "untied model: 0, at {tying_params_ratio}x its parameters and {tying_state_memory_ratio}x its measured training-state memory",
      "a tied model can be better than the untied one, with far fewer parameters (Hay & Wolf, ICLR 2024)"),
     ("Tying agent (the better of ours and the paper's)", "tying", "rl_minus_best_fixed_best_val_ppl",
      "validation perplexity minus the best fixed map of its size", "best fixed map: 0",

@@ -44,7 +44,7 @@ def test_summary_follows_the_protocol_and_converged_can_fail(tb):
     summary, _, extra = tb.summarize(_rows(tb), [0, 1, 2])
     assert summary["tied_minus_untied_best_val_ppl"] == pytest.approx(-0.2)  # every_4 - none
     assert summary["tying_params_ratio"] == pytest.approx(0.3)
-    assert summary["tying_memory_ratio"] == pytest.approx(0.3)
+    assert summary["tying_state_memory_ratio"] == pytest.approx(0.3)
     # rl (50 params): the best fixed map of <= 50 params is every_4 (8.8): +0.4; paper (30 params):
     # its control paper_fixed (8.75) beats every_4 (8.8): -0.05; the key is the better agent's
     assert extra["agent_minus_best_fixed"] == pytest.approx({"rl": 0.4, "paper": -0.05})

@@ -15,7 +15,7 @@ lowest mean best validation perplexity is chosen (validation only), then:
   ``tied_minus_untied_regularised_test_ppl`` the same on the test plays at that checkpoint;
   ``tied_minus_untied_unregularised_best_val_ppl`` the dropout-0 comparison of ``tying.json``.
 * ``tying_state_memory_ratio``: parameters, gradients and optimizer state (``tying.json``'s
-  ``tying_memory_ratio``, renamed); ``tying_peak_memory_ratio``: that plus the bytes the step's
+  ``tying_memory_ratio`` until issue 67, now ``tying_state_memory_ratio``); ``tying_peak_memory_ratio``: that plus the bytes the step's
   forward saved for backward (``torch.autograd.graph.saved_tensors_hooks``; parameter storages
   counted once, in the state), the largest over steps. Both every_4 / none at the chosen dropouts.
 
