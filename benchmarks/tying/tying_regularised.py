@@ -20,7 +20,7 @@ lowest mean best validation perplexity is chosen (validation only), then:
   counted once, in the state), the largest over steps. Both every_4 / none at the chosen dropouts.
 
 Addendum 1 (written before its runs): ``tying: merge`` (:class:`~archsearch.dynamic.tying.controllers.MergeTying`)
-and the ``every_2`` map at dropout 0 and at the dropout chosen for ``none``;
+and the ``every_2`` map at the dropout chosen for ``none``;
 ``merge_minus_best_fixed_best_val_ppl``: merge's best validation perplexity after its merging
 started minus the best fixed map (none, every_2, every_4 at the same dropout) with at most its
 final parameters, with a paired bootstrap interval over the validation blocks.
@@ -63,8 +63,8 @@ PROTOCOL = HERE / "protocols" / "tying_regularised.json"
 CLAIM = ("a tied char LM (every_4, 0.27x the parameters) is at least as good on validation as the "
          "untied one when both get their dropout chosen on validation; memory counts saved activations")
 MAPS = {"none": {"tying": "none"}, "every_4": {"tying": "every_k", "tying_k": 4}}
-#: addendum 1 (written before its runs): tying: merge and the every_2 map, at dropout 0 and at the
-#: dropout chosen for none; merge reads its held-out loss on validation-play blocks HOLDOUT_BLOCKS
+#: addendum 1 (written before its runs): tying: merge and the every_2 map at the dropout chosen
+#: for none; merge reads its held-out loss on validation-play blocks HOLDOUT_BLOCKS
 ADDENDUM_MAPS = {"every_2": {"tying": "every_k", "tying_k": 2}, "merge": {"tying": "merge", "tying_split": "holdout"}}
 DROPOUTS = (0.0, 0.1, 0.2)
 TARGETS = {"tied_minus_untied_regularised_best_val_ppl": "<= 0", "merge_minus_best_fixed_best_val_ppl": "<= 0"}
@@ -78,8 +78,8 @@ VARIANTS = [variant_name(m, d) for m in MAPS for d in DROPOUTS]
 
 
 def addendum_variants(untied_dropout: float) -> list[str]:
-    """Addendum 1's variants: every_2 and merge at dropout 0 and at ``untied_dropout``."""
-    return [variant_name(m, d) for m in ADDENDUM_MAPS for d in sorted({0.0, float(untied_dropout)})]
+    """Addendum 1's variants: every_2 and merge at ``untied_dropout``."""
+    return [variant_name(m, float(untied_dropout)) for m in ADDENDUM_MAPS]
 
 
 def setup(steps: int, eval_blocks: int = EVAL_BLOCKS) -> dict:
@@ -288,20 +288,15 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict]:
     }
     if len(extra_variants) == len(addendum_variants(du)):
         gap, ci, picks = merge_gap(rows, seeds, du)
-        gap0, ci0, picks0 = merge_gap(rows, seeds, 0.0)
         merge = variant_name("merge", du)
         summary.update({
             "merge_minus_best_fixed_best_val_ppl": gap, "merge_minus_best_fixed_best_val_ppl_ci": ci,
-            "merge_minus_best_fixed_best_val_ppl_at_dropout_0": gap0,
-            "merge_minus_best_fixed_best_val_ppl_at_dropout_0_ci": ci0,
             "merge_params_ratio": agg[merge]["params_trainable"] / agg[untied]["params_trainable"],
         })
-        for v in (merge, variant_name("merge", 0.0)):
-            agg[v].update(best_val_ppl_after_merge_start_per_seed=[rows[(v, sd)]["best_val_ppl_after_merge_start"]
+        agg[merge].update(best_val_ppl_after_merge_start_per_seed=[rows[(merge, sd)]["best_val_ppl_after_merge_start"]
                                                                    for sd in seeds],
-                          merge_start_per_seed=[rows[(v, sd)]["merge_start"] for sd in seeds],
-                          tying_maps=[rows[(v, sd)]["tying_map"] for sd in seeds])
-        agg[merge]["best_fixed_per_seed"], agg[variant_name("merge", 0.0)]["best_fixed_per_seed"] = picks, picks0
+                          merge_start_per_seed=[rows[(merge, sd)]["merge_start"] for sd in seeds],
+                          tying_maps=[rows[(merge, sd)]["tying_map"] for sd in seeds], best_fixed_per_seed=picks)
     return summary, agg
 
 
