@@ -77,3 +77,8 @@ def test_saved_bytes_count_what_backward_keeps_but_not_the_parameters(tr):
     # x (saved for the weight's gradient) and relu's output: 2 x 64 x 256 floats; the weight is excluded
     assert n == 2 * 64 * 256 * 4
     assert saved.take() == 0  # take() resets
+
+
+def test_the_stored_result_regenerates_from_its_rows(tr):
+    """``check``: tying_regularised.json regenerates identically from its committed rows."""
+    assert tr.main(["check"]) == 0
