@@ -163,16 +163,20 @@ class SwitchTying(_MapTying):
     def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
                  loop: TrialContext | None = None):
         super().__init__(model, cfg, settings, loop)
+        self._held_out_checks("switch", loop)
+        self.k = self.s.tying_k
+        self.switch_step: int | None = None
+
+    def _held_out_checks(self, name: str, loop: TrialContext | None) -> None:
+        """Validate the trial loop and ``tying_split``; set the check cadence and the minimum so far."""
         if loop is None:
-            raise ValueError("tying: switch reads a held-out loss during training: it needs a trial loop")
+            raise ValueError(f"tying: {name} reads a held-out loss during training: it needs a trial loop")
         s = self.s
         splits = getattr(loop.data, "data", {})
         if s.tying_split not in splits:
             raise ValueError(f"tying_split: the trial's data has no split {s.tying_split!r} (it has {', '.join(splits)})")
-        self.k, self.every, self.patience, self.split = s.tying_k, s.tying_check_every, s.tying_patience, s.tying_split
-        self.best = math.inf
-        self.bad = 0
-        self.switch_step: int | None = None
+        self.every, self.patience, self.split = s.tying_check_every, s.tying_patience, s.tying_split
+        self.best, self.bad = math.inf, 0
 
     def held_out_loss(self) -> float:
         """Mean loss (nats per token or per sample) on ``tying_split``'s evaluation batches."""
@@ -248,14 +252,8 @@ class MergeTying(SwitchTying):
     def __init__(self, model: nn.Module, cfg: dict[str, Any], settings: dict[str, Any],
                  loop: TrialContext | None = None):
         _MapTying.__init__(self, model, cfg, settings, loop)  # SwitchTying's checks, without its tying_k
-        if loop is None:
-            raise ValueError("tying: merge reads a held-out loss during training: it needs a trial loop")
-        s = self.s
-        splits = getattr(loop.data, "data", {})
-        if s.tying_split not in splits:
-            raise ValueError(f"tying_split: the trial's data has no split {s.tying_split!r} (it has {', '.join(splits)})")
-        self.every, self.patience, self.split, self.price = s.tying_check_every, s.tying_patience, s.tying_split, s.tying_price
-        self.best, self.bad, self.switch_step = math.inf, 0, None
+        self._held_out_checks("merge", loop)
+        self.price = self.s.tying_price
         self.merge_start: int | None = None
         self.merges: list[tuple[int, list[int]]] = []
 
