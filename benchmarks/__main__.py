@@ -19,7 +19,7 @@ RUNNERS = {
     "schedulers": ["schedulers"],
     # dynamic_depth's stored files are development records, each regenerated with the arguments
     # its provenance records (tests/test_depth_benchmark.py), not by a bare ``check``
-    "depth": ["dht_seeded", "stop_policies", "stop_bandit", "shift", "head_gating"],
+    "depth": ["dht_seeded", "stop_policies", "stop_bandit", "stop_bandit_fair", "shift", "head_gating"],
     "length": ["length_adaptive"],
     "tying": ["tying", "tying_regularised"],
     "gpu": ["gpu", "train_ops"],

@@ -13,6 +13,7 @@ import math
 
 import optuna
 import pytest
+import torch
 
 from archsearch.search.ahto import MODEL_SOURCES
 from optuna.testing.pytest_samplers import (BasicSamplerTestCase, MultiObjectiveSamplerTestCase,
@@ -241,6 +242,55 @@ def test_told_config_not_the_asked_one_is_what_the_model_learns():
     assert torch.allclose(X.reshape(-1, X.shape[-1])[-4:], want)
 
 
+def test_conditions_are_inferred_from_the_trials_nested_and_on_floats():
+    """``infer_conditions``: a categorical whose values split the trials with and without a
+    param explains it (nested branches through the inner categorical); a param whose presence
+    no categorical explains (a branch on a float) gets none; a value seen on both sides
+    removes a coincidental condition."""
+    from archsearch.search.samplers import infer_conditions
+
+    trials = [{"kind": "a", "sub": 1, "p": 0.1, "y": 0.5}, {"kind": "a", "sub": 2, "y": 0.2},
+              {"kind": "b", "z": 0.3}, {"kind": "b", "z": 0.9, "f": 0.7}, {"kind": "b", "z": 0.1}]
+    got = infer_conditions(trials, ["sub", "p", "y", "z", "f"], ["kind", "sub"])
+    assert got["y"] == {"kind": ["a"]} and got["sub"] == {"kind": ["a"]} and got["z"] == {"kind": ["b"]}
+    assert got["p"] == {"sub": [1]}  # nested: kind is a on both sides of p, sub is not
+    assert "f" not in got  # present on some kind-b trials only: no categorical explains it
+    # "opt" splits like kind by chance (the tie goes by name) until a trial contradicts it
+    trials = [{"kind": "a", "opt": "adam", "y": 0.1}, {"kind": "b", "opt": "sgd"}]
+    assert infer_conditions(trials, ["y"], ["opt", "kind"])["y"] == {"kind": ["a"]}
+    trials.append({"kind": "a", "opt": "sgd", "y": 0.4})
+    assert infer_conditions(trials, ["y"], ["opt", "kind"])["y"] == {"kind": ["a"]}
+    trials.append({"kind": "b", "opt": "adam"})
+    assert infer_conditions(trials, ["y"], ["kind", "opt"])["y"] == {"kind": ["a"]}
+
+
+def test_a_branch_on_a_float_keeps_its_indicator_and_a_nested_branch_its_condition():
+    """In a study, a param no categorical explains keeps the indicator column while the
+    others become conditions, chained through the space (``p`` only when ``kind`` is a and
+    ``sub`` is 1)."""
+    def objective(trial):
+        kind = trial.suggest_categorical("kind", ["a", "b"])
+        x = trial.suggest_float("x", 0.0, 1.0)
+        if kind == "a" and trial.suggest_categorical("sub", [1, 2]) == 1:
+            x += trial.suggest_float("p", 0.0, 1.0)
+        if x > 0.5:
+            x += trial.suggest_float("f", 0.0, 1.0)
+        return x
+
+    study = optuna.create_study(sampler=QNEHVISampler(seed=0, n_startup_trials=20))
+    for params in ({"kind": "a", "sub": 1, "x": 0.9}, {"kind": "a", "sub": 2, "x": 0.1},
+                   {"kind": "b", "x": 0.7}, {"kind": "b", "x": 0.2}):
+        study.enqueue_trial(params)
+    study.optimize(objective, n_trials=4)
+    sampler = study.sampler
+    core = sampler.build_core(study, sampler.infer_relative_search_space(study, study.trials[-1]))
+    params = core.space.params
+    assert params["sub"].when == {"kind": ["a"]} and params["p"].when == {"sub": [1]}
+    assert params["f"].when is None and "f?active" in params
+    assert list(params).index("sub") < list(params).index("p")
+    assert "p" not in core.space.decode(core.space.encode({"kind": "b", "x": 0.5, "sub": 1, "p": 0.3}))
+
+
 def _branched(trial):
     kind = trial.suggest_categorical("kind", ["a", "b"])
     x = trial.suggest_float("x", 0.0, 1.0)
@@ -249,11 +299,13 @@ def _branched(trial):
     return x + 0.2 + (trial.suggest_float("yb", 0.0, 1.0) - 0.5) ** 2
 
 
-@pytest.mark.parametrize("model_branches", [True, False])
+@pytest.mark.parametrize("model_branches", [True, "indicators", False])
 def test_branch_params_are_modelled_or_left_to_the_independent_sampler(model_branches):
     """A define-by-run objective with branches: with ``model_branches`` the relative search
-    space is the union (kind, x, ya, yb), the core's space adds an "active" indicator per branch
-    param and learns from every trial; without it only (kind, x) is modelled (the ablation)."""
+    space is the union (kind, x, ya, yb) and the core learns from every trial; by default the
+    branch params become conditions of the core's space (ya when kind is a), so no candidate
+    is a configuration the objective cannot produce; with ``"indicators"`` an "active"
+    indicator per branch param instead; without it only (kind, x) is modelled (the ablation)."""
     study = optuna.create_study(sampler=QNEHVISampler(seed=0, model_branches=model_branches, **FAST))
     for kind in ("a", "b", "a", "b"):
         study.enqueue_trial({"kind": kind})
@@ -261,7 +313,15 @@ def test_branch_params_are_modelled_or_left_to_the_independent_sampler(model_bra
     sampler = study.sampler
     space = sampler.infer_relative_search_space(study, study.trials[-1])
     core = sampler.build_core(study, space)
-    if model_branches:
+    if model_branches is True:
+        assert set(space) == {"kind", "x", "ya", "yb"} and len(core.finished()) == 6
+        assert not any(k.endswith("?active") for k in core.space.params)
+        assert core.space.params["ya"].when == {"kind": ["a"]} and core.space.params["yb"].when == {"kind": ["b"]}
+        # every point of the cube decodes to a configuration of one branch
+        for x in torch.rand(64, len(core.space.dims()), generator=torch.Generator().manual_seed(0)).tolist():
+            cfg = core.space.decode(x)
+            assert ("ya" in cfg) == (cfg["kind"] == "a") and ("yb" in cfg) == (cfg["kind"] == "b")
+    elif model_branches == "indicators":
         assert set(space) == {"kind", "x", "ya", "yb"}
         assert {"ya?active", "yb?active"} <= set(core.space.params)
         assert len(core.finished()) == 6  # every trial informs the GP, whatever its branch

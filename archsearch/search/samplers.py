@@ -17,11 +17,16 @@ space from the study. On every trial it
 
 1. infers the relative search space: with ``model_branches=True`` (default) the *union* of the
    finished trials' distributions (a param that only some trials have, e.g. in a branch of a
-   define-by-run objective, is modelled too: a trial without it encodes it at a fixed value,
-   the param's low end, plus an "active" indicator column, so one GP sees every branch; a name
-   whose distribution differs between trials is left to ``independent_sampler``); with
-   ``model_branches=False`` the distributions every finished trial shares
-   (``IntersectionSearchSpace``; branch params sampled independently, random by default);
+   define-by-run objective, is modelled too, so one GP sees every branch; a name whose
+   distribution differs between trials is left to ``independent_sampler``). A branch param
+   becomes a *condition* of the space where the trials explain it
+   (:func:`infer_conditions`: active when a categorical takes the values it was seen with),
+   so every candidate the acquisition scores is a configuration the objective can produce;
+   where no categorical explains it (a branch on a float), an "active" indicator column is
+   added instead (``model_branches="indicators"`` does that for every branch param: the
+   behaviour before conditions, an ablation). With ``model_branches=False`` the distributions
+   every finished trial shares (``IntersectionSearchSpace``; branch params sampled
+   independently, random by default);
 2. builds an :class:`archsearch.space.ParamSpace` from those distributions (float/int bounds,
    ``log`` and ``step`` kept; categorical choices one-hot; choices that are not numbers,
    strings or booleans, e.g. ``None``, by their index: :func:`code_choices`), the study's directions and metric
@@ -92,10 +97,49 @@ def choice_index(choices: list, value: Any) -> int:
     raise ValueError(f"{value!r} is not one of {choices}")
 
 
+def infer_conditions(trials: Sequence[dict[str, Any]], branch: Sequence[str],
+                     categoricals: Sequence[str]) -> dict[str, dict[str, list]]:
+    """The conditions that explain when each ``branch`` param appears in ``trials``.
+
+    A categorical ``c`` explains param ``k`` when ``c`` is present in every trial that has
+    ``k``, some trial has ``c`` without ``k``, and no value of ``c`` is seen both with and
+    without ``k``: then ``k`` is active when ``c`` takes one of the values it was seen with
+    (``{k: {c: [values]}}``). Among several, the one present in the most trials (then by
+    name). A param no categorical explains (a branch on a float) is left out. Chains resolve
+    through the space: a param whose explaining categorical is itself conditional is active
+    only when that one is. No cycle can form (``c`` is present in strictly more trials than
+    ``k``). The data can be fooled by a coincidence (a shared categorical whose values happen
+    to split like the branch); the next trial that contradicts it removes the condition.
+    Same idea as SMAC's and Hyperopt's conditional spaces, read off define-by-run trials.
+
+    Args:
+        trials: each finished trial's params (``{name: value}``; values hashable).
+        branch: the params some trials lack.
+        categoricals: the categorical params that may explain them.
+    """
+    out: dict[str, dict[str, list]] = {}
+    for k in branch:
+        best, rank = None, None
+        for c in categoricals:
+            if c == k or not all(c in t for t in trials if k in t):
+                continue
+            with_k = {t[c] for t in trials if k in t}
+            without = {t[c] for t in trials if c in t and k not in t}
+            if not without or with_k & without:
+                continue
+            r = (sum(c in t for t in trials), [-ord(ch) for ch in c])
+            if rank is None or r > rank:
+                best, rank = (c, sorted(with_k, key=repr)), r
+        if best is not None:
+            out[k] = {best[0]: best[1]}
+    return out
+
+
 def param_space_from_distributions(search_space: dict[str, BaseDistribution],
                                    directions: Sequence[StudyDirection],
                                    metric_names: Sequence[str] | None = None,
-                                   constraint_keys: Sequence[str] = ()):
+                                   constraint_keys: Sequence[str] = (),
+                                   conditions: dict[str, dict[str, list]] | None = None):
     """An :class:`archsearch.space.ParamSpace` for Optuna distributions.
 
     Args:
@@ -107,14 +151,17 @@ def param_space_from_distributions(search_space: dict[str, BaseDistribution],
             ...).
         constraint_keys: Optuna constraint keys; each is a metric ``constraint:KEY`` with
             ``max: 0``.
+        conditions: ``{param: {categorical: [values]}}`` (:func:`infer_conditions`): the
+            param's ``when``; the params are ordered so that each comes after what it depends on.
 
     Raises:
         ValueError: an unsupported distribution or choice (e.g. ``None``).
     """
     from archsearch.space import ParamSpace
 
+    conditions = conditions or {}
     params: dict[str, Any] = {}
-    for name, dist in search_space.items():
+    for name, dist in _dependency_order(search_space, conditions):
         if isinstance(dist, IntDistribution):
             params[name] = {"type": "int", "low": dist.low, "high": dist.high, "step": dist.step,
                             "log": dist.log}
@@ -127,6 +174,8 @@ def param_space_from_distributions(search_space: dict[str, BaseDistribution],
             params[name] = {"type": "categorical", "choices": list(dist.choices)}
         else:
             raise ValueError(f"{name}: unsupported distribution {type(dist).__name__}")
+        if name in conditions:
+            params[name]["when"] = conditions[name]
     names = list(metric_names or [])
     if len(set(names)) != len(directions):  # none, or a name twice (Optuna allows it): by position
         names = [f"objective_{i}" for i in range(len(directions))]
@@ -134,6 +183,22 @@ def param_space_from_distributions(search_space: dict[str, BaseDistribution],
                   for n, d in zip(names, directions)]
     constraints = {f"{CONSTRAINT_PREFIX}{k}": {"max": 0.0} for k in constraint_keys}
     return ParamSpace(objectives=objectives, constraints=constraints, params=params)
+
+
+def _dependency_order(search_space: dict[str, BaseDistribution],
+                      conditions: dict[str, dict[str, list]]) -> list[tuple[str, BaseDistribution]]:
+    """``search_space``'s items with every param after the params its condition names
+    (decoding reads conditions in order); otherwise in the given order."""
+    out, placed, left = [], set(), list(search_space)
+    while left:
+        ready = [k for k in left if all(d in placed or d not in search_space for d in conditions.get(k, {}))]
+        if not ready:
+            raise ValueError(f"conditions form a cycle among {left}")
+        for k in ready:
+            out.append((k, search_space[k]))
+            placed.add(k)
+        left = [k for k in left if k not in placed]
+    return out
 
 
 class CoreSearcherSampler(BaseSampler):
@@ -150,8 +215,9 @@ class CoreSearcherSampler(BaseSampler):
         constraints_func: the older Optuna constraint API (``FrozenTrial -> sequence of
             floats``, feasible when all <= 0); prefer ``Trial.set_constraint`` in the objective.
         model_branches: model the params of every branch of a define-by-run objective (the
-            union of the trials' params, with "active" indicators); False: only the params
-            every trial shares.
+            union of the trials' params; ``True``: as conditions where a categorical explains
+            them, else with "active" indicator columns; ``"indicators"``: indicator columns
+            for every branch param); False: only the params every trial shares.
         searcher_kwargs: passed to the searcher's constructor (e.g. ``num_restarts``);
             ``history=[study, ...]``: earlier Optuna studies (any storage) whose complete trials
             warm-start the search (:mod:`archsearch.search.transfer`; params matched by name
@@ -161,9 +227,11 @@ class CoreSearcherSampler(BaseSampler):
     def __init__(self, searcher: str = "ahto", *, seed: int | None = None,
                  n_startup_trials: int = 10, independent_sampler: BaseSampler | None = None,
                  constraints_func: Callable[[FrozenTrial], Sequence[float]] | None = None,
-                 model_branches: bool = True, **searcher_kwargs: Any):
+                 model_branches: bool | str = True, **searcher_kwargs: Any):
         import numpy as np
 
+        if model_branches not in (True, False, "indicators"):
+            raise ValueError(f"model_branches must be True, False or 'indicators', not {model_branches!r}")
         self.searcher = searcher
         self._seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**31)
         self.n_startup_trials = int(n_startup_trials)
@@ -172,7 +240,7 @@ class CoreSearcherSampler(BaseSampler):
         self._kwargs = searcher_kwargs
         self._priors: dict = {}  #: transfer priors fitted from ``history``, per modelled space
         self._intersection = IntersectionSearchSpace()
-        self.model_branches = bool(model_branches)
+        self.model_branches = model_branches
         self.last_source: str | None = None  #: what proposed the last relative sample
 
     def reseed_rng(self) -> None:
@@ -225,12 +293,20 @@ class CoreSearcherSampler(BaseSampler):
             names = study.metric_names
         except AttributeError:  # Optuna < 3.2
             names = None
-        # params some trials lack (branches): an "active" indicator each, when modelled
-        branch = [k for k in search_space if self.model_branches and
-                  not all(k in t.params for t in trials if t.state == TrialState.COMPLETE)]
+        # params some trials lack (branches): a condition each where a categorical explains
+        # it, else an "active" indicator column
+        complete = [t.params for t in trials if t.state == TrialState.COMPLETE]
+        branch = [k for k in search_space if self.model_branches and not all(k in p for p in complete)]
         dists, coded = code_choices(search_space)
+        conditions: dict[str, dict[str, list]] = {}
+        if self.model_branches is True and branch:
+            coded_trials = [{k: choice_index(coded[k], v) if k in coded else v for k, v in p.items()
+                             if k in search_space} for p in complete]
+            conditions = infer_conditions(coded_trials, branch, [k for k, d in dists.items()
+                                                                 if isinstance(d, CategoricalDistribution)])
+        branch = [k for k in branch if k not in conditions]
         dists.update({f"{k}{ACTIVE_SUFFIX}": IntDistribution(0, 1) for k in branch})
-        space = param_space_from_distributions(dists, study.directions, names, keys)
+        space = param_space_from_distributions(dists, study.directions, names, keys, conditions)
         metrics = [o.metric for o in space.objectives]
         kwargs = dict(self._kwargs)
         key = (tuple(space.dims()), tuple(metrics))
@@ -314,7 +390,7 @@ class AHTOSampler(CoreSearcherSampler):
     def __init__(self, *, seed: int | None = None, n_startup_trials: int = 10,
                  independent_sampler: BaseSampler | None = None,
                  constraints_func: Callable[[FrozenTrial], Sequence[float]] | None = None,
-                 model_branches: bool = True, policy: str | None = None, n_sobol: int = 64, n_perturb: int = 16,
+                 model_branches: bool | str = True, policy: str | None = None, n_sobol: int = 64, n_perturb: int = 16,
                  perturb_scale: float = 0.1, num_restarts: int = 2, raw_samples: int = 32,
                  maxiter: int = 15, mc_samples: int = 32, gp_maxiter: int = 60, max_gp_points: int = 200,
                  history: Sequence[Any] | None = None):
@@ -343,7 +419,7 @@ class QNEHVISampler(CoreSearcherSampler):
     def __init__(self, *, seed: int | None = None, n_startup_trials: int = 10,
                  independent_sampler: BaseSampler | None = None,
                  constraints_func: Callable[[FrozenTrial], Sequence[float]] | None = None,
-                 model_branches: bool = True, num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15,
+                 model_branches: bool | str = True, num_restarts: int = 2, raw_samples: int = 32, maxiter: int = 15,
                  mc_samples: int = 32, gp_maxiter: int = 60, max_gp_points: int = 200):
         super().__init__("qnehvi", seed=seed, n_startup_trials=n_startup_trials,
                          independent_sampler=independent_sampler, constraints_func=constraints_func,
@@ -352,5 +428,5 @@ class QNEHVISampler(CoreSearcherSampler):
                          mc_samples=mc_samples, gp_maxiter=gp_maxiter, max_gp_points=max_gp_points)
 
 
-__all__ = ["AHTOSampler", "QNEHVISampler", "CoreSearcherSampler", "param_space_from_distributions",
+__all__ = ["AHTOSampler", "QNEHVISampler", "CoreSearcherSampler", "param_space_from_distributions", "infer_conditions",
            "optuna"]

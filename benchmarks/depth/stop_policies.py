@@ -189,11 +189,13 @@ def play(t: dict, exits: np.ndarray) -> tuple[float, float, np.ndarray]:
             np.bincount(exits, minlength=K))
 
 
-def policy_exits(name: str, val: dict, test: dict, budget: float, fit_on: tuple | None = None) -> np.ndarray:
+def policy_exits(name: str, val: dict, test: dict, budget: float, fit_on: tuple | None = None,
+                 keep: dict | None = None) -> np.ndarray:
     """Test exits of policy ``name`` fitted and calibrated on ``val`` to ``budget``; with
     ``fit_on`` = ``(Xs, q, c)`` (``N x K x d``, ``N x K``, ``N x K``; e.g. a trained gating's
     window of training rows) fitted on those rows instead and calibrated on ``val``, as
-    ``dht_stop_fit: train`` does."""
+    ``dht_stop_fit: train`` does. ``keep``: a dict that receives the fitted stop policy
+    (``"stop"``; a bandit's ``plays`` are those of its fit at the calibrated price)."""
     from archsearch.dynamic.budget import calibrate_monotone, calibrate_price
     from archsearch.dynamic.depth.exits import first_stop
     from archsearch.dynamic.depth.stopping import LinearStopping
@@ -228,6 +230,8 @@ def policy_exits(name: str, val: dict, test: dict, budget: float, fit_on: tuple 
     frac = fraction(price)  # the policy of the calibrated price, fitted
     if abs(frac - budget) > 0.005:  # as DHTGating.calibrate: one offset on every threshold
         stop.calibrate_offset(lambda: play(val, stop.route(Xv, val["cost"], price))[1], budget, frac)
+    if keep is not None:
+        keep["stop"] = stop
     return stop.route(Xt, test["cost"], price)
 
 

@@ -1,4 +1,4 @@
-"""Conditional (branched) search spaces: does AHTOSampler see inside the branches? (issue 37, 5)
+"""Conditional (branched) search spaces: does AHTOSampler see inside the branches? (issues 37, 65)
 
 Problem (a define-by-run Optuna objective, two objectives minimised)::
 
@@ -11,17 +11,23 @@ The true front is branch a at ya = 0.3, za = 0.7 (g = 0): a sampler that models 
 every trial shares (kind, x) draws ya, za at random and rarely gets g near 0. Hypervolume with
 reference (1.1, 1.1), normalised by the analytic maximum 1.1^2 - pi / 4.
 
-Samplers, 40 trials, seeds 0-9, 6 startup trials for every model-based one: ``ahto``
-(``AHTOSampler``, branches modelled: the union of params with "active" indicators),
-``ahto_intersection`` (``AHTOSampler(model_branches=False)``: the old behaviour, the ablation),
-``gp`` (Optuna's ``GPSampler``), ``tpe`` (``TPESampler(multivariate=True, group=True)``, Optuna's
-answer to branches), ``random``. Protocol: ``benchmarks/searchers/protocols/conditional.json`` (committed
-before the runs). Rows: ``benchmarks/searchers/runs/conditional_runs.jsonl`` (one per sampler and
-seed, resumable); ``python -m benchmarks.searchers.searchers analyze`` reads them for
-``ahto_hv_ratio_vs_gp_conditional_at_40`` (median HV of ahto over median HV of gp at 40), which
-it writes into ``searchers.json``: this runner only measures.
+Samplers, 40 trials, 6 startup trials for every model-based one: ``ahto`` (``AHTOSampler`` at
+its defaults: branch params as conditions inferred from the trials), ``ahto_indicators``
+(``model_branches="indicators"``: the union of params with "active" indicator columns, the
+behaviour issue 37 measured), ``ahto_intersection`` (``model_branches=False``), ``gp`` (Optuna's
+``GPSampler``), ``tpe`` (``TPESampler(multivariate=True, group=True)``, Optuna's answer to
+branches), ``random``. Protocol: ``benchmarks/searchers/protocols/conditional_v2.json``
+(committed before its runs; validation seeds 0-9, test seeds 10-29). Rows:
+``benchmarks/searchers/runs/conditional_v2_runs.jsonl`` (one per sampler and seed, resumable;
+issue 37's ``conditional_runs.jsonl``, protocol ``conditional.json``, stays as it was).
+``python -m benchmarks.searchers.searchers analyze`` reads the test seeds for
+``ahto_hv_ratio_vs_tpe_group_conditional_at_40`` and ``ahto_hv_ratio_vs_gp_conditional_at_40``
+(median HV of ahto over that of tpe / gp at 40) and ``ahto_minus_tpe_hv_conditional_at_40``
+(mean paired difference over seeds, bootstrap interval), which it writes into
+``searchers.json``: this runner only measures.
 
-    python -m benchmarks.searchers.conditional run --seeds 0-9 --workers 2
+    python -m benchmarks.searchers.conditional run --seeds 0-9 --workers 2     # validation
+    python -m benchmarks.searchers.conditional run --seeds 10-29 --workers 2   # the test read
 """
 
 from __future__ import annotations
@@ -37,8 +43,11 @@ from benchmarks.evidence.frontier import hv2_min
 from benchmarks.evidence.provenance import git_commit
 from benchmarks.evidence.runlog import RunLog
 
-RUNS = Path(__file__).resolve().parent / "runs" / "conditional_runs.jsonl"
-SAMPLERS = ("ahto", "ahto_intersection", "gp", "tpe", "random")
+RUNS = Path(__file__).resolve().parent / "runs" / "conditional_v2_runs.jsonl"
+PROTOCOL = Path(__file__).resolve().parent / "protocols" / "conditional_v2.json"
+SAMPLERS = ("ahto", "ahto_indicators", "ahto_intersection", "gp", "tpe", "random")
+VALIDATION_SEEDS = tuple(range(10))
+TEST_SEEDS = tuple(range(10, 30))
 TRIALS = 40
 STARTUP = 6
 REF = (1.1, 1.1)
@@ -62,6 +71,8 @@ def sampler(name: str, seed: int):
 
     if name == "ahto":
         return AHTOSampler(seed=seed, n_startup_trials=STARTUP)
+    if name == "ahto_indicators":
+        return AHTOSampler(seed=seed, n_startup_trials=STARTUP, model_branches="indicators")
     if name == "ahto_intersection":
         return AHTOSampler(seed=seed, n_startup_trials=STARTUP, model_branches=False)
     if name == "gp":
@@ -111,20 +122,39 @@ def read_runs(path: Path = RUNS) -> list[dict]:
     return list(out.values())
 
 
-def summary(runs: list[dict]) -> dict:
-    """Median normalised HV at 10/20/40 per sampler over the seeds every sampler has, and
-    ``ahto_hv_ratio_vs_gp_conditional_at_40``."""
+def summary(runs: list[dict], seeds=TEST_SEEDS) -> dict:
+    """Median normalised HV at 10/20/40 per sampler over the ``seeds`` every sampler has,
+    ``ahto_hv_ratio_vs_tpe_group_conditional_at_40``, ``ahto_hv_ratio_vs_gp_conditional_at_40``
+    and ``ahto_minus_tpe_hv_conditional_at_40`` (mean paired difference over seeds, its 95%
+    bootstrap interval over seeds in ``_ci``; Wilcoxon p in ``_wilcoxon_p``)."""
     import statistics
 
-    by = {s: {r["seed"]: r for r in runs if r["sampler"] == s} for s in SAMPLERS}
+    import numpy as np
+
+    from benchmarks.evidence.stats import bootstrap_ci, bootstrap_indices, wilcoxon
+
+    keys = ("ahto_hv_ratio_vs_tpe_group_conditional_at_40", "ahto_hv_ratio_vs_gp_conditional_at_40",
+            "ahto_minus_tpe_hv_conditional_at_40", "ahto_minus_tpe_hv_conditional_at_40_ci",
+            "ahto_minus_tpe_hv_conditional_at_40_wilcoxon_p")
+    wanted = set(seeds)
+    by = {s: {r["seed"]: r for r in runs if r["sampler"] == s and r["seed"] in wanted} for s in SAMPLERS}
     by = {s: v for s, v in by.items() if v}
-    if not by:
-        return {"ahto_hv_ratio_vs_gp_conditional_at_40": None, "table": {}, "seeds": []}
-    seeds = sorted(set.intersection(*(set(v) for v in by.values())))
-    table = {s: {str(b): statistics.median(v[k]["curve"][b - 1] for k in seeds) for b in (10, 20, 40)}
-             for s, v in by.items()} if seeds else {}
-    ratio = (table["ahto"]["40"] / table["gp"]["40"]) if "ahto" in table and "gp" in table else None
-    return {"ahto_hv_ratio_vs_gp_conditional_at_40": ratio, "table": table, "seeds": seeds}
+    out = {k: None for k in keys}
+    common = sorted(set.intersection(*(set(v) for v in by.values()))) if by else []
+    if not common:
+        return {**out, "table": {}, "seeds": [], "branch_a_median": {}}
+    table = {s: {str(b): statistics.median(v[k]["curve"][b - 1] for k in common) for b in (10, 20, 40)}
+             for s, v in by.items()}
+    if "ahto" in table and "tpe" in table:
+        out[keys[0]] = table["ahto"]["40"] / table["tpe"]["40"]
+        d = np.array([by["ahto"][k]["curve"][39] - by["tpe"][k]["curve"][39] for k in common])
+        out[keys[2]] = float(d.mean())
+        out[keys[3]] = bootstrap_ci(d[bootstrap_indices(len(d))].mean(1))
+        out[keys[4]] = wilcoxon(d)
+    if "ahto" in table and "gp" in table:
+        out[keys[1]] = table["ahto"]["40"] / table["gp"]["40"]
+    return {**out, "table": table, "seeds": common,
+            "branch_a_median": {s: statistics.median(v[k]["branch_a"] for k in common) for s, v in by.items()}}
 
 
 def cmd_run(args) -> None:
@@ -142,7 +172,7 @@ def cmd_run(args) -> None:
             print(f"[{k}/{len(jobs)}] {r['sampler']} seed={r['seed']} hv@10/20/40="
                   f"{r['curve'][9]:.3f}/{r['curve'][19]:.3f}/{r['curve'][39]:.3f} branch a {r['branch_a']}/40 "
                   f"{r['seconds']:.0f}s (elapsed {time.time() - t0:.0f}s)", flush=True)
-    print(json.dumps(summary(read_runs(Path(args.out))), indent=1))
+    print(json.dumps(summary(read_runs(Path(args.out)), seeds=args.seeds), indent=1))
 
 
 def _add_arguments(p) -> None:
