@@ -213,7 +213,7 @@ def policy_exits(name: str, val: dict, test: dict, budget: float, fit_on: tuple 
     else:  # (max probability, 1): the confidence rule reads column 0
         Xv, Xt = (np.stack([t["maxp"], np.ones_like(t["maxp"])], -1) for t in (val, test))
     q = {"prob": val["prob"], "match": val["match"], "labels": val["correct"]}[quality]
-    if rule.startswith("bandit"):  # "bandit" (alpha = DHTSettings' dht_alpha) or "bandit{alpha}"
+    if rule.startswith("bandit"):  # "bandit" (alpha 0.3 = dht_alpha, as stop_bandit.json ran) or "bandit{alpha}"
         from archsearch.dynamic.depth.dht import DHTSettings
         from archsearch.dynamic.depth.stop_bandit import BanditStopping
 

@@ -133,7 +133,7 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         trajectory = self.stop_context == "trajectory"
         dim, score_col = (TRAJECTORY_DIM, 0) if trajectory else (self.context_dim, CONTEXT_DIM)
         self.stopping = (None if self.routing != "cascade" else
-                         BanditStopping(len(self.depths), dim, alpha=s.dht_alpha, seed=seed, score_col=score_col)
+                         BanditStopping(len(self.depths), dim, alpha=s.dht_stop_alpha, seed=seed, score_col=score_col)
                          if self.stop_rule == "bandit" else
                          LinearStopping(len(self.depths), dim, rule=self.stop_rule, score_col=score_col,
                                         refit_every=s.dht_stop_refit_every))
