@@ -503,6 +503,7 @@ def summarize(runs_path: Path = RUNS, out: Path | None = OUT, png: Path | None =
     cond = conditional.summary(conditional.read_runs(cond_runs))
     for k in [k for k in cond if k.startswith("ahto_")]:
         summary[k] = cond.pop(k)
+    summary["conditional_hv_median_at_40"] = {s: t["40"] for s, t in cond["table"].items()}
     details = {"lcbench": lc_details, "conditional": cond, "hv_table": table, "trials_to_95": t95, "seeds": seeds, "normaliser": norm,
                "model_based_ask_sources": sources, "replay_counts": counts, "timing": asks,
                "suggest_time": times, "budgets": list(BUDGETS), "horizon": HORIZON,
@@ -605,7 +606,7 @@ def _print_table(problems, table, t95, seeds, summary, met, counts, sources) -> 
     for k, v in summary.items():
         t = (f"  target {TARGETS[k]}: {'not measured' if v is None else 'met' if met[k]['met'] else 'missed'}"
              if k in TARGETS else "")
-        shown = ", ".join(f"{a} {b if isinstance(b, str) else f'{b:.3f}'}" for a, b in v.items()) if isinstance(v, dict) else v if isinstance(v, str) else _fmt(v)
+        shown = ", ".join(f"{a} {b if isinstance(b, str) else f'{b:.3f}'}" for a, b in v.items()) if isinstance(v, dict) else v if isinstance(v, str) else ", ".join(_fmt(x) for x in v) if isinstance(v, list) else _fmt(v)
         print(f"{k:28s} {shown}{t}")
 
 
