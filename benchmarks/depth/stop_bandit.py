@@ -205,10 +205,7 @@ COMMAND = Command(__doc__.split("\n\n")[0], run=_run, add_arguments=_options,
 
 def main(argv: list[str] | None = None) -> int:
     """``run``, ``analyze`` (the default) or ``check``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
-        argv = ["analyze", *argv]
-    return COMMAND.main(argv)
+    return COMMAND.main(argv, default="analyze")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,14 @@ class Command:
                 self.add_arguments(s)
         return p
 
-    def main(self, argv: Sequence[str] | None = None) -> int:
+    def main(self, argv: Sequence[str] | None = None, *, default: str | None = None) -> int:
+        """Run the subcommand of ``argv`` (default ``sys.argv[1:]``); with ``default``
+        (``"analyze"``), an empty ``argv`` or one that starts with an option runs that
+        subcommand (a runner of stored data, whose bare command analyzes)."""
+        if default is not None:
+            argv = list(sys.argv[1:] if argv is None else argv)
+            if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+                argv = [default, *argv]
         args = self.parser().parse_args(argv)
         args.check = args.command == "check"
         try:
