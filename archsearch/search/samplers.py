@@ -119,19 +119,17 @@ def infer_conditions(trials: Sequence[dict[str, Any]], branch: Sequence[str],
     """
     out: dict[str, dict[str, list]] = {}
     for k in branch:
-        best, rank = None, None
+        found = []
         for c in categoricals:
             if c == k or not all(c in t for t in trials if k in t):
                 continue
             with_k = {t[c] for t in trials if k in t}
             without = {t[c] for t in trials if c in t and k not in t}
-            if not without or with_k & without:
-                continue
-            r = (sum(c in t for t in trials), [-ord(ch) for ch in c])
-            if rank is None or r > rank:
-                best, rank = (c, sorted(with_k, key=repr)), r
-        if best is not None:
-            out[k] = {best[0]: best[1]}
+            if without and not with_k & without:
+                found.append((-sum(c in t for t in trials), c, sorted(with_k, key=repr)))
+        if found:
+            _, c, values = min(found, key=lambda f: f[:2])
+            out[k] = {c: values}
     return out
 
 
