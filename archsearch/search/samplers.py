@@ -220,6 +220,9 @@ class CoreSearcherSampler(BaseSampler):
             ``history=[study, ...]``: earlier Optuna studies (any storage) whose complete trials
             warm-start the search (:mod:`archsearch.search.transfer`; params matched by name
             and range, objectives by ``metric_names`` or order).
+
+    Raises:
+        ValueError: ``model_branches`` is not True, False or ``"indicators"``.
     """
 
     def __init__(self, searcher: str = "ahto", *, seed: int | None = None,
