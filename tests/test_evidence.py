@@ -128,6 +128,10 @@ def test_result_schema_and_compare(tmp_path, monkeypatch):
     assert results.compare_results(stored, other) == []
     diff = results.compare_results(stored, dict(other, summary={"a": 1.5}))
     assert diff and diff[0].startswith("summary.a:")
+    # another CPU sums in another order: the last bits may differ, a digit may not
+    assert results.compare_results(stored, dict(other, summary={"a": 1.0 + 3e-16})) == []
+    assert results.compare_results(stored, dict(other, summary={"a": 1.0 + 1e-6}))
+    assert results.compare_results({"x": [0.0, True]}, {"x": [1e-13, 1]})  # a bool is not a number
 
 
 def test_cli_check_fails_on_a_changed_result(tmp_path, capsys):

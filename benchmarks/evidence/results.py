@@ -19,6 +19,7 @@ regenerated result differs from the stored one (``provenance`` aside).
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -105,6 +106,18 @@ def read_result(path: Path | str) -> dict[str, Any]:
         raise ValueError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
 
 
+#: How far a regenerated float may be from the stored one and still be the same number: the
+#: last bits of a sum depend on the CPU's vector width (BLAS and NumPy reduce in another order on
+#: another machine), so a result written on one machine regenerates on another to about 1e-15
+#: relative; 1e-9 is far below any digit a claim reads.
+REL_TOL, ABS_TOL = 1e-9, 1e-12
+
+
+def _floats(a: Any, b: Any) -> bool:
+    return (isinstance(a, float) or isinstance(b, float)) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+
+
 def _diff(a: Any, b: Any, at: str, out: list[str]) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b), key=str):
@@ -117,14 +130,16 @@ def _diff(a: Any, b: Any, at: str, out: list[str]) -> None:
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
             _diff(x, y, f"{at}{i}.", out)
+    elif _floats(a, b) and math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL):
+        return
     elif json.dumps(a, sort_keys=True) != json.dumps(b, sort_keys=True):
         out.append(f"{at.rstrip('.')}: stored {json.dumps(a)[:80]} != regenerated {json.dumps(b)[:80]}")
 
 
 def compare_results(stored: dict[str, Any], regenerated: dict[str, Any],
                     ignore: Iterable[str] = ("provenance",)) -> list[str]:
-    """Where two results differ (JSON-equal values, top-level ``ignore`` keys aside): one line
-    per differing path, ``[]`` when identical."""
+    """Where two results differ (JSON-equal values, floats equal to :data:`REL_TOL` relative,
+    top-level ``ignore`` keys aside): one line per differing path, ``[]`` when identical."""
     skip = set(ignore)
     out: list[str] = []
     _diff({k: v for k, v in stored.items() if k not in skip},
