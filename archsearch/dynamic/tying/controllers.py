@@ -1,7 +1,7 @@
 """Layer tying during training: the controllers with a fixed map (``tying: all``, ``every_k``), the
 held-out switch (``tying: switch``), the held-out merges (``tying: merge``), and the base every tying controller shares (apply a map, keep
 the optimizer in step, report, save); the Q-learning agents (``tying: rl``, ours; ``tying:
-paper``, Hay & Wolf's as their code runs it) are :mod:`archsearch.dynamic.tying.rl`.
+paper``, paper-inspired: Hay & Wolf's agent) are :mod:`archsearch.dynamic.tying.rl`.
 
 Source: Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024;
 specified in docs/design.md, "Dynamic layer tying". Modules: the tying maps and real parameter

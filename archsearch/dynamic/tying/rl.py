@@ -1,5 +1,6 @@
 """Layer tying learnt by Q-learning: ``tying: rl`` (:class:`RLTying`, ours) and ``tying: paper``
-(:class:`PaperTying`, Hay & Wolf's agent as their code runs it), both built on the map controller
+(:class:`PaperTying`, paper-inspired: Hay & Wolf's agent, which differs from their code in the
+four ways docs/design.md lists), both built on the map controller
 of :mod:`archsearch.dynamic.tying.controllers` (whose docstring lists every controller's settings).
 
 Source: Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024;
@@ -173,7 +174,8 @@ class RLTying(_MapTying):
 
 
 class PaperTying(_MapTying):
-    """``tying: paper``: Hay & Wolf's agent as their code runs it (ICLR 2024, Sec. 3), beside our
+    """``tying: paper``: paper-inspired, Hay & Wolf's agent (ICLR 2024, Sec. 3; four differences from
+    the authors' code in docs/design.md, "Dynamic layer tying"), beside our
     :class:`RLTying` for comparison.
 
     Every ``tying_every`` batches the agent decides for ONE block, sweeping ``1 .. L-1`` in turn for

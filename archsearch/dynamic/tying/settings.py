@@ -139,8 +139,9 @@ class RLTyingSettings(StrategySettings):
 
 class PaperTyingSettings(StrategySettings):
     """Knobs of ``tying: paper`` (:class:`archsearch.dynamic.tying.rl.PaperTying`): the agent of
-    Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024, Sec. 3, as
-    their code runs it. Every default is the paper's value unless its description says otherwise."""
+    Hay & Wolf, "Dynamic Layer Tying for Parameter-Efficient Transformers", ICLR 2024, Sec. 3,
+    paper-inspired (four differences from the authors' code: docs/design.md, "Dynamic layer
+    tying"). Every default is the paper's value unless its description says otherwise."""
 
     tying_every: int = Field(4, ge=1, description=(
         "Training batches (optimizer steps) between two decisions; each decision re-ties one "
