@@ -129,20 +129,23 @@ def analyze(dumps: dict[str, Path], result: Path = RESULT, draws: int = 2000, se
                         reads=[Read(ds.test_set(name.removeprefix("trained_")), p, name) for name, p in sections.items()])
 
 
-def trained_exits(out: Path, seed: int, recipe: str) -> tuple[dict, dict[str, list]]:
-    """The trained model's test table and, per policy of :data:`TRAINED_PAIRS`, its test exits
-    per budget of ``dht_seeded.BUDGETS`` (``*_window``: fitted on the stored window of training
-    rows, calibrated on validation; else fitted and calibrated on validation)."""
+def trained_exits(out: Path, seed: int, recipe: str, pairs: dict = TRAINED_PAIRS,
+                  bandit: str = "bandit") -> tuple[dict, dict[str, list]]:
+    """The trained model's test table and, per policy of ``pairs`` (default
+    :data:`TRAINED_PAIRS`), its test exits per budget of ``dht_seeded.BUDGETS`` (``*_window``:
+    fitted on the stored window of training rows, calibrated on validation; else fitted and
+    calibrated on validation); ``bandit``: the replay's rule for ``bandit_window`` (``"bandit"``:
+    alpha 0.3, ``"bandit5"``: alpha 5)."""
     import torch
 
     name = f"dht-{recipe}-{TRAINED}_seed{seed}"
     val, test = tables(out, seed, recipe, f"-{TRAINED}")
     state = torch.load(out / f"{name}.stopping.pt", weights_only=True)
     window = (state["Xs"].numpy().astype(float), state["q"].numpy(), state["c"].numpy())
-    policies = {p for pair in TRAINED_PAIRS.values() for p in pair}
+    policies = {p for pair in pairs.values() for p in pair}
     exits = {}
     for p in sorted(policies):
-        rule = p.removesuffix("_window")
+        rule = p.removesuffix("_window").replace("bandit", bandit)
         fit_on = window if p.endswith("_window") else None
         full = f"{rule}_trajectory_match" if fit_on is not None else p
         exits[p] = [sp.policy_exits(full, val, test, b, fit_on=fit_on) for b in ds.BUDGETS]

@@ -98,11 +98,12 @@ def analyze(dumps: dict[str, Path], result: Path = RESULT, draws: int = 2000, se
     for name, out in dumps.items():  # the model trained with the bandit deciding
         if not all((out / f"dht-{recipe}-{sb.TRAINED}_seed{s}.stopping.pt").exists() for s in seeds):
             continue
-        got = [_trained(out, s, recipe, chosen) for s in seeds]
+        key = "trained_bandit_minus_least_squares_pts_at_0.5"
+        got = [sb.trained_exits(out, s, recipe, {key: ("bandit_window", sb.DEFAULT)}, f"bandit{chosen:g}")
+               for s in seeds]
         test = [t for t, _ in got]
         exits = {p: [e[p] for _, e in got] for p in got[0][1]}
-        key = "trained_bandit_minus_least_squares_pts_at_0.5"
-        sec = {key: None}
+        sec = {}
         sec[key], sec[f"{key}_ci"] = sb.paired(test, exits, "bandit_window", sb.DEFAULT, 0.5, draws)
         print(f"trained {name} {key}: {sec[key]:+.2f} [{sec[key + '_ci'][0]:+.2f}, {sec[key + '_ci'][1]:+.2f}]",
               flush=True)
@@ -114,19 +115,6 @@ def analyze(dumps: dict[str, Path], result: Path = RESULT, draws: int = 2000, se
     return build_result(summary, prov, name=Path(result).name, protocol=PROTOCOL, targets=targets,
                         record_reads=record_reads,
                         reads=[Read(ds.test_set(name.removeprefix("trained_")), PROTOCOL, name) for name in sections])
-
-
-def _trained(out: Path, seed: int, recipe: str, alpha: float) -> tuple[dict, dict[str, list]]:
-    """The trained model's test table and its test exits per budget for the bandit at ``alpha``
-    relearnt from the stored window (``bandit_window``) and the default rule fitted on
-    validation."""
-    import torch
-
-    val, test = sb.tables(out, seed, recipe, f"-{sb.TRAINED}")
-    state = torch.load(out / f"dht-{recipe}-{sb.TRAINED}_seed{seed}.stopping.pt", weights_only=True)
-    window = (state["Xs"].numpy().astype(float), state["q"].numpy(), state["c"].numpy())
-    return test, {"bandit_window": [sp.policy_exits(policy(alpha), val, test, b, fit_on=window) for b in ds.BUDGETS],
-                  sb.DEFAULT: [sp.policy_exits(sb.DEFAULT, val, test, b) for b in ds.BUDGETS]}
 
 
 def _options(ap) -> None:
