@@ -209,3 +209,25 @@ def test_best_under_each_budget_is_the_most_accurate_config_within_it_not_the_ch
     for g in table:
         m._add(g, "initial")
     assert m.best_under(0.5 * full)["length_config"] == [40, 30, 30, 20, 20, 10]
+
+
+def test_seeded_genes_join_the_initial_population_and_are_checked_against_the_floor(tmp_path):
+    """Issue 67: genes at exactly the budgets to be read (constant-ratio configurations) are
+    evaluated with the initial population (origin ``seeded``, iteration 0) and only once when
+    the search resumes from its store; a seeded gene below the floor is refused."""
+    from archsearch.dynamic.length.config import constant_ratio_config
+
+    seeded = [constant_ratio_config(L, N, k) for k in (0.93, 0.86)]
+    obj = Objective()
+    s = EvolutionarySearch(obj, n_layers=L, n=N, iterations=1, mutations=2, crossovers=2, seed=0,
+                           floor=FLOOR, flops_fn=flops_of, seeded=seeded, store_path=tmp_path / "s.json")
+    s.run()
+    for g in seeded:
+        assert s.evaluated[g]["origin"] == "seeded" and s.evaluated[g]["iteration"] == 0
+        assert obj.calls.count(g) == 1
+    again = Objective()
+    EvolutionarySearch(again, n_layers=L, n=N, iterations=1, mutations=2, crossovers=2, seed=0,
+                       floor=FLOOR, flops_fn=flops_of, seeded=seeded, store_path=tmp_path / "s.json").run()
+    assert again.calls == []
+    with pytest.raises(ValueError, match="seeded gene .* below the floor"):
+        EvolutionarySearch(obj, n_layers=L, n=N, floor=FLOOR, seeded=[(N, N, N, N, N, 2)])

@@ -101,3 +101,33 @@ def test_paired_bootstrap_refuses_rows_of_different_lengths():
         paired_bootstrap([("101", "10")])
     with pytest.raises(ValueError):
         paired_bootstrap([])
+
+
+def test_seeded_configurations_fit_their_budgets_as_the_evaluation_counts_flops(la):
+    """Issue 67's seeded genes: ``executed_flops`` (no model run) equals the FLOPs ``evaluate``
+    reports for the same configuration, and each budget's constant-ratio gene is valid (non-increasing,
+    not below the floor), within ``q`` x the full model's FLOPs, and distinct from the others'."""
+    import torch
+
+    from archsearch.dynamic.length.config import smallest_length_config
+    from archsearch.models.transformer import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=50, max_len=40, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
+                            dropout=0.0, n_classes=3, task="classification")
+    model = Transformer(cfg).eval()
+    lengths = torch.randint(5, 41, (37,))
+    ids = torch.randint(1, 50, (37, 40))
+    mask = torch.arange(40)[None, :] < lengths[:, None]
+    split = type("S", (), {"input_ids": ids * mask, "attention_mask": mask, "labels": torch.randint(0, 3, (37,))})
+    batches = la.sorted_batches(split, torch.arange(37), 8)
+    floor = smallest_length_config(4, 40, 0.6)  # ~0.3x here: every budget is above it
+    for gene in (None, floor, (30, 20, 12, 9)):
+        variant = ("full", None) if gene is None else ("adaptive", gene, "significance")
+        assert la.executed_flops(cfg, batches, gene) == pytest.approx(la.evaluate(model, batches, variant)[1])
+    full = la.executed_flops(cfg, batches, None)
+    seeded = la.seeded_configs(cfg, batches, (0.55, 0.5, 0.35), floor)
+    for q, gene in seeded.items():
+        assert all(a >= b for a, b in zip(gene, floor)) and list(gene) == sorted(gene, reverse=True)
+        assert la.executed_flops(cfg, batches, gene) <= q * full
+    assert seeded[0.55] != seeded[0.5] != seeded[0.35]

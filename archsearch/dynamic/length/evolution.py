@@ -13,6 +13,8 @@ Search", arXiv 2010.07003, sec. 4 (and the Length-Adaptive section of docs/desig
   ``initial_size`` genes interpolated layer by layer between the two (``ceil(f_i + t (n - f_i))``,
   non-increasing for every ``t``), ``t`` chosen by bisection so that the genes' FLOPs
   (``flops_fn``; default the sum of lengths) are evenly spaced from FLOPs(floor) to FLOPs(full);
+  ``seeded`` genes (e.g. constant-ratio configurations at the FLOPs budgets that will be read,
+  the paper's own initial population, sec. 4) join it;
 * each iteration draws parents from the current Pareto front (metric best, FLOPs min) and
   produces ``mutations`` new genes by mutation (each layer resampled with probability 0.5 in
   ``[max(l_{i+1}, f_i), l'_{i-1}]``, which keeps the lengths non-increasing and above the floor)
@@ -150,6 +152,9 @@ class EvolutionarySearch:
         seed: RNG seed (ignored when resuming: the stored RNG state continues).
         attempts_per_child: draws allowed per new child before the iteration gives up on it
             (small spaces run out of new genes).
+        seeded: genes evaluated with the initial population (origin ``"seeded"``), e.g.
+            :func:`~archsearch.dynamic.length.config.constant_ratio_config` at exactly the budgets
+            that :meth:`best_under` will read; each must be valid and not below ``floor``.
 
     Raises:
         ValueError: bad mode or sizes, an invalid floor, or a store written for another
@@ -161,7 +166,7 @@ class EvolutionarySearch:
                  mutation_prob: float = 0.5, initial_size: int = 10, min_tokens: int = MIN_TOKENS,
                  store_path: str | os.PathLike | None = None, seed: int = 0,
                  attempts_per_child: int = 20, floor: Sequence[int] | None = None,
-                 flops_fn: Callable[[Gene], float] | None = None):
+                 flops_fn: Callable[[Gene], float] | None = None, seeded: Sequence[Sequence[int]] = ()):
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
         if iterations < 0 or mutations < 0 or crossovers < 0 or n_layers < 1 or n < 1:
@@ -174,6 +179,10 @@ class EvolutionarySearch:
         self.floor: Gene = (check_length_config(floor, n_layers, n, min_tokens) if floor is not None
                             else (min(min_tokens, n),) * n_layers)
         self.flops_fn = flops_fn
+        self.seeded = [check_length_config(g, n_layers, n, min_tokens) for g in seeded]
+        for g in self.seeded:
+            if any(v < f for v, f in zip(g, self.floor)):
+                raise ValueError(f"seeded gene {list(g)} is below the floor {list(self.floor)}")
         self.store_path = None if store_path is None else Path(store_path)
         self.rng = random.Random(seed)
         self.evaluated: dict[Gene, dict[str, Any]] = {}
@@ -227,7 +236,7 @@ class EvolutionarySearch:
         metric, flops = self.evaluate_fn(gene)
         self.n_evaluations += 1
         self.evaluated[gene] = {"metric": float(metric), "flops_per_sample": float(flops),
-                                "origin": origin, "iteration": self.iteration + (origin != "initial")}
+                                "origin": origin, "iteration": self.iteration + (origin not in ("initial", "seeded"))}
         return True
 
     def front(self) -> list[dict[str, Any]]:
@@ -278,12 +287,14 @@ class EvolutionarySearch:
         self.save()
 
     def run(self) -> list[dict[str, Any]]:
-        """Evaluate the initial population (if not stored yet), run the remaining iterations up
-        to ``iterations`` and return :meth:`front`."""
+        """Evaluate the initial population and the ``seeded`` genes (if not stored yet), run the
+        remaining iterations up to ``iterations`` and return :meth:`front`."""
         if not self.started:
             for g in initial_population(self.n_layers, self.n, self.initial_size, self.min_tokens,
                                         self.floor, self.flops_fn):
                 self._add(g, "initial")
+            for g in self.seeded:
+                self._add(g, "seeded")
             self.started = True
             self.save()
         while self.iteration < self.iterations:
