@@ -23,7 +23,8 @@ def _rows(la, **kw):
     return list(la.rows_of(la.RUNS, la.protocol(**kw)).values())
 
 
-@pytest.mark.parametrize("name, kw", [("length_adaptive", {"ld_steps": 1452, "ld_from": "full", "device": "cuda"}),
+@pytest.mark.parametrize("name, kw", [("length_adaptive", {"ld_steps": 1452, "ld_from": "full", "device": "cuda", "v3": True}),
+                                      ("length_adaptive_5ep_test2k", {"ld_steps": 1452, "ld_from": "full", "device": "cuda"}),
                                       ("length_adaptive_2ep_cpu", {"ld_steps": 600, "ld_from": "full"}),
                                       ("length_adaptive_from_short", {"ld_steps": 600})])
 def test_reported_summary_regenerates_from_the_rows_of_its_protocol(la, name, kw):
@@ -35,7 +36,7 @@ def test_reported_summary_regenerates_from_the_rows_of_its_protocol(la, name, kw
     assert result["ledger"][""]["test_set"] == "20newsgroups:test" and result["exploratory"] is True
 
 
-def test_check_regenerates_both_stored_results():
+def test_check_regenerates_every_stored_result():
     la = load_benchmark("length.length_adaptive")
     assert la.main(["check"]) == 0
 
@@ -59,6 +60,23 @@ def test_the_gpu_protocol_is_a_protocol_of_its_own(la):
     committed = json.loads((ROOT / "benchmarks" / "length" / "protocols" / "length_adaptive_5ep.json").read_text())
     assert committed["seeds"] == [0, 1, 2] and committed["ld_steps"].startswith("1452 ")
     assert 1452 * la.BATCH <= 5 * 9293 < 1453 * la.BATCH  # 5 epochs of the 9,293 training documents
+
+
+def test_issue_67s_protocol_reads_every_test_document_at_three_seeded_budgets(la):
+    """The v3 rows are a protocol of their own (the issue-39 rows stay theirs), read the whole test
+    set, seed a constant-ratio gene per budget into the search and carry the LengthDrop-steps curve
+    from step 0 to the last step, for the sub-models and for the equal-steps control."""
+    v3 = la.protocol(1452, ld_from="full", device="cuda", v3=True)
+    assert v3 != la.protocol(1452, ld_from="full", device="cuda") and v3["test_n"] == "all"
+    assert v3["budgets"] == [0.55, 0.5, 0.35] == v3["seeded_budgets"]
+    rows = _rows(la, ld_steps=1452, ld_from="full", device="cuda", v3=True)
+    assert sorted(r["seed"] for r in rows) == [0, 1, 2]
+    for r in rows:
+        assert len(r["rows"]["full"]["test_correct"]) == 7528
+        assert set(r["seeded"]) == {"0.55", "0.5", "0.35"}
+        steps = sorted(int(k) for k in r["curve"]["adaptive"])
+        assert steps[0] == 0 and steps[-1] == 1452 and steps[1:-1] == list(range(100, 1452, 100))
+        assert sorted(int(k) for k in r["curve"]["control"]) == steps
 
 
 def _row(seed, full, adaptive_05, adaptive_035, trunc_05):

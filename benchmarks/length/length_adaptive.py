@@ -757,7 +757,10 @@ def curve_summary(per_seed: list[dict]) -> dict:
 
 
 #: the reported results: path -> (:func:`protocol` keywords, seeds); what ``analyze`` and ``check`` regenerate
-REPORTED = {RESULTS: ({"ld_steps": 1452, "ld_from": "full", "device": "cuda"}, [0, 1, 2]),  # issue 39's protocol
+REPORTED = {RESULTS: ({"ld_steps": 1452, "ld_from": "full", "device": "cuda", "v3": True}, [0, 1, 2]),  # issue 67's
+            # issue 39's (the first 2,000 test documents; length_adaptive.json until stop 73, moved unedited)
+            HERE / "results" / "length_adaptive_5ep_test2k.json": ({"ld_steps": 1452, "ld_from": "full", "device": "cuda"},
+                                                                   [0, 1, 2]),
             HERE / "results" / "length_adaptive_2ep_cpu.json": ({"ld_steps": 600, "ld_from": "full"}, [0, 1]),
             HERE / "results" / "length_adaptive_from_short.json": ({"ld_steps": 600}, [0, 1])}
 
