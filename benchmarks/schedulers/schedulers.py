@@ -306,7 +306,7 @@ def _pool(workers: int):
 
 
 def train(*, iterations: int, pairs: int, tasks_per_iter: int, sigma: float, lr: float, l2: float,
-          seed: int, workers: int, log=print) -> dict:
+          seed: int, workers: int, log=print, tasks: list[str] | None = None, episodes=None) -> dict:
     """Parameter-exploring policy gradient (PGPE, Sehnke et al. 2010, symmetric sampling) on the
     committed training tasks: each iteration draws ``tasks_per_iter`` training tasks (each with a
     fresh search seed, common to every perturbation: common random numbers) and ``pairs``
@@ -315,10 +315,13 @@ def train(*, iterations: int, pairs: int, tasks_per_iter: int, sigma: float, lr:
     sigma^2)`` for every coordinate (so the bias's is 25x smaller than its own-variance estimate:
     Adam normalises the scale, but the L2 pull weighs more on it); Adam (lr) on it, plus an L2
     pull of strength ``l2`` toward ASHA's weights. Starts at ASHA's weights. (As run for the
-    shipped weights; kept so that they are reproducible.)"""
+    shipped weights; kept so that they are reproducible.) ``tasks``: the training tasks (default
+    the split's); ``episodes``: the worker that scores weight vectors on one ``(task, seed,
+    weights)`` job (default :func:`_episodes`; ``no_hindsight.py`` passes its simulator's)."""
     from archsearch.search.scheduler import ASHA_WEIGHTS
 
-    train_tasks = L.load_split()["train"]
+    train_tasks = L.load_split()["train"] if tasks is None else list(tasks)
+    episodes = _episodes if episodes is None else episodes
     rng = np.random.default_rng(seed)
     theta0 = np.array(ASHA_WEIGHTS)
     mu, m, v = theta0.copy(), np.zeros_like(theta0), np.zeros_like(theta0)
@@ -331,7 +334,7 @@ def train(*, iterations: int, pairs: int, tasks_per_iter: int, sigma: float, lr:
             eps = rng.normal(0.0, sigma, size=(pairs, len(mu)))
             eps[:, -1] *= 0.2  # the bias moves every decision at once: explore it less
             ws = [mu] + [w for e in eps for w in (mu + e, mu - e)]
-            res = np.array(pool.map(_episodes, [(str(t), int(s), [w.tolist() for w in ws])
+            res = np.array(pool.map(episodes, [(str(t), int(s), [w.tolist() for w in ws])
                                                 for t, s in zip(tasks, seeds)]))  # (tasks, 1 + 2P)
             fit = -res.mean(0)
             diff = fit[1::2] - fit[2::2]
