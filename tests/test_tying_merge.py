@@ -104,3 +104,51 @@ def test_a_free_price_merges_only_what_lowers_the_held_out_loss(data, settings):
     loop.tying.candidate_losses = lambda: [([0, 1], 1.0), ([1, 2], 0.99), ([2, 3], 0.98)]
     loop.train_epoch()
     assert [m for _, m in loop.tying.merges][:1] == [[0, 1, 2, 2]]  # the best pair, (2, 3)
+
+
+def test_untie_clones_the_groups_weights_and_moments(data, settings):
+    """Issue 67's untie: each half gets a copy of the merged group's weights and AdamW state
+    (not a fresh optimizer), and trains apart from then on."""
+    from archsearch.dynamic.tying.maps import untie_groups
+
+    loop = TrialLoop({**TINY, "tying": "none"}, data, settings)
+    loop.train_epoch()
+    merge_blocks(loop.model, [1, 2], loop)
+    loop.train_epoch()
+    b = loop.model.blocks
+    w, st = b[1].attn.q.weight.detach().clone(), {k: v.clone() for k, v in loop.opt.state[b[1].attn.q.weight].items()}
+    assert untie_groups(loop.model, [0, 1, 2, 3], loop) == [0, 1, 2, 3]
+    assert b[1].attn.q.weight is not b[2].attn.q.weight
+    for i in (1, 2):
+        q = b[i].attn.q.weight
+        torch.testing.assert_close(q.detach(), w)
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(loop.opt.state[q][k], st[k])
+    assert loop.opt.state[b[1].attn.q.weight]["exp_avg"] is not loop.opt.state[b[2].attn.q.weight]["exp_avg"]
+    loop.train_epoch()
+    assert not torch.equal(b[1].attn.q.weight, b[2].attn.q.weight)  # apart from then on
+    with pytest.raises(ValueError, match="only splits"):
+        untie_groups(loop.model, [0, 0, 2, 3], loop)
+
+
+def test_a_tentative_merge_is_kept_when_the_held_out_score_recovers_else_undone_for_good(data, settings, tmp_path):
+    cfg = {**TINY, "tying": "merge", "tying_check_every": 2, "tying_price": 0.0, "tying_tentative": True}
+    loop = TrialLoop(cfg, data, settings)
+    loop.tying.merge_start = 0
+    losses = iter([1.0, 0.9, 1.2, 1.1])  # checks at 2 (merge 0-1), 4 (kept: 0.9 < 1.0; merge all), 6 (undone), 8
+    loop.tying.held_out_loss = lambda: next(losses)
+    loop.tying.candidate_losses = lambda: [([0, 1], 5.0), ([2, 3], 6.0)] if len(groups_of(tying_map(loop.model))) == 4 \
+        else [([0, 1, 2, 3], 5.0)]
+    loop.train_epoch()  # steps 1-4
+    assert [s for s, _ in loop.tying.merges] == [2]  # the merge at 2 was kept at 4
+    assert loop.tying.pending["blocks"] == [0, 1, 2, 3] and tying_map(loop.model) == [0, 0, 0, 0]
+    loop.save(str(tmp_path))
+    loop.train_epoch()  # steps 5-8: at 6 the score rose (1.2 >= 0.9): undone, back to [0, 0, 2, 3]; at 8 the
+    # only pair left is the rejected one: nothing merges
+    assert loop.tying.reverts == [(6, [0, 1, 2, 3])] and tying_map(loop.model) == [0, 0, 2, 3]
+    assert (0, 1, 2, 3) in loop.tying.rejected and loop.tying.pending is None
+    m = loop.evaluate()
+    assert (m["tying_merges"], m["tying_reverts"]) == (1, 1)
+    restored = TrialLoop(cfg, data, settings)
+    restored.load(str(tmp_path))
+    assert restored.tying.pending["blocks"] == [0, 1, 2, 3] and restored.tying.merges == [(2, [0, 0, 2, 3])]

@@ -66,8 +66,12 @@ MAPS = {"none": {"tying": "none"}, "every_4": {"tying": "every_k", "tying_k": 4}
 #: addendum 1 (written before its runs): tying: merge and the every_2 map at the dropout chosen
 #: for none; merge reads its held-out loss on validation-play blocks HOLDOUT_BLOCKS
 ADDENDUM_MAPS = {"every_2": {"tying": "every_k", "tying_k": 2}, "merge": {"tying": "merge", "tying_split": "holdout"}}
+#: addendum 2 (written before its runs): tying: merge's second design, tentative merges (tying_tentative)
+ADDENDUM2_MAPS = {"merge_tentative": {"tying": "merge", "tying_split": "holdout", "tying_tentative": True}}
+MERGING = ("merge", "merge_tentative")
 DROPOUTS = (0.0, 0.1, 0.2)
-TARGETS = {"tied_minus_untied_regularised_best_val_ppl": "<= 0", "merge_minus_best_fixed_best_val_ppl": "<= 0"}
+TARGETS = {"tied_minus_untied_regularised_best_val_ppl": "<= 0", "merge_minus_best_fixed_best_val_ppl": "<= 0",
+           "merge_tentative_minus_best_fixed_best_val_ppl": "<= 0"}
 
 
 def variant_name(tying_map: str, dropout: float) -> str:
@@ -80,6 +84,11 @@ VARIANTS = [variant_name(m, d) for m in MAPS for d in DROPOUTS]
 def addendum_variants(untied_dropout: float) -> list[str]:
     """Addendum 1's variants: every_2 and merge at ``untied_dropout``."""
     return [variant_name(m, float(untied_dropout)) for m in ADDENDUM_MAPS]
+
+
+def addendum2_variants(untied_dropout: float) -> list[str]:
+    """Addendum 2's variant: merge_tentative at ``untied_dropout``."""
+    return [variant_name(m, float(untied_dropout)) for m in ADDENDUM2_MAPS]
 
 
 def setup(steps: int, eval_blocks: int = EVAL_BLOCKS) -> dict:
@@ -151,7 +160,8 @@ def child(variant: str, seed: int, steps: int, eval_blocks: int = EVAL_BLOCKS) -
                                            "holdout": data.validation[a * CONTEXT:b * CONTEXT + 1]})
     settings = {"epochs": CURVE_POINTS, "steps_per_epoch": steps // CURVE_POINTS, "batch_size": BATCH,
                 "seed": seed, "eval_blocks": eval_blocks, "latency_batch_size": 32}
-    loop = TrialLoop({**MODEL, **{**MAPS, **ADDENDUM_MAPS}[tying_map], "dropout": float(dropout)}, data, settings)
+    loop = TrialLoop({**MODEL, **{**MAPS, **ADDENDUM_MAPS, **ADDENDUM2_MAPS}[tying_map], "dropout": float(dropout)},
+                     data, settings)
 
     def param_ptrs() -> set[int]:
         return {p.untyped_storage().data_ptr() for p in loop.model.parameters()}
@@ -169,7 +179,7 @@ def child(variant: str, seed: int, steps: int, eval_blocks: int = EVAL_BLOCKS) -
         ptrs[0] = param_ptrs()
 
     loop.tying.after_step = after_step
-    merging = tying_map == "merge"
+    merging = tying_map in MERGING
     curve, best, test, blocks = [], math.inf, {}, {}
     phase_best = {False: (math.inf, {}), True: (math.inf, {})}  # merge: before / after merging started
     for _ in range(CURVE_POINTS):
@@ -193,6 +203,7 @@ def child(variant: str, seed: int, steps: int, eval_blocks: int = EVAL_BLOCKS) -
         started = loop.tying.merge_start is not None and phase_best[True][1]
         loss, blocks = phase_best[bool(started)]
         extra = {"merge_start": loop.tying.merge_start, "merges": loop.tying.merges,
+                 **({"reverts": loop.tying.reverts} if tying_map == "merge_tentative" else {}),
                  "tying_map": current_map(loop.model), "best_val_ppl_after_merge_start": math.exp(loss)}
     return {**extra,
         "variant": variant, "seed": seed, "steps": steps, "dropout": float(dropout), "map": tying_map,
@@ -237,12 +248,13 @@ def ppl_gap(rows: dict, a: str, b: str, seeds: list[int], key: str) -> tuple[flo
     return float(point[0]), [round(v, 4) for v in bootstrap_ci(boot)]
 
 
-def merge_gap(rows: dict, seeds: list[int], dropout: float) -> tuple[float, list[float], list[str]]:
-    """Addendum 1's score at ``dropout``: per seed merge's best validation perplexity after its
-    merging started minus the lowest best_val_ppl among the fixed maps at that dropout with at
-    most merge's final trainable parameters; the mean over seeds, its paired bootstrap interval
-    over the validation blocks, and each seed's fixed map."""
-    m = variant_name("merge", dropout)
+def merge_gap(rows: dict, seeds: list[int], dropout: float, name: str = "merge") -> tuple[float, list[float], list[str]]:
+    """Addendum 1's score at ``dropout`` (addendum 2's with ``name="merge_tentative"``): per seed
+    the merging variant's best validation perplexity after its merging started minus the lowest
+    best_val_ppl among the fixed maps at that dropout with at most its final trainable
+    parameters; the mean over seeds, its paired bootstrap interval over the validation blocks,
+    and each seed's fixed map."""
+    m = variant_name(name, dropout)
     picks = []
     for sd in seeds:
         ok = [variant_name(f, dropout) for f in ("none", "every_2", "every_4")
@@ -261,7 +273,7 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict]:
     """``(summary, per-variant aggregates)`` from complete rows (the protocol's rules; addendum
     1's keys once all its rows are there)."""
     du = choose_dropout(rows, "none", seeds)
-    extra_variants = [v for v in addendum_variants(du) if all((v, sd) in rows for sd in seeds)]
+    extra_variants = [v for v in addendum_variants(du) + addendum2_variants(du) if all((v, sd) in rows for sd in seeds)]
     agg = {}
     for v in VARIANTS + extra_variants:
         rs = [rows[(v, s)] for s in seeds]
@@ -286,13 +298,18 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict]:
         "tying_state_memory_ratio": agg[tied]["state_peak_mb"] / agg[untied]["state_peak_mb"],
         "tying_peak_memory_ratio": agg[tied]["peak_mb"] / agg[untied]["peak_mb"],
     }
-    if len(extra_variants) == len(addendum_variants(du)):
-        gap, ci, picks = merge_gap(rows, seeds, du)
-        merge = variant_name("merge", du)
+    for name, needed in (("merge", addendum_variants(du)), ("merge_tentative", addendum_variants(du) + addendum2_variants(du))):
+        if not set(needed) <= set(extra_variants):
+            continue
+        gap, ci, picks = merge_gap(rows, seeds, du, name)
+        merge = variant_name(name, du)
         summary.update({
-            "merge_minus_best_fixed_best_val_ppl": gap, "merge_minus_best_fixed_best_val_ppl_ci": ci,
-            "merge_params_ratio": agg[merge]["params_trainable"] / agg[untied]["params_trainable"],
+            f"{name}_minus_best_fixed_best_val_ppl": gap, f"{name}_minus_best_fixed_best_val_ppl_ci": ci,
+            f"{name}_params_ratio": agg[merge]["params_trainable"] / agg[untied]["params_trainable"],
         })
+        if name == "merge_tentative":
+            summary.update(merge_tentative_merges_kept=statistics.fmean(len(rows[(merge, sd)]["merges"]) for sd in seeds),
+                           merge_tentative_reverts=statistics.fmean(len(rows[(merge, sd)]["reverts"]) for sd in seeds))
         agg[merge].update(best_val_ppl_after_merge_start_per_seed=[rows[(merge, sd)]["best_val_ppl_after_merge_start"]
                                                                    for sd in seeds],
                           merge_start_per_seed=[rows[(merge, sd)]["merge_start"] for sd in seeds],
@@ -351,8 +368,9 @@ def run(args: argparse.Namespace) -> int:
               f"test@best {r['test_ppl_at_best_val']:.3f}  state {r['state_peak_mb']:.2f} MB  "
               f"saved {r['saved_peak_mb']:.2f} MB  train {r['train_seconds']:.0f} s", flush=True)
 
-    for phase in (0, 1):  # the protocol's variants; then addendum 1's (they need the untied dropout)
-        names = VARIANTS if phase == 0 else addendum_variants(choose_dropout(rows, "none", list(args.seeds)))
+    for phase in (0, 1, 2):  # the protocol's variants; then addendum 1's and 2's (they need the untied dropout)
+        du = choose_dropout(rows, "none", list(args.seeds)) if phase else None
+        names = VARIANTS if phase == 0 else addendum_variants(du) if phase == 1 else addendum2_variants(du)
         todo = [(v, s) for s in args.seeds for v in names if (v, s) not in rows]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for fut in [pool.submit(one, v, s) for v, s in todo]:

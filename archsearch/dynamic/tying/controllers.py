@@ -38,7 +38,7 @@ from torch import nn
 
 from archsearch.dynamic.base import TrialContext, TyingController, planned_steps
 from archsearch.dynamic.tying.maps import (apply_tying_map, groups_of, mean_weights, merge_blocks, model_blocks,
-                                           sync_optimizer, tying_map)
+                                           sync_optimizer, tying_map, untie_groups)
 from archsearch.dynamic.tying.settings import (AllTyingSettings, EveryKTyingSettings, MergeTyingSettings,
                                                SwitchTyingSettings)
 
@@ -239,8 +239,15 @@ class MergeTying(SwitchTying):
     al. ICML 2022, applied within one network's layers). Measured in
     ``benchmarks/tying/tying_regularised.py`` (``tying_merge`` rows).
 
+    With ``tying_tentative`` (the second design): the best-scored pair is merged at once and
+    trained for one check interval; at the next check the merge is kept if the priced score is
+    then below the score before it, else the pair is split again with
+    :func:`~archsearch.dynamic.tying.maps.untie_groups` (clones of the merged group's weights and
+    Adam moments) and never tried again.
+
     Attributes:
-        merge_start: the step merging started (``None`` before); merges: ``[(step, map)]``.
+        merge_start: the step merging started (``None`` before); merges: ``[(step, map)]`` (kept
+            merges); reverts: ``[(step, blocks)]`` (tentative merges undone).
 
     Raises:
         ValueError: as :class:`SwitchTying`.
@@ -253,9 +260,13 @@ class MergeTying(SwitchTying):
                  loop: TrialContext | None = None):
         _MapTying.__init__(self, model, cfg, settings, loop)  # SwitchTying's checks, without its tying_k
         self._held_out_checks("merge", loop)
-        self.price = self.s.tying_price
+        self.price, self.tentative = self.s.tying_price, self.s.tying_tentative
         self.merge_start: int | None = None
         self.merges: list[tuple[int, list[int]]] = []
+        self.reverts: list[tuple[int, list[int]]] = []
+        #: a tentative merge awaiting its verdict: step, blocks, the map and the priced score before it
+        self.pending: dict[str, Any] | None = None
+        self.rejected: set[tuple[int, ...]] = set()
 
     def _score(self, n_groups: int, loss: float) -> float:
         return loss + self.price * n_groups / self.n_layers
@@ -301,24 +312,43 @@ class MergeTying(SwitchTying):
                 return
             self.merge_start = step
         n = len(groups_of(tying_map(self.model)))
+        if self.pending is not None:  # the verdict on last check's tentative merge
+            pend, self.pending = self.pending, None
+            if self._score(n, h) < pend["score_before"]:
+                self.merges.append((pend["step"], tying_map(self.model)))
+            else:
+                untie_groups(self.model, pend["map_before"], self.loop)
+                self.rejected.add(tuple(pend["blocks"]))
+                self.reverts.append((step, list(pend["blocks"])))
+                return  # the untied model's loss is not h: score merges from the next check
         cands = self.candidate_losses() if n > 1 else []
+        cands = [c for c in cands if tuple(c[0]) not in self.rejected]  # pairs a tentative merge was undone for
         if not cands:
             return
         members, hc = min(cands, key=lambda c: c[1])
-        if self._score(n - 1, hc) < self._score(n, h):
+        if self.tentative:
+            self.pending = {"step": step, "blocks": list(members), "map_before": tying_map(self.model),
+                            "score_before": self._score(n, h)}
+            merge_blocks(self.model, members, self.loop)
+        elif self._score(n - 1, hc) < self._score(n, h):
             self.merges.append((step, merge_blocks(self.model, members, self.loop)))
 
     def metrics(self) -> dict[str, Any]:
         """:class:`_MapTying`'s, ``tying_merge_start`` (-1 before) and ``tying_merges`` (count)."""
         return {**_MapTying.metrics(self), "tying_merge_start": -1 if self.merge_start is None else self.merge_start,
-                "tying_merges": len(self.merges)}
+                "tying_merges": len(self.merges), "tying_reverts": len(self.reverts)}
 
     def state_dict(self) -> dict[str, Any]:
         return {**_MapTying.state_dict(self), "best": self.best, "bad": self.bad, "merge_start": self.merge_start,
-                "merges": [[st, list(m)] for st, m in self.merges]}
+                "merges": [[st, list(m)] for st, m in self.merges],
+                "reverts": [[st, list(b)] for st, b in self.reverts], "pending": self.pending,
+                "rejected": [list(r) for r in sorted(self.rejected)]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         _MapTying.load_state_dict(self, state)
         self.best, self.bad = float(state.get("best", math.inf)), int(state.get("bad", 0))
         self.merge_start = state.get("merge_start")
         self.merges = [(int(st), list(m)) for st, m in state.get("merges", [])]
+        self.reverts = [(int(st), list(b)) for st, b in state.get("reverts", [])]
+        self.pending = state.get("pending")
+        self.rejected = {tuple(r) for r in state.get("rejected", [])}

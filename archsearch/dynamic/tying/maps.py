@@ -299,3 +299,35 @@ def merge_blocks(model: nn.Module, blocks: Sequence[int], loop: TrialContext | N
                 opt.state[p].update(m)  # the owner's state: its Parameter object stays
         sync_optimizer(loop)
     return tying_map(model)
+
+
+def untie_groups(model: nn.Module, s: Sequence[int], loop: TrialContext | None = None) -> list[int]:
+    """Split groups back to map ``s`` (whose groups are each inside one of the model's current
+    groups) by cloning: every block that owns weights again under ``s`` gets a copy of its current
+    group's weights and, with ``loop``'s AdamW, of that group's first and second moments and step
+    (issue 67: untie = clone weights and moments, so neither half restarts its optimizer).
+
+    Returns:
+        The new tying map (``s``).
+
+    Raises:
+        ValueError: ``s`` is not a valid map, or it joins blocks the current map keeps apart.
+    """
+    s = check_map(s, len(model_blocks(model)))
+    cur = tying_map(model)
+    joined = [i for i in range(len(s)) if cur[s[i]] != cur[i]]
+    if joined:
+        raise ValueError(f"untie_groups only splits groups: map {list(s)} ties block {joined[0]} to a block "
+                         f"of another group of {cur}")
+    bl = model_blocks(model)
+    opt = getattr(loop, "opt", None) if loop is not None else None
+    src = {i: [(p, None if opt is None else opt.state.get(p)) for p in _params(bl[cur[i]])]
+           for i in range(len(s)) if s[i] == i and cur[i] != i}  # new owners: their current group's state
+    apply_tying_map(model, s)  # clones the values
+    if opt is not None:
+        sync_optimizer(loop)
+        for i, pairs in src.items():
+            for p, (_, st) in zip(_params(bl[i]), pairs, strict=True):
+                if st:
+                    loop.opt.state[p] = {k: v.clone() if hasattr(v, "clone") else v for k, v in st.items()}
+    return tying_map(model)
