@@ -19,7 +19,8 @@ configuration's 52-epoch training time before its first epoch, noise-free learni
 Schedulers: ``schedulers.py``'s ``none``, ``asha`` (Ray Tune), ``hyperband`` and ``median`` (Optuna),
 the one-epoch rule (``one_epoch``; Egele et al., "Is One Epoch All You Need For Multi-Fidelity
 Hyperparameter Optimization?", ESANN 2023, online: a trial goes on to 52 epochs iff its epoch-1 value is in
-the top ``ONE_EPOCH_SHARE`` of the earlier trials'), and ``ahto`` (the learned StopPolicy).
+the top ``ONE_EPOCH_SHARE`` = 1/27 of the earlier trials', the share ASHA trains past epoch 9), and
+``ahto`` (the learned StopPolicy).
 
 Cross-validation: the 34 tasks in 3 folds (:func:`folds`); per fold, PGPE (``schedulers.train``,
 v1's hyperparameters, :data:`TRAINING`) in this simulator on the other folds' tasks; the fold's
@@ -330,6 +331,9 @@ def summarize(rows: list[dict], seeds: list[int]) -> tuple[dict, dict]:
         c = compare(table, "one_epoch", "asha", "time_to_target_s", tasks)
         s[f"one_epoch_time_to_target_ratio_vs_asha{suffix}"] = round(c["ratio"], 4)
         s[f"one_epoch_wilcoxon_p_vs_asha{suffix}"] = None if c["p"] is None else round(c["p"], 4)
+    unread = [t for t in all_tasks() if t not in old_test]
+    s["ahto_hv_ratio_vs_asha_at_equal_time_unread_tasks"] = round(
+        compare(table, "ahto", "asha", "hv_at_half", unread)["ratio"], 4)
     h = compare(table, "ahto", "asha", "hv_at_half", all_tasks())
     s["ahto_hv_ratio_vs_asha_at_equal_time"] = round(h["ratio"], 4)
     s["ahto_hv_ratio_vs_asha_at_equal_time_ci"] = bootstrap_ratio(rows, tgt, "ahto", "asha", "hv_at_half",
