@@ -131,24 +131,36 @@ def test_untie_clones_the_groups_weights_and_moments(data, settings):
         untie_groups(loop.model, [0, 0, 2, 3], loop)
 
 
-def test_a_tentative_merge_is_kept_when_the_held_out_score_recovers_else_undone_for_good(data, settings, tmp_path):
+def test_a_tentative_merge_is_kept_when_the_held_out_score_recovers_else_undone_for_good(data, settings):
     cfg = {**TINY, "tying": "merge", "tying_check_every": 2, "tying_price": 0.0, "tying_tentative": True}
-    loop = TrialLoop(cfg, data, settings)
+    loop = TrialLoop(cfg, data, settings)  # 12 steps planned: checks at 2, 4, ..., 12
     loop.tying.merge_start = 0
-    losses = iter([1.0, 0.9, 1.2, 1.1])  # checks at 2 (merge 0-1), 4 (kept: 0.9 < 1.0; merge all), 6 (undone), 8
+    # checks at 2 (merge 0-1), 4 (kept: 0.9 < 1.0; a verdict, so no new merge), 6 (merge all),
+    # 8 (undone: 1.3 >= 1.2), 10 (the one pair left is rejected), 12 (too late for a new merge)
+    losses = iter([1.0, 0.9, 1.2, 1.3, 1.0, 0.5])
     loop.tying.held_out_loss = lambda: next(losses)
-    loop.tying.candidate_losses = lambda: [([0, 1], 5.0), ([2, 3], 6.0)] if len(groups_of(tying_map(loop.model))) == 4 \
-        else [([0, 1, 2, 3], 5.0)]
+    cands = {4: [([0, 1], 5.0), ([2, 3], 6.0)], 3: [([0, 1, 2, 3], 5.0)], 2: [([0, 1, 2, 3], 5.0)]}
+    loop.tying.candidate_losses = lambda: cands[len(groups_of(tying_map(loop.model)))]
     loop.train_epoch()  # steps 1-4
-    assert [s for s, _ in loop.tying.merges] == [2]  # the merge at 2 was kept at 4
-    assert loop.tying.pending["blocks"] == [0, 1, 2, 3] and tying_map(loop.model) == [0, 0, 0, 0]
-    loop.save(str(tmp_path))
-    loop.train_epoch()  # steps 5-8: at 6 the score rose (1.2 >= 0.9): undone, back to [0, 0, 2, 3]; at 8 the
-    # only pair left is the rejected one: nothing merges
-    assert loop.tying.reverts == [(6, [0, 1, 2, 3])] and tying_map(loop.model) == [0, 0, 2, 3]
+    assert loop.tying.merges == [(2, [0, 0, 2, 3])] and loop.tying.pending is None
+    loop.train_epoch()  # steps 5-8
+    assert loop.tying.reverts == [(8, [0, 1, 2, 3])] and tying_map(loop.model) == [0, 0, 2, 3]
     assert (0, 1, 2, 3) in loop.tying.rejected and loop.tying.pending is None
+    loop.train_epoch()  # steps 9-12
+    assert tying_map(loop.model) == [0, 0, 2, 3] and loop.tying.pending is None
     m = loop.evaluate()
     assert (m["tying_merges"], m["tying_reverts"]) == (1, 1)
+
+
+def test_a_pending_tentative_merge_survives_a_save(data, settings):
+    cfg = {**TINY, "tying": "merge", "tying_check_every": 1000, "tying_tentative": True}
+    loop = TrialLoop(cfg, data, settings)
+    loop.train_epoch()
+    loop.tying.merge_start = 0
+    loop.tying.every = 1  # one check by hand, at step 4
+    loop.tying.after_step(4, 0.0)
+    pending = loop.tying.pending
+    assert pending["step"] == 4 and len(groups_of(tying_map(loop.model))) == 3
     restored = TrialLoop(cfg, data, settings)
-    restored.load(str(tmp_path))
-    assert restored.tying.pending["blocks"] == [0, 1, 2, 3] and restored.tying.merges == [(2, [0, 0, 2, 3])]
+    restored.tying.load_state_dict(loop.tying.state_dict())
+    assert restored.tying.pending == pending and tying_map(restored.model) == tying_map(loop.model)

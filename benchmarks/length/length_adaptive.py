@@ -139,7 +139,8 @@ Issue 67's protocol (``--v3``, ``benchmarks/length/protocols/length_adaptive_v3.
 search's initial population (:func:`seeded_configs`), the search run in the ``--train-only``
 processes (it reads validation only), and the curve of the sub-models' validation accuracy every
 :data:`CURVE_EVERY` LengthDrop steps with the equal-steps control's beside it (the row's ``curve``;
-summary keys ``lat_val_gap_pts_*``).
+summary keys ``lat_val_gap_pts_*``). A v3 row's LengthDrop and control training seconds include
+the curve's validation passes (5 configurations, resp. 1, at 16 points).
 
 Run: ``nice -n 10 python -m benchmarks.length.length_adaptive run`` (``--seeds 0-2`` for more seeds;
 ``--ld-steps 600`` for two epochs of LengthDrop; ``--smoke``: tiny sizes, < 2 min, writes
@@ -465,7 +466,7 @@ def run_seed(seed: int, work: Path, sizes: dict, threads: int, wheel_dir: Path |
     from_full = sizes.get("ld_from", "short") == "full"
     # the adaptive model's own files; "_v2": trained with the post-LN fix (stop 28)
     asfx = (sfx + ("" if rule == "significance" else f"_{rule}") + ("_fromfull" if from_full else "")
-            + ("" if smoke else "_v2"))
+            + ("" if smoke else "_v2") + ("_v3" if sizes.get("v3") else ""))  # v3: its own search store (seeded genes)
     if sizes.get("ckpt"):
         ckpt = str(sizes["ckpt"])
     else:
@@ -738,9 +739,9 @@ def curve_summary(per_seed: list[dict]) -> dict:
     """Issue 67's LengthDrop-steps curve, means over seeds: at each probed step, the equal-steps
     control's validation accuracy at its end minus each seeded sub-model's (``full``: the
     adaptive model at full length) at that step, in points
-    (``lat_val_gap_pts_<config>_by_step``: ``{step: gap}``), and the last ``CURVE_EVERY`` x 3
-    steps' change of that gap (``lat_val_gap_change_pts_<config>_last_300``; < 0: training still
-    closes the gap)."""
+    (``lat_val_gap_pts_<config>_by_step``: ``{step: gap}``), and the gap's change from the last
+    probe at least 300 steps before the end to the end (``lat_val_gap_change_pts_<config>_last_300``;
+    with probes every 100 steps and 1,452 steps, from step 1,100; < 0: training still closes the gap)."""
     out = {}
     curves = [r["curve"] for r in per_seed]
     steps = sorted({int(k) for c in curves for k in c["adaptive"]})

@@ -107,14 +107,17 @@ def measure_time_budget(args, work: Path) -> int:
             x = runs[f"{sch}_r{r}"]
             x["hypervolume"] = hv[sch] = (hv2_min([[-a, f] for a, f in x["points"]], [-ref_acc, ref_flops])
                                           if x["points"] else 0.0)
+            x["front"] = sorted(p for p in x["points"]  # (accuracy, FLOPs) points no other point dominates
+                                if not any(q[0] >= p[0] and q[1] <= p[1] and q != p for q in x["points"]))
             x.pop("configs")
             for k in ("trials", "finished", "stopped_early", "epochs_trained", "train_seconds", "wall_s", "exit_code"):
                 s[f"{sch}_{k}_r{r}"] = x[k]
             s[f"{sch}_hypervolume_r{r}"] = round(hv[sch], 1)
-        ratios.append(hv["ahto"] / hv["asha"] if hv["asha"] else float("nan"))
+        ratios.append(hv["ahto"] / hv["asha"] if hv["asha"] else float("nan"))  # nan: asha reached no point
         s[f"ahto_real_hv_ratio_vs_asha_r{r}"] = round(ratios[-1], 4)
-    s["ahto_real_hv_ratio_vs_asha_at_equal_time"] = round(sum(ratios) / len(ratios), 4)
-    s["ahto_real_hv_ratio_vs_asha_at_equal_time_min"] = round(min(ratios), 4)
+    nan = any(r != r for r in ratios)  # a repeat without a ratio leaves both keys undefined
+    s["ahto_real_hv_ratio_vs_asha_at_equal_time"] = float("nan") if nan else round(sum(ratios) / len(ratios), 4)
+    s["ahto_real_hv_ratio_vs_asha_at_equal_time_min"] = float("nan") if nan else round(min(ratios), 4)
     write_result(OUT_V2, s, provenance(seeds=list(range(args.repeats)), wall_s=time.time() - t0, work=str(work),
                                        space=str(SPACE.relative_to(ROOT)),
                                        protocol=str(PROTOCOL_V2.relative_to(ROOT))),

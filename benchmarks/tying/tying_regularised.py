@@ -196,13 +196,16 @@ def child(variant: str, seed: int, steps: int, eval_blocks: int = EVAL_BLOCKS) -
             started = loop.tying.merge_start is not None and loop.tying.merge_start < loop.step
             if m["val_loss"] < phase_best[started][0]:
                 phase_best[started] = (m["val_loss"], {"val": block_losses(loop, "validation"),
-                                                       "test": block_losses(loop, "test")})
+                                                       "test": block_losses(loop, "test"),
+                                                       "params_trainable": m["params_trainable"]})
     best_i = min(range(len(curve)), key=lambda k: curve[k]["val_loss"])
     extra = {}
     if merging:
         started = loop.tying.merge_start is not None and phase_best[True][1]
         loss, blocks = phase_best[bool(started)]
+        params_at_best = blocks.pop("params_trainable")
         extra = {"merge_start": loop.tying.merge_start, "merges": loop.tying.merges,
+                 **({"params_at_best_after_merge_start": params_at_best} if tying_map == "merge_tentative" else {}),
                  **({"reverts": loop.tying.reverts} if tying_map == "merge_tentative" else {}),
                  "tying_map": current_map(loop.model), "best_val_ppl_after_merge_start": math.exp(loss)}
     return {**extra,
@@ -255,10 +258,12 @@ def merge_gap(rows: dict, seeds: list[int], dropout: float, name: str = "merge")
     parameters; the mean over seeds, its paired bootstrap interval over the validation blocks,
     and each seed's fixed map."""
     m = variant_name(name, dropout)
+    # addendum 1: merge's final parameters; addendum 2: the parameters at its scored point
+    size = "params_at_best_after_merge_start" if name == "merge_tentative" else "params_trainable"
     picks = []
     for sd in seeds:
         ok = [variant_name(f, dropout) for f in ("none", "every_2", "every_4")
-              if rows[(variant_name(f, dropout), sd)]["params_trainable"] <= rows[(m, sd)]["params_trainable"]]
+              if rows[(variant_name(f, dropout), sd)]["params_trainable"] <= rows[(m, sd)][size]]
         picks.append(min(ok, key=lambda v: rows[(v, sd)]["best_val_ppl"]))
     point = statistics.fmean(rows[(m, sd)]["best_val_ppl_after_merge_start"] - rows[(f, sd)]["best_val_ppl"]
                              for sd, f in zip(seeds, picks))
@@ -302,10 +307,11 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict]:
         if not set(needed) <= set(extra_variants):
             continue
         gap, ci, picks = merge_gap(rows, seeds, du, name)
+        size = "params_at_best_after_merge_start" if name == "merge_tentative" else "params_trainable"
         merge = variant_name(name, du)
         summary.update({
             f"{name}_minus_best_fixed_best_val_ppl": gap, f"{name}_minus_best_fixed_best_val_ppl_ci": ci,
-            f"{name}_params_ratio": agg[merge]["params_trainable"] / agg[untied]["params_trainable"],
+            f"{name}_params_ratio": statistics.fmean(rows[(merge, sd)][size] for sd in seeds) / agg[untied]["params_trainable"],
         })
         if name == "merge_tentative":
             summary.update(merge_tentative_merges_kept=statistics.fmean(len(rows[(merge, sd)]["merges"]) for sd in seeds),

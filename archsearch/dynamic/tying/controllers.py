@@ -235,7 +235,7 @@ class MergeTying(SwitchTying):
     fraction of block parameters left (``n_groups / n_layers``); the best pair is merged when its
     score is below the current model's (:func:`~archsearch.dynamic.tying.maps.merge_blocks`: mean
     weights, mean AdamW moments), at most one merge per check, and merges are never undone
-    (issue 67; merging by function-preserving averages in the spirit of model soups, Wortsman et
+    in this first design (issue 67; merging by function-preserving averages in the spirit of model soups, Wortsman et
     al. ICML 2022, applied within one network's layers). Measured in
     ``benchmarks/tying/tying_regularised.py`` (``tying_merge`` rows).
 
@@ -243,7 +243,9 @@ class MergeTying(SwitchTying):
     trained for one check interval; at the next check the merge is kept if the priced score is
     then below the score before it, else the pair is split again with
     :func:`~archsearch.dynamic.tying.maps.untie_groups` (clones of the merged group's weights and
-    Adam moments) and never tried again.
+    Adam moments) and never tried again. A check that gives a verdict makes no new merge (the
+    model then stays settled for one interval, so checkpoints are not all fresh merges), and no
+    tentative merge starts when fewer than ``tying_check_every`` steps of the run are left.
 
     Attributes:
         merge_start: the step merging started (``None`` before); merges: ``[(step, map)]`` (kept
@@ -320,7 +322,9 @@ class MergeTying(SwitchTying):
                 untie_groups(self.model, pend["map_before"], self.loop)
                 self.rejected.add(tuple(pend["blocks"]))
                 self.reverts.append((step, list(pend["blocks"])))
-                return  # the untied model's loss is not h: score merges from the next check
+            return  # a verdict: the next merge waits one interval
+        if self.tentative and step + self.every > total_steps(self.settings, self.loop):
+            return  # no time left to judge a new merge
         cands = self.candidate_losses() if n > 1 else []
         cands = [c for c in cands if tuple(c[0]) not in self.rejected]  # pairs a tentative merge was undone for
         if not cands:
@@ -334,7 +338,8 @@ class MergeTying(SwitchTying):
             self.merges.append((step, merge_blocks(self.model, members, self.loop)))
 
     def metrics(self) -> dict[str, Any]:
-        """:class:`_MapTying`'s, ``tying_merge_start`` (-1 before) and ``tying_merges`` (count)."""
+        """:class:`_MapTying`'s, ``tying_merge_start`` (-1 before), ``tying_merges`` (kept merges)
+        and ``tying_reverts`` (tentative merges undone)."""
         return {**_MapTying.metrics(self), "tying_merge_start": -1 if self.merge_start is None else self.merge_start,
                 "tying_merges": len(self.merges), "tying_reverts": len(self.reverts)}
 
