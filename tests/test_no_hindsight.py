@@ -63,3 +63,7 @@ def test_the_scored_front_keeps_members_by_their_reports_and_scores_their_true_v
 def test_the_one_epoch_rule_trains_only_the_top_share_past_epoch_1(N):
     r = N.simulate(N.all_tasks()[0], 0, "one_epoch")
     assert r["stopped"] / r["trials"] > 0.85 and r["trials"] - r["stopped"] >= 1
+
+
+def test_the_stored_v4_result_regenerates_from_its_runs(N):
+    assert N.main(["check"]) == 0
