@@ -70,7 +70,8 @@ def test_a_candidate_is_scored_by_the_loss_of_the_merged_model(data, settings):
 
 
 def test_merging_starts_at_the_first_rise_one_merge_per_check_never_undone(data, settings, tmp_path):
-    cfg = {**TINY, "tying": "merge", "tying_check_every": 2, "tying_price": 100.0}  # every merge pays
+    cfg = {**TINY, "tying": "merge", "tying_check_every": 2, "tying_price": 100.0,
+           "tying_tentative": False}  # every merge pays
     loop = TrialLoop(cfg, data, settings)
     real = loop.tying.held_out_loss
     scripted = iter([3.0, 2.5, 2.6])  # checks at steps 2, 4, 6: the rise at 6
@@ -94,7 +95,7 @@ def test_merging_starts_at_the_first_rise_one_merge_per_check_never_undone(data,
 
 
 def test_a_free_price_merges_only_what_lowers_the_held_out_loss(data, settings):
-    cfg = {**TINY, "tying": "merge", "tying_check_every": 2, "tying_price": 0.0}
+    cfg = {**TINY, "tying": "merge", "tying_check_every": 2, "tying_price": 0.0, "tying_tentative": False}
     loop = TrialLoop(cfg, data, settings)
     loop.tying.merge_start = 0  # merging from the first check
     loop.tying.held_out_loss = lambda: 1.0  # the current model's loss

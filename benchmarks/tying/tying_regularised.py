@@ -65,7 +65,8 @@ CLAIM = ("a tied char LM (every_4, 0.27x the parameters) is at least as good on 
 MAPS = {"none": {"tying": "none"}, "every_4": {"tying": "every_k", "tying_k": 4}}
 #: addendum 1 (written before its runs): tying: merge and the every_2 map at the dropout chosen
 #: for none; merge reads its held-out loss on validation-play blocks HOLDOUT_BLOCKS
-ADDENDUM_MAPS = {"every_2": {"tying": "every_k", "tying_k": 2}, "merge": {"tying": "merge", "tying_split": "holdout"}}
+ADDENDUM_MAPS = {"every_2": {"tying": "every_k", "tying_k": 2}, "merge": {"tying": "merge", "tying_split": "holdout",
+                                                                         "tying_tentative": False}}
 #: addendum 2 (written before its runs): tying: merge's second design, tentative merges (tying_tentative)
 ADDENDUM2_MAPS = {"merge_tentative": {"tying": "merge", "tying_split": "holdout", "tying_tentative": True}}
 MERGING = ("merge", "merge_tentative")
@@ -316,6 +317,9 @@ def summarize(rows: dict, seeds: list[int]) -> tuple[dict, dict]:
         if name == "merge_tentative":
             summary.update(merge_tentative_merges_kept=statistics.fmean(len(rows[(merge, sd)]["merges"]) for sd in seeds),
                            merge_tentative_reverts=statistics.fmean(len(rows[(merge, sd)]["reverts"]) for sd in seeds))
+            # addendum 2's decision rule: the second design against the first, paired over validation blocks
+            d, d_ci = ppl_gap(rows, merge, variant_name("merge", du), seeds, "val_block_loss")
+            summary.update(merge_tentative_minus_merge_best_val_ppl=d, merge_tentative_minus_merge_best_val_ppl_ci=d_ci)
         agg[merge].update(best_val_ppl_after_merge_start_per_seed=[rows[(merge, sd)]["best_val_ppl_after_merge_start"]
                                                                    for sd in seeds],
                           merge_start_per_seed=[rows[(merge, sd)]["merge_start"] for sd in seeds],

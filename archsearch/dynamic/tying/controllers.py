@@ -239,7 +239,8 @@ class MergeTying(SwitchTying):
     al. ICML 2022, applied within one network's layers). Measured in
     ``benchmarks/tying/tying_regularised.py`` (``tying_merge`` rows).
 
-    With ``tying_tentative`` (the second design): the best-scored pair is merged at once and
+    With ``tying_tentative`` (the second design, the default since it measured better:
+    ``benchmarks/tying/results/tying_regularised.json``, addendum 2): the best-scored pair is merged at once and
     trained for one check interval; at the next check the merge is kept if the priced score is
     then below the score before it, else the pair is split again with
     :func:`~archsearch.dynamic.tying.maps.untie_groups` (clones of the merged group's weights and
