@@ -106,10 +106,10 @@ def test_check_exits_1_with_a_diff(tmp_path, capsys):
 def test_new_target_schema_and_exploratory_results_are_shown(tmp_path):
     """The evidence library's ``targets: {key: {target, value, met}}`` (its ``met`` is the verdict,
     joint rules included) beside the old shapes; an exploratory result says so in every table."""
-    (tmp_path / "schedulers.json").write_text(json.dumps({
-        "summary": {"ahto_time_to_95_ratio_vs_asha": 0.8, "ahto_wilcoxon_p_vs_asha": 0.01,
-                    "ahto_time_to_95_ratio_vs_hyperband": 0.9, "other_key": 3},
-        "targets": {"ahto_time_to_95_ratio_vs_asha": {"target": "<= 0.85", "value": 0.8, "met": False,
+    (tmp_path / "schedulers_v4.json").write_text(json.dumps({
+        "summary": {"ahto_time_to_target_ratio_vs_asha": 0.8, "ahto_wilcoxon_p_vs_asha": 0.01,
+                    "ahto_time_to_target_ratio_vs_hyperband": 0.9, "other_key": 3},
+        "targets": {"ahto_time_to_target_ratio_vs_asha": {"target": "<= 0.85", "value": 0.8, "met": False,
                                                       "with": ["ahto_wilcoxon_p_vs_asha"]},
                     "ahto_wilcoxon_p_vs_asha": {"target": "< 0.05", "value": 0.01, "met": True},
                     "other_key": {"target": ">= 1", "value": 3, "met": True}},
@@ -120,9 +120,9 @@ def test_new_target_schema_and_exploratory_results_are_shown(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps({"summary": {"m_n": 2}, "targets": {"m_n": "<= 1"},
                                                    "targets_met": 0}))
     rows = summarize.render(tmp_path, tmp_path / "no-example").splitlines()
-    assert "| schedulers (exploratory) | `other_key` | 3 | >= 1: met |" in rows
+    assert "| schedulers_v4 (exploratory) | `other_key` | 3 | >= 1: met |" in rows
     assert "| old | `m_n` | 2 | <= 1: missed |" in rows
-    assert any(r.startswith("| schedulers (exploratory: protocol amended after a test read) | abcdef0 |") for r in rows)
+    assert any(r.startswith("| schedulers_v4 (exploratory: protocol amended after a test read) | abcdef0 |") for r in rows)
     sched = next(r for r in rows if r.startswith("| AHTO scheduler"))
     assert "(exploratory) |" in sched
     assert sched.endswith("| <= 0.85: missed; and `ahto_wilcoxon_p_vs_asha` < 0.05: met (0.01): **missed** |")
@@ -132,10 +132,11 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     """A headline row shows the result's value, its ``_ci`` interval (or says there is none), the
     baseline's keys filled in and the target's verdict; a result without the metric reads "not
     measured" instead of failing."""
-    (tmp_path / "schedulers.json").write_text(json.dumps({
-        "summary": {"ahto_time_to_95_ratio_vs_asha": 0.8, "ahto_time_to_95_ratio_vs_asha_ci": [0.7, 0.9],
-                    "ahto_wilcoxon_p_vs_asha": 0.01, "ahto_time_to_95_ratio_vs_hyperband": 0.95},
-        "targets": {"ahto_time_to_95_ratio_vs_asha": {"target": "<= 0.85", "with": ["ahto_wilcoxon_p_vs_asha"]},
+    (tmp_path / "schedulers_v4.json").write_text(json.dumps({
+        "summary": {"ahto_time_to_target_ratio_vs_asha": 0.8, "ahto_time_to_target_ratio_vs_asha_ci": [0.7, 0.9],
+                    "ahto_wilcoxon_p_vs_asha": 0.01, "ahto_faster_than_asha_tasks": "20/34",
+                    "ahto_time_to_target_ratio_vs_hyperband": 0.95},
+        "targets": {"ahto_time_to_target_ratio_vs_asha": {"target": "<= 0.85", "with": ["ahto_wilcoxon_p_vs_asha"]},
                     "ahto_wilcoxon_p_vs_asha": "< 0.05"}}))
     (tmp_path / "dht.json").write_text(json.dumps({  # one summary section per dataset
         "summary": {"rt": {"dht_gain_over_static_pts_at_0.5": 1.0, "confidence_exit_gain_over_static_pts_at_0.5": 0.5,
@@ -146,7 +147,8 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
                     "election_tweets.dht_gain_over_static_pts_at_0.5": ">= 1.5"}}))
     rows = summarize.render(tmp_path, tmp_path / "no-example").splitlines()
     sched = next(r for r in rows if r.startswith("| AHTO scheduler"))
-    assert "**0.8** x ASHA's (Wilcoxon p 0.01 over 10 tasks; the target also asks p < 0.05); 95% CI 0.7 to 0.9" in sched and "Hyperband: 0.95x" in sched
+    assert ("**0.8** x ASHA's (Wilcoxon p 0.01, faster on 20/34 tasks; the target also asks p < 0.05); 95% CI 0.7 to 0.9"
+            in sched and "Hyperband: 0.95x" in sched)
     # the ratio's target holds only with the p-value's (the result's joint rule, "with")
     assert sched.endswith("| <= 0.85: met; and `ahto_wilcoxon_p_vs_asha` < 0.05: met (0.01): **met** |")
     dht, second = (r for r in rows if r.startswith("| Per-sample depth"))
@@ -158,9 +160,9 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     tying = next(r for r in rows if r.startswith("| Layer tying"))
     assert "not measured (`tying.json` has no `tied_minus_untied_best_val_ppl`)" in tying
     # a ratio that meets its bound without significance is missed
-    data = json.loads((tmp_path / "schedulers.json").read_text())
+    data = json.loads((tmp_path / "schedulers_v4.json").read_text())
     data["summary"]["ahto_wilcoxon_p_vs_asha"] = 0.375
-    (tmp_path / "schedulers.json").write_text(json.dumps(data))
+    (tmp_path / "schedulers_v4.json").write_text(json.dumps(data))
     sched = next(r for r in summarize.render(tmp_path, tmp_path / "no-example").splitlines()
                  if r.startswith("| AHTO scheduler"))
     assert sched.endswith("| <= 0.85: met; and `ahto_wilcoxon_p_vs_asha` < 0.05: missed (0.375): **missed** |")
