@@ -56,7 +56,7 @@ from benchmarks.evidence.protocol import relpath
 from benchmarks.evidence.provenance import git_commit, provenance
 from benchmarks.evidence.results import build_result
 from benchmarks.evidence.runlog import RunLog, read_jsonl
-from benchmarks.evidence.stats import grouped_bootstrap, wilcoxon
+from benchmarks.evidence.stats import grouped_bootstrap
 from benchmarks.evidence.tables import markdown
 from benchmarks.schedulers import schedulers as S
 from benchmarks.testbeds import lcbench as L
@@ -296,9 +296,8 @@ def per_task(rows: list[dict], tgt: dict, seeds: list[int]) -> dict:
 
 
 def compare(table: dict, a: str, b: str, key: str, tasks: list[str]) -> dict:
-    x, y = np.array([(table[t][a][key], table[t][b][key]) for t in tasks]).T
-    return {"ratio": float(np.median(x / y)), "p": wilcoxon(x, y), "a_lower": int(np.sum(x < y)),
-            "tasks": len(tasks)}
+    """:func:`schedulers.compare` over ``tasks`` only."""
+    return S.compare({t: table[t] for t in tasks}, a, b, key)
 
 
 def bootstrap_ratio(rows: list[dict], tgt: dict, a: str, b: str, key: str, tasks: list[str],
