@@ -160,7 +160,7 @@ HEADLINE = [
      "qLogNEHVI: 1; TPE: AHTO's regret is {ahto_regret_ratio_vs_tpe_at_20}x TPE's",
      "a meta-trained acquisition beats GP-based BO in the first trials (MetaBO, ICLR 2020)"),
     ("AHTO scheduler without hindsight: training time to a per-task target fixed in advance (protocol v4: "
-     "34 LCBench tasks, 3-fold cross-validation, noisy curves, costs seen once observed)", "schedulers_v4",
+     "34 LCBench tasks, 3-fold cross-validation, noisy curves, costs seen once observed)", "schedulers",
      "ahto_time_to_target_ratio_vs_asha",
      "x ASHA's (Wilcoxon p {ahto_wilcoxon_p_vs_asha}, faster on {ahto_faster_than_asha_tasks} tasks; the target "
      "also asks p < 0.05)",

@@ -106,7 +106,7 @@ def test_check_exits_1_with_a_diff(tmp_path, capsys):
 def test_new_target_schema_and_exploratory_results_are_shown(tmp_path):
     """The evidence library's ``targets: {key: {target, value, met}}`` (its ``met`` is the verdict,
     joint rules included) beside the old shapes; an exploratory result says so in every table."""
-    (tmp_path / "schedulers_v4.json").write_text(json.dumps({
+    (tmp_path / "schedulers.json").write_text(json.dumps({
         "summary": {"ahto_time_to_target_ratio_vs_asha": 0.8, "ahto_wilcoxon_p_vs_asha": 0.01,
                     "ahto_time_to_target_ratio_vs_hyperband": 0.9, "other_key": 3},
         "targets": {"ahto_time_to_target_ratio_vs_asha": {"target": "<= 0.85", "value": 0.8, "met": False,
@@ -120,9 +120,9 @@ def test_new_target_schema_and_exploratory_results_are_shown(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps({"summary": {"m_n": 2}, "targets": {"m_n": "<= 1"},
                                                    "targets_met": 0}))
     rows = summarize.render(tmp_path, tmp_path / "no-example").splitlines()
-    assert "| schedulers_v4 (exploratory) | `other_key` | 3 | >= 1: met |" in rows
+    assert "| schedulers (exploratory) | `other_key` | 3 | >= 1: met |" in rows
     assert "| old | `m_n` | 2 | <= 1: missed |" in rows
-    assert any(r.startswith("| schedulers_v4 (exploratory: protocol amended after a test read) | abcdef0 |") for r in rows)
+    assert any(r.startswith("| schedulers (exploratory: protocol amended after a test read) | abcdef0 |") for r in rows)
     sched = next(r for r in rows if r.startswith("| AHTO scheduler"))
     assert "(exploratory) |" in sched
     assert sched.endswith("| <= 0.85: missed; and `ahto_wilcoxon_p_vs_asha` < 0.05: met (0.01): **missed** |")
@@ -132,7 +132,7 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     """A headline row shows the result's value, its ``_ci`` interval (or says there is none), the
     baseline's keys filled in and the target's verdict; a result without the metric reads "not
     measured" instead of failing."""
-    (tmp_path / "schedulers_v4.json").write_text(json.dumps({
+    (tmp_path / "schedulers.json").write_text(json.dumps({
         "summary": {"ahto_time_to_target_ratio_vs_asha": 0.8, "ahto_time_to_target_ratio_vs_asha_ci": [0.7, 0.9],
                     "ahto_wilcoxon_p_vs_asha": 0.01, "ahto_faster_than_asha_tasks": "20/34",
                     "ahto_time_to_target_ratio_vs_hyperband": 0.95},
@@ -160,9 +160,9 @@ def test_headline_rows_read_their_result_interval_and_target(tmp_path):
     tying = next(r for r in rows if r.startswith("| Layer tying"))
     assert "not measured (`tying.json` has no `tied_minus_untied_best_val_ppl`)" in tying
     # a ratio that meets its bound without significance is missed
-    data = json.loads((tmp_path / "schedulers_v4.json").read_text())
+    data = json.loads((tmp_path / "schedulers.json").read_text())
     data["summary"]["ahto_wilcoxon_p_vs_asha"] = 0.375
-    (tmp_path / "schedulers_v4.json").write_text(json.dumps(data))
+    (tmp_path / "schedulers.json").write_text(json.dumps(data))
     sched = next(r for r in summarize.render(tmp_path, tmp_path / "no-example").splitlines()
                  if r.startswith("| AHTO scheduler"))
     assert sched.endswith("| <= 0.85: met; and `ahto_wilcoxon_p_vs_asha` < 0.05: missed (0.375): **missed** |")

@@ -68,6 +68,6 @@ def test_v3_scores_its_own_ahto_and_v1s_other_schedulers(S):
 
 @pytest.mark.slow
 def test_stored_results_regenerate(S):
-    """schedulers_v1.json, schedulers_v2.json and schedulers.json regenerate from the committed
+    """schedulers_v1.json, schedulers_v2.json and schedulers_v3.json regenerate from the committed
     runs (``check``: provenance aside; the ledger left as it is)."""
     assert S.main(["check"]) == 0

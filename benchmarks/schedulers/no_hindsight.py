@@ -35,7 +35,7 @@ Commands (from the repository root)::
     python -m benchmarks.schedulers.no_hindsight run --stage reference   # the per-task targets
     python -m benchmarks.schedulers.no_hindsight run --stage train       # PGPE, one policy per fold
     python -m benchmarks.schedulers.no_hindsight run --stage test        # 34 tasks x 10 seeds x 6
-    python -m benchmarks.schedulers.no_hindsight analyze                 # results/schedulers_v4.json
+    python -m benchmarks.schedulers.no_hindsight analyze                 # results/schedulers.json
     python -m benchmarks.schedulers.no_hindsight check
 """
 
@@ -54,7 +54,7 @@ from benchmarks.evidence.cli import Command
 from benchmarks.evidence.ledger import Read
 from benchmarks.evidence.protocol import relpath
 from benchmarks.evidence.provenance import git_commit, provenance
-from benchmarks.evidence.results import build_result
+from benchmarks.evidence.results import build_result, read_result
 from benchmarks.evidence.runlog import RunLog, read_jsonl
 from benchmarks.evidence.stats import grouped_bootstrap
 from benchmarks.evidence.tables import markdown
@@ -65,7 +65,8 @@ HERE = Path(__file__).resolve().parent
 PROTOCOL = HERE / "protocols" / "schedulers_v4.json"
 RUNS = HERE / "runs" / "scheduler_runs_v4.jsonl"
 POLICIES = HERE / "runs" / "scheduler_policies"
-OUT = HERE / "results" / "schedulers_v4.json"
+OUT = HERE / "results" / "schedulers.json"
+REAL = HERE / "results" / "scheduler_search_v2.json"  # issue 66 item 4: its summary keys are repeated here
 TEST_SET = "lcbench:scheduler_cv"
 OFFSET_SD, EPOCH_SD = 1.0, 0.5
 FOLDS = 3
@@ -349,6 +350,9 @@ def results(args) -> dict[Path, dict]:
     rows = read_jsonl(RUNS)
     test_seeds = args.seeds
     s, table = summarize(rows, test_seeds)
+    real = read_result(REAL)["summary"]  # the real searches' keys, so the issue's keys sit in one result
+    s.update({k: v for k, v in real.items() if k.startswith("ahto_real_hv_ratio_vs_asha")})
+    s["ahto_real_hv_ratio_source"] = relpath(REAL)
     pols = {k: json.loads(policy_file(k).read_text()) for k in range(FOLDS)}
     prov = provenance(commits=sorted({r["commit"] for r in rows}), seeds=test_seeds,
                       wall_s=sum(r["seconds"] for r in rows) + sum(p["seconds"] for p in pols.values())
@@ -356,7 +360,8 @@ def results(args) -> dict[Path, dict]:
                       reference_seeds=REFERENCE_SEEDS)
     tg = {"ahto_time_to_target_ratio_vs_asha": {"target": "<= 0.85", "with": ["ahto_wilcoxon_p_vs_asha"]},
           "ahto_wilcoxon_p_vs_asha": {"target": "< 0.05", "with": ["ahto_time_to_target_ratio_vs_asha"]},
-          "ahto_time_to_target_ratio_vs_one_epoch": "<= 1.0"}
+          "ahto_time_to_target_ratio_vs_one_epoch": "<= 1.0",
+          "ahto_real_hv_ratio_vs_asha_at_equal_time": ">= 1.0"}
     result = build_result(s, prov, name=OUT.name, targets=tg, protocol=PROTOCOL,
                           reads=[Read(TEST_SET, PROTOCOL)], record_reads=not args.check,
                           folds=folds(), policies={k: {"weights": p["weights"], "training_tasks": p["training_tasks"]}

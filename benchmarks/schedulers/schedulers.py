@@ -43,7 +43,7 @@ Commands (from the repository root; files under ``benchmarks/schedulers/``)::
     python -m benchmarks.schedulers.schedulers run --stage test --seeds 0-19 [--protocol ...]  # test searches
     python -m benchmarks.schedulers.schedulers analyze                  # all three results from the runs:
         # --protocol v1 -> results/schedulers_v1.json, v2 -> results/schedulers_v2.json,
-        # v3 -> results/schedulers.json (without --protocol: all three)
+        # v3 -> results/schedulers_v3.json (without --protocol: all three)
     python -m benchmarks.schedulers.schedulers check                    # regenerate in memory, compare
 """
 
@@ -85,7 +85,7 @@ VERSIONS = {
     "v2": {"protocol": "protocols/schedulers_v2.json", "runs": "runs/scheduler_runs_v2.jsonl",
            "validation": "runs/scheduler_validation_v2.json", "out": "results/schedulers_v2.json"},
     "v3": {"protocol": "protocols/schedulers_v3.json", "runs": "runs/scheduler_runs_v3.jsonl",
-           "validation": "runs/scheduler_validation_v3.json", "out": "results/schedulers.json"},
+           "validation": "runs/scheduler_validation_v3.json", "out": "results/schedulers_v3.json"},
 }
 PROTOCOL = HERE / VERSIONS["v1"]["protocol"]
 RUNS = HERE / VERSIONS["v1"]["runs"]
@@ -729,7 +729,7 @@ def _add_arguments(p) -> None:
     p.add_argument("--protocol", choices=sorted(VERSIONS), default=None,
                    help="v1: 50 full trials, best-known HV per task (-> results/schedulers_v1.json); v2: v1 at "
                         "the horizon `--stage horizon` chose (-> schedulers_v2.json); v3: v1's searches, "
-                        "best-known HV per seed (-> schedulers.json). run: default v3; analyze/check: default all three")
+                        "best-known HV per seed (-> schedulers_v3.json). run: default v3; analyze/check: default all three")
     p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
 
 
