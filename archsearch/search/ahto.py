@@ -49,6 +49,11 @@ class QNEHVISearcher(Searcher):
             (not unit-cube columns: a categorical's one-hot columns are one degree of freedom):
             enough to fit a GP, never most of a small budget.
         num_restarts, raw_samples, maxiter: ``optimize_acqf`` effort (kept small: ask time).
+        acqf_retry: let ``optimize_acqf`` restart from new initial conditions when L-BFGS-B
+            warns (``retry_on_optimization_warning``). With ``maxiter`` this small every
+            restart reaches the iteration limit, which BoTorch counts as a failure, so a retry
+            doubles the optimiser's time and discards the first attempt (default off:
+            ``benchmarks/searchers/acqf_retry.py`` measured the effect).
         mc_samples: quasi-MC samples of the acquisition.
         gp_maxiter: L-BFGS-B iterations of the GP fit.
         horizon: trials the search expects (default ``space.budget.trials``; used by AHTO).
@@ -84,8 +89,10 @@ class QNEHVISearcher(Searcher):
                  trust_length: float = 0.2, max_gp_points: int = 200,
                  initial_configs: list[dict] | None = None, noise_floor: float = 1e-4,
                  output_scale: bool = False, log_costs: bool = False, history=None,
-                 history_mean: bool = True, history_design: str = "mean", history_design_share: float = 1.0):
+                 history_mean: bool = True, history_design: str = "mean", history_design_share: float = 1.0,
+                 acqf_retry: bool = False):
         super().__init__(space, seed=seed, cost_fn=cost_fn)
+        self.acqf_retry = bool(acqf_retry)
         self.history_mean = bool(history_mean)
         self.initial_configs = [dict(c) for c in initial_configs or []]
         self.noise_floor, self.output_scale, self.log_costs = float(noise_floor), bool(output_scale), bool(log_costs)
@@ -332,6 +339,7 @@ class QNEHVISearcher(Searcher):
             warnings.simplefilter("ignore")
             X, _ = optimize_acqf(acqf, bounds=bounds, q=1, num_restarts=self.num_restarts,
                                  raw_samples=self.raw_samples, return_best_only=False,
+                                 retry_on_optimization_warning=self.acqf_retry,
                                  options={"maxiter": self.maxiter, "batch_limit": self.num_restarts})
         return X.reshape(-1, self.d)  # (num_restarts, d)
 
@@ -466,14 +474,14 @@ class AHTOSearcher(QNEHVISearcher):
                  history=None, history_mean: bool = True, history_design: str = "mean",
                  history_design_share: float = 1.0, policy: str | None = None,
                  n_sobol: int = 64, n_perturb: int = 16,
-                 perturb_scale: float = 0.1, record_pool: bool = False):
+                 perturb_scale: float = 0.1, record_pool: bool = False, acqf_retry: bool = False):
         super().__init__(space, seed=seed, cost_fn=cost_fn, n_init=n_init, num_restarts=num_restarts,
                          raw_samples=raw_samples, maxiter=maxiter, mc_samples=mc_samples,
                          gp_maxiter=gp_maxiter, horizon=horizon, trust_length=trust_length,
                          max_gp_points=max_gp_points, initial_configs=initial_configs,
                          noise_floor=noise_floor, output_scale=output_scale, log_costs=log_costs,
                          history=history, history_mean=history_mean, history_design=history_design,
-                         history_design_share=history_design_share)
+                         history_design_share=history_design_share, acqf_retry=acqf_retry)
         from archsearch.search import policy as pol
 
         self.policy = None if policy == "none" else pol.load_policy(policy)
