@@ -530,6 +530,7 @@ def seed_tables(out: Path, seed: int, cost_of, dht: str = "dht", cuts: str = "",
         if not np.array_equal(s["test_y"], d["test_y"]):
             raise ValueError(f"{out}/static{k}{cuts}_seed{seed}.npz: test rows differ from {dht}_seed{seed}.npz's")
         tab[f"static{k}"] = (s["test_p"].argmax(-1) == s["test_y"]).astype(float)
+    tab["cascades"] = cascade_tables(cut_files, cost_of)
     return {**tab, **val_exit_gaps(out, seed, dht, cuts, depths, loaded=(d, cut_files))}
 
 
@@ -556,6 +557,88 @@ def val_exit_gaps(out: Path, seed: int, dht: str = "dht", cuts: str = "",
     return gaps
 
 
+#: issue 63's complete-model cascades (``protocols/dht_cascade.json``): the depths of their stages
+CASCADES = ((2, 6), (3, 6), (2, 3, 6))
+CASCADE_PROTOCOL = PROTOCOL.with_name("dht_cascade.json")
+#: above every max probability: at this threshold every row escalates to the last stage
+NEVER = 1.0 + 2.0 ** -6
+
+
+def cascade_name(stages: tuple[int, ...]) -> str:
+    return "->".join(map(str, stages))
+
+
+def cascade_split(cuts: dict, split: str, cost_of, stages: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """One split's table of a complete-model cascade of the stored cuts (``{depth: npz}``):
+    per row and stage (``N x S``) the stage's max probability, its correctness and the FLOPs
+    fraction of stopping there (the stages run so far, summed: :func:`benchmarks.depth.stop_policies.exit_costs`
+    at the row's length); ``full``: ``N`` ones, the 6-block model's fraction."""
+    T = cuts[stages[0]][f"{split}_T"]
+    c = np.stack([cost_of(int(x)) for x in T])  # (N, 6)
+    p = [cuts[k][f"{split}_p"] for k in stages]  # S x (N, C)
+    y = cuts[stages[0]][f"{split}_y"]
+    return {"maxp": np.stack([q.max(-1) for q in p], 1),
+            "correct": np.stack([q.argmax(-1) == y for q in p], 1).astype(float),
+            "cost": np.cumsum(np.stack([c[:, k - 1] for k in stages], 1), 1), "full": c[:, -1]}
+
+
+def cascade_exits(val: dict, test: dict) -> list[np.ndarray]:
+    """The test rows' stopping stage (``N`` ints) per budget of :data:`benchmarks.depth.stop_policies.BUDGETS`:
+    one max-probability threshold for every stage, bisected on the validation rows (labels
+    unread) to the budget, as ``gating: cascade`` and the confidence exit calibrate."""
+    from archsearch.dynamic.budget import calibrate_monotone
+    from archsearch.dynamic.depth.exits import first_stop
+
+    def frac(t, thr):
+        ex = first_stop(t["maxp"] >= thr)
+        return float(t["cost"][np.arange(len(ex)), ex].sum() / t["full"].sum())
+
+    out = []
+    for b in sp.BUDGETS:
+        thr, _ = calibrate_monotone(lambda c: frac(val, c), b, 0.0, NEVER, iters=40, decreasing=False)
+        out.append(first_stop(test["maxp"] >= thr))
+    return out
+
+
+def cascade_curve_at(t: dict, exits_per_budget: list[np.ndarray], idx: np.ndarray, x: float) -> np.ndarray:
+    """``(D,)`` cascade accuracies at ``x`` FLOPs, one per row resample ``idx[d]`` (``D x N``),
+    interpolated on the points of the budgets; NaN where the cheapest point lies above ``x``."""
+    rows = np.arange(len(t["full"]))
+    full = t["full"][idx].sum(1)  # (D,)
+    acc = np.stack([t["correct"][rows, ex][idx].mean(1) for ex in exits_per_budget], 1)  # (D, B)
+    frac = np.stack([t["cost"][rows, ex][idx].sum(1) / full for ex in exits_per_budget], 1)  # (D, B)
+    order = np.argsort(frac, 1, kind="stable")
+    acc, frac = np.take_along_axis(acc, order, 1), np.take_along_axis(frac, order, 1)
+    return np.array([np.interp(x, f, a) if f[0] <= x else np.nan for f, a in zip(frac, acc)])
+
+
+def cascade_tables(cut_files: dict, cost_of) -> dict[str, dict]:
+    """Per structure of :data:`CASCADES` whose cuts are stored: ``{"val_acc_at_0.5", "test",
+    "exits"}`` (the validation accuracy the selection reads, the test table and its stages per
+    budget; the validation rows calibrate both)."""
+    out = {}
+    for stages in CASCADES:
+        if not all(k in cut_files for k in stages):
+            continue
+        val, test = (cascade_split(cut_files, s, cost_of, stages) for s in ("validation", "test"))
+        val_exits = cascade_exits(val, val)
+        val_acc = float(cascade_curve_at(val, val_exits, np.arange(len(val["full"]))[None], 0.5)[0])
+        out[cascade_name(stages)] = {"val_acc_at_0.5": None if math.isnan(val_acc) else val_acc,
+                                     "test": test, "exits": cascade_exits(val, test)}
+    return out
+
+
+def choose_cascade(tabs: list[dict]) -> str | None:
+    """``protocols/dht_cascade.json``'s selection: the structure with the highest mean over
+    seeds of validation accuracy at 0.5 FLOPs (ties: fewer stages); None without one."""
+    names = [cascade_name(s) for s in CASCADES if all(cascade_name(s) in t.get("cascades", {}) for t in tabs)]
+    scores = {n: [t["cascades"][n]["val_acc_at_0.5"] for t in tabs] for n in names}
+    ok = [n for n in names if None not in scores[n]]
+    if not ok:
+        return None
+    return max(ok, key=lambda n: (float(np.mean(scores[n])), -n.count("->")))
+
+
 def estimates(tabs: list[dict], idx_per_seed: list[np.ndarray]) -> dict[str, np.ndarray]:
     """Every key's value (points, mean over seeds) for each row resample: ``{key: (D,)}`` (the
     keys whose static cut is in the tables)."""
@@ -565,6 +648,8 @@ def estimates(tabs: list[dict], idx_per_seed: list[np.ndarray]) -> dict[str, np.
         vals = {"dht@0.5": sp._curves_at_main(t, tab[DHT], idx, 0.5), "dht@0.33": sp._curves_at_main(t, tab[DHT], idx, 1 / 3),
                 "conf@0.5": sp._curves_at_main(t, tab[CONF], idx, 0.5),
                 **{f"static{k}": tab[f"static{k}"][idx].mean(1) for k in DEPTHS if f"static{k}" in tab}}
+        if "cascade" in tab:  # the structure choose_cascade picked
+            vals["cascade@0.5"] = cascade_curve_at(tab["cascade"]["test"], tab["cascade"]["exits"], idx, 0.5)
         for k, v in vals.items():
             acc[k] = acc.get(k, 0) + v / len(tabs)
     out = {"dht_gain_over_confidence_exit_pts_at_0.5": 100 * (acc["dht@0.5"] - acc["conf@0.5"])}
@@ -575,15 +660,23 @@ def estimates(tabs: list[dict], idx_per_seed: list[np.ndarray]) -> dict[str, np.
         out["dht_gain_over_static_pts_at_0.33"] = 100 * (acc["dht@0.33"] - acc["static2"])
     if "static6" in acc:
         out["dht_acc_drop_pts_at_0.5"] = 100 * (acc["static6"] - acc["dht@0.5"])
+    if "cascade@0.5" in acc:
+        out["dht_gain_over_cascade_pts_at_0.5"] = 100 * (acc["dht@0.5"] - acc["cascade@0.5"])
+        if "static3" in acc:
+            out["cascade_gain_over_static_pts_at_0.5"] = 100 * (acc["cascade@0.5"] - acc["static3"])
+        if "static6" in acc:
+            out["cascade_acc_drop_pts_at_0.5"] = 100 * (acc["static6"] - acc["cascade@0.5"])
     return {**out, **{f"acc_{k}": acc[k] for k in acc}}
 
 
 KEYS = ("dht_gain_over_static_pts_at_0.5", "dht_gain_over_static_pts_at_0.33", "dht_acc_drop_pts_at_0.5",
-        "dht_gain_over_confidence_exit_pts_at_0.5", "confidence_exit_gain_over_static_pts_at_0.5")
+        "dht_gain_over_confidence_exit_pts_at_0.5", "confidence_exit_gain_over_static_pts_at_0.5",
+        "dht_gain_over_cascade_pts_at_0.5", "cascade_gain_over_static_pts_at_0.5", "cascade_acc_drop_pts_at_0.5")
 #: issue 36's targets, on every dataset (a summary section each)
 TARGETS = {"dht_gain_over_static_pts_at_0.5": ">= 1.5", "dht_gain_over_static_pts_at_0.5_ci_low": "> 0",
            "dht_gain_over_static_pts_at_0.33": ">= 0", "dht_acc_drop_pts_at_0.5": "<= 1.5",
-           "dht_gain_over_confidence_exit_pts_at_0.5": ">= 0"}
+           "dht_gain_over_confidence_exit_pts_at_0.5": ">= 0",
+           "dht_gain_over_cascade_pts_at_0.5": ">= 0"}  # issue 63 (protocols/dht_cascade.json)
 
 
 def equal_training_depths(out: Path, recipe: str) -> tuple[int, ...]:
@@ -615,7 +708,16 @@ def analyze_dataset(out: Path, cost_of, draws: int = 2000, recipe: str | None = 
     tabs = [seed_tables(out, s, cost_of, dht, cuts, depths) for s in seeds]
     same_test_rows(out, [f"{dht}_seed{s}" for s in seeds])
     n = [len(t["test"]["correct"]) for t in tabs]
+    chosen = choose_cascade(tabs)
+    for t in tabs:
+        if chosen is not None:
+            t["cascade"] = t["cascades"][chosen]
     summary = with_intervals(estimates, tabs, n, draws, KEYS)
+    if chosen is not None or any(t["cascades"] for t in tabs):
+        summary["cascade_structure"] = chosen
+        summary["cascade_val_acc_at_0.5"] = {
+            c: (None if None in (v := [t["cascades"][c]["val_acc_at_0.5"] for t in tabs if c in t["cascades"]])
+                else float(np.mean(v))) for c in tabs[0]["cascades"]}
     if "dht_gain_over_static_pts_at_0.5" in summary:
         summary["dht_gain_over_static_pts_at_0.5_ci_low"] = summary["dht_gain_over_static_pts_at_0.5_ci"][0]
     for k in depths:  # the shallow and the deepest exits against models fine-tuned at their depth
@@ -697,6 +799,9 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000, recipe: str
             protocols[name] = read_under = (EQUAL_TRAINING_PROTOCOL if equal else RECIPE_PROTOCOL if r
                                             else DATASETS[name]["protocol"])
         reads.append(Read(test_set(name), read_under, name))
+        if summary[name].get("cascade_structure"):  # issue 63's cascade rows: their own protocol
+            protocols[f"{name}.cascade"] = CASCADE_PROTOCOL
+            reads.append(Read(test_set(name), CASCADE_PROTOCOL, f"{name}.cascade"))
         print(f"{name} ({len(summary[name]['seeds'])} seeds)\n{'key':45s} {'mean':>7s}  95% CI")
         for key in (k for k in KEYS if k in summary[name]):
             ci = summary[name][f"{key}_ci"]
