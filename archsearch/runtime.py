@@ -16,7 +16,9 @@ two, length (after trimming padding) rounded up to a power of two -- among
 ``static``
     every row through the first ``d`` blocks and exit ``d``: ``d`` the deepest exit whose FLOPs
     at that length are at most the trial's FLOPs budget times the full model's (a static cut at
-    the same or lower executed FLOPs; absent when no exit is that cheap).
+    the same or lower executed FLOPs; absent when no exit is that cheap). Exit ``d`` is the
+    gating's :meth:`~archsearch.dynamic.base.GatingStrategy.exit_model`: the trial's model, or
+    for a cascade of complete models (``gating: cascade``) its own cut of ``d`` blocks.
 ``full``
     every row through every block and the deepest exit (the full model; on CUDA a CUDA graph
     replay where measured faster).
@@ -279,10 +281,11 @@ class Runtime:
                      torch.full((B,), d, dtype=torch.long), regime)
 
     def _cut(self, x, mask, d: int):
-        """Logits of every row after the first ``d`` blocks (exit ``d``'s head): on CUDA through
+        """Logits of every row after the first ``d`` blocks (exit ``d``'s head) of the gating's
+        :meth:`~archsearch.dynamic.base.GatingStrategy.exit_model`: on CUDA through
         :func:`~archsearch.dynamic.depth.exits.run_cascade` with one exit, so the segment runs
         as a CUDA graph replay where measured faster; elsewhere one eager forward."""
-        m = self.model
+        m = self.gating.exit_model(d)
         if not x.is_cuda:
             return m(x, mask, n_layers=d)
         from archsearch.dynamic.depth.cascade_graphs import SegmentGraphs, model_signature

@@ -63,7 +63,8 @@ def trained(name, data, device, **cfg):
                          + [("confidence_exit", {"flops_budget": 0.5})])
 def test_known_costs_with_default_settings_are_what_a_trial_reports(small_data, device, name, cfg):
     """Only ``gating`` (and the architecture) set: ``dht`` runs at its default budget 0.5 with
-    exit heads, ``depth_predictor`` / ``confidence_exit`` with exit heads and no budget."""
+    exit heads, ``depth_predictor`` / ``confidence_exit`` with exit heads and no budget,
+    ``cascade`` with its one cut model and no budget."""
     from archsearch.dynamic import gating_class
     from archsearch.dynamic.known_costs import known_costs_fn
 
@@ -84,6 +85,9 @@ def test_known_costs_with_default_settings_are_what_a_trial_reports(small_data, 
         assert abs(val["flops_per_sample"] - known["flops_per_sample"]) <= 0.05 * static["flops_per_sample"]
     elif name == "static":
         assert val["flops_per_sample"] == pytest.approx(known["flops_per_sample"], rel=1e-9)
+    elif name == "cascade":  # every row through every model: a bound above the static value
+        assert known["flops_per_sample"] > static["flops_per_sample"]
+        assert val["flops_per_sample"] <= known["flops_per_sample"] * (1 + 1e-9)
     else:  # an upper bound (the depth predictor's own MLP on top of the blocks it runs)
         own = loop.gating.predictor.flops_per_sample() if name == "depth_predictor" else 0
         assert known["flops_per_sample"] == static["flops_per_sample"]

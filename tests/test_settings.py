@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-GATINGS = ("static", "dht", "depth_predictor", "confidence_exit", "length_drop")
+GATINGS = ("static", "dht", "depth_predictor", "confidence_exit", "cascade", "length_drop")
 
 
 def test_every_gating_and_tying_has_a_frozen_strict_settings_model():

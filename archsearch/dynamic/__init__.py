@@ -12,7 +12,7 @@ Layout: this package is the shared core -- the registry (here), :mod:`~archsearc
 ``Settings``), :mod:`~archsearch.dynamic.known_costs`, :mod:`~archsearch.dynamic.budget` (FLOPs
 prices and calibration) and :mod:`~archsearch.dynamic.bandits` -- and the strategies live in one
 subpackage per family, each with a torch-free ``settings`` module: :mod:`archsearch.dynamic.depth`
-(dynamic depth and early exit: ``dht``, ``depth_predictor``, ``confidence_exit``),
+(dynamic depth and early exit: ``dht``, ``depth_predictor``, ``confidence_exit``, ``cascade``),
 :mod:`archsearch.dynamic.length` (``length_drop``) and :mod:`archsearch.dynamic.tying` (every
 ``tying:`` but ``none``). Families import the core, never each other.
 """
@@ -28,6 +28,7 @@ GATING = {
     "depth_predictor": "archsearch.dynamic.depth.predictor:DepthPredictorGating",
     "length_drop": "archsearch.dynamic.length.drop:LengthDropGating",
     "confidence_exit": "archsearch.dynamic.depth.confidence_exit:ConfidenceExitGating",
+    "cascade": "archsearch.dynamic.depth.cascade:CascadeGating",
 }
 
 #: ``tying:`` value -> "module:Class" implementing :class:`archsearch.dynamic.base.TyingController`.

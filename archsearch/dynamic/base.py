@@ -149,6 +149,10 @@ class GatingStrategy:
           :meth:`exit_head_depths` (:func:`archsearch.models.costs.exit_head_params`). Modules
           the strategy holds itself (:meth:`extra_modules`) are not counted by the trial, nor here.
 
+        A gating that adds other modules to the model or may execute more than the full model
+        overrides it (``cascade``: its cut models; without a budget, the bound of every row
+        escalating).
+
         Raises:
             ValueError: a value of ``cfg`` that :attr:`Settings` refuses (names the key).
         """
@@ -216,6 +220,14 @@ class GatingStrategy:
         full model's; ``None`` for a gating without per-sample early exit (the runtime of an
         exported model, :mod:`archsearch.runtime`, then has one way to run a batch)."""
         return None
+
+    def exit_model(self, depth: int) -> nn.Module:
+        """The :class:`~archsearch.models.transformer.Transformer` whose first ``depth`` blocks
+        and exit ``depth``'s head answer a row that leaves at ``depth`` (one of
+        :meth:`exit_depths`): what the runtime's static cut and full model run
+        (:mod:`archsearch.runtime`). The trial's model here; a cascade of complete models
+        (``gating: cascade``) returns the cut of that depth."""
+        return self.model
 
     def metrics(self) -> dict[str, Any]:
         """Extra per-epoch results (JSON-serialisable)."""

@@ -30,20 +30,25 @@ def known_costs_fn(data, fixed: Mapping[str, Any] | None = None) -> Callable[[Ma
 
       - ``static``: exactly the metric the trial reports.
       - A gating whose settings declare ``flops_budget`` (``dht``, ``depth_predictor``,
-        ``confidence_exit``), with it set by the config or as the gating's default (``dht``:
-        0.5): ``flops_budget`` x the static value. The inner loop meets the budget on average
+        ``confidence_exit``, ``cascade``), with it set by the config or as the gating's default
+        (``dht``: 0.5): ``flops_budget`` x the static value. The inner loop meets the budget on average
         over the validation set (the exit price / threshold is calibrated on up to 2048
         validation rows before each evaluation; tested within +-0.05 of the budget), so the
         trial reports this value within about 0.05 x the static value. A budget below the
-        cheapest path (the shallowest allowed exit, plus the depth predictor's own FLOPs)
-        cannot be met: such a trial reports more than this.
+        cheapest path (the shallowest allowed exit, plus the depth predictor's own FLOPs; the
+        cascade's first cut) cannot be met: such a trial reports more than this.
       - Without a budget (``flops_budget: null`` or not declared: ``length_drop``, budget-free
         ``depth_predictor`` / ``confidence_exit`` at a fixed threshold): the static value, an
-        upper bound of what a gated trial executes.
+        upper bound of what a gated trial executes. A budget-free ``cascade``: the bound of
+        every row running every cut and then the full model
+        (:meth:`~archsearch.dynamic.depth.cascade.CascadeGating.known_cost`), above the static
+        value.
     * ``params_total`` / ``params_trainable`` (counts of scalars): the static model's, plus the
       exit heads the gating adds to the model (``d*C + C`` per exit below the deepest,
       classification only; :func:`archsearch.models.costs.exit_head_params`): exactly what the
-      trial reports (``TrialLoop.evaluate`` counts the Transformer, exit heads included). Modules
+      trial reports (``TrialLoop.evaluate`` counts the Transformer, exit heads included), and
+      ``cascade``'s cut models (:func:`archsearch.dynamic.depth.cascade.cut_params`: each a
+      whole Transformer of ``k`` blocks, embeddings and head included), exactly too. Modules
       a strategy holds itself are counted by neither: the depth predictor's MLP (``2d + d*h + h
       + h*D + D`` scalars, ``h`` = ``predictor_hidden``, ``D`` = allowed depths); DHT's bandit
       statistics and context projection are not parameters. Layer tying is not applied: for

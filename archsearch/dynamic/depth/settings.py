@@ -6,6 +6,8 @@
   (:class:`~archsearch.dynamic.depth.predictor.DepthPredictorGating`); its defaults below.
 * :class:`ConfidenceExitSettings` -- ``gating: confidence_exit``
   (:class:`~archsearch.dynamic.depth.confidence_exit.ConfidenceExitGating`).
+* :class:`CascadeSettings` -- ``gating: cascade``
+  (:class:`~archsearch.dynamic.depth.cascade.CascadeGating`).
 
 ``gating: depth_predictor``: every default is the recipe the development runs settled on (single
 seeds, among variants chosen partly on test):
@@ -23,7 +25,7 @@ values; the older defaults stay reachable by name (``exit_loss: mean``, ``depth_
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -315,3 +317,60 @@ class ConfidenceExitSettings(StrategySettings):
         2048, ge=1,
         description="Validation rows the threshold is calibrated on under a flops_budget (the "
         f"first evaluation batches holding at least this many); not tuned ({_CE_JSON} used 2048).")
+
+
+#: A cut's depth (blocks), >= 1; below the model's ``n_layers`` (checked by the strategy, which
+#: knows the model).
+CutDepth = Annotated[int, Field(ge=1)]
+
+
+class CascadeSettings(StrategySettings):
+    """The knobs of ``gating: cascade``. Every depth of ``cascade_depths`` must also be below the
+    model's ``n_layers`` (checked by the strategy, which knows the model).
+
+    Raises:
+        ValueError (through :meth:`~archsearch.dynamic.settings.StrategySettings.from_config`):
+            a value out of range or of the wrong type, an unknown key, ``cascade_depths`` not
+            strictly ascending; the message names the key.
+    """
+
+    flops_budget: float | None = Field(
+        None, gt=0, le=1,
+        description="FLOPs budget: mean executed FLOPs per sample (every stage a row ran, the "
+        "cuts it left and the model that answered) as a fraction of the full model's, in (0, 1]; "
+        "the threshold is calibrated on validation rows (no labels) before each evaluation so "
+        "that the fraction lands on it (the closest reachable fraction when it cannot: never "
+        "below the first cut's own). none = the fixed exit_threshold. Not measured here.")
+    exit_threshold: float = Field(
+        0.9, ge=0, le=1,
+        description="Without a flops_budget: a row is answered by the first cut whose max softmax "
+        "probability is >= this, else by the full model (CascadeBERT's confidence rule, Li et al. "
+        "2021, sec. 3). 0 = the first cut answers every row; 0.9 is not tuned.")
+    cascade_depths: Annotated[tuple[CutDepth, ...], Field(min_length=1)] | None = Field(
+        None, validate_default=True,
+        description="Depths (blocks) of the complete truncated models run before the full model, "
+        "strictly ascending, each in 1 .. n_layers - 1: cut k is the first k blocks of the "
+        "trial's model with its own copy of the embeddings, final LayerNorm and head (its own "
+        "parameters, fine-tuned beside the full model from the same initialisation). An int k "
+        "is the one cut [k] (what a search space, whose values are scalars, can set). none = the "
+        "cuts at a third and at half of n_layers (rounded down, at least 1): 2 and 3 blocks of a "
+        "6-block model, the structure chosen on validation at 0.5x FLOPs among 2->6, 3->6 and "
+        "2->3->6 on both datasets of benchmarks/depth/results/dht.json "
+        "(protocols/dht_cascade.json); 1 on 2- and 3-block models.")
+    cascade_calibration_rows: int = Field(
+        2048, ge=1,
+        description="Validation rows the threshold is calibrated on under a flops_budget (the "
+        "first evaluation batches holding at least this many); as confidence_calibration_rows, "
+        "not tuned.")
+
+    @field_validator("cascade_depths", mode="before")
+    @classmethod
+    def _one_cut_as_an_int(cls, v):
+        return [v] if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @field_validator("cascade_depths")
+    @classmethod
+    def _ascending(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if v is not None and any(b <= a for a, b in zip(v, v[1:])):
+            raise ValueError(f"must be strictly ascending (each cut deeper than the last), got {list(v)}")
+        return v
