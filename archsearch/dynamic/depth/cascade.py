@@ -52,9 +52,8 @@ import torch
 from torch import nn
 
 from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
-from archsearch.dynamic.budget import calibrate_monotone
 from archsearch.dynamic.depth.confidence_exit import NEVER
-from archsearch.dynamic.depth.exits import first_stop
+from archsearch.dynamic.depth.exits import calibrate_threshold
 from archsearch.dynamic.depth.settings import CascadeSettings
 from archsearch.models import costs
 from archsearch.models.transformer import Transformer, TransformerConfig
@@ -303,18 +302,7 @@ class CascadeGating(GatingStrategy):
         if not maxp:
             raise ValueError("calibrate needs at least one batch")
         P, F = torch.cat(maxp), torch.cat(fl)  # (N, S)
-
-        def fraction(thr: float) -> float:
-            return float(F.gather(1, first_stop(P >= thr)[:, None]).sum()) / max(full, 1.0)
-
-        thr, frac = calibrate_monotone(fraction, budget, 0.0, NEVER, iters=40, decreasing=False)
-        u = torch.unique(P[:, :-1].float())  # the steps' edges: a row stops at cut s iff P >= thr
-        i = int(torch.searchsorted(u, torch.tensor([thr], dtype=u.dtype, device=u.device)))
-        lo, hi = (float(u[i - 1]) if i else 0.0), (float(u[i]) if i < len(u) else NEVER)
-        mid = (lo + hi) / 2  # (u[i-1], u[i]] holds thr: the same stages everywhere inside
-        if fraction(mid) == frac:
-            thr = mid
-        self.threshold, self.calibrated_fraction = float(thr), float(frac)
+        self.threshold, self.calibrated_fraction = calibrate_threshold(P, F, full, budget, NEVER)
         return self.threshold, self.calibrated_fraction
 
     # ------------------------------------------------------------------ reporting, state

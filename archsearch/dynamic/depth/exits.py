@@ -422,3 +422,40 @@ def first_stop(stop):
     hit = stop.to(torch.bool).clone()  # (N, K)
     hit[:, -1] = True
     return hit.to(torch.int32).argmax(1).long()  # argmax: the first maximal index
+
+
+def calibrate_threshold(P: torch.Tensor, F: torch.Tensor, full: float, budget: float,
+                        never: float) -> tuple[float, float]:
+    """The max-probability threshold of a "stop at the first exit whose max probability is >=
+    the threshold" rule that spends ``budget`` of the full model's FLOPs on the rows of ``P``
+    (the confidence exit's and the cascade's calibration).
+
+    The FLOPs fraction is a non-decreasing step function of the threshold: it is bisected in
+    ``[0, never]`` (:func:`archsearch.dynamic.budget.calibrate_monotone`), and the closest
+    reachable step is moved to the middle of its step, so that float noise between the
+    calibration's batches and the cascade's smaller ones flips no row.
+
+    Args:
+        P: ``N x K`` each row's max probability at each exit (the last column is never read:
+            the last exit always stops).
+        F: ``N x K`` FLOPs of stopping at each exit (per row).
+        full: the full model's FLOPs on the ``N`` rows (the fraction's denominator).
+        budget: the target fraction.
+        never: a threshold above every probability (no row stops before the last exit).
+
+    Returns:
+        ``(threshold, fraction)``.
+    """
+    from archsearch.dynamic.budget import calibrate_monotone
+
+    def fraction(thr: float) -> float:
+        return float(F.gather(1, first_stop(P >= thr)[:, None]).sum()) / max(full, 1.0)
+
+    thr, frac = calibrate_monotone(fraction, budget, 0.0, never, iters=40, decreasing=False)
+    u = torch.unique(P[:, :-1].float())  # the steps' edges: a row stops at exit k iff P >= thr
+    i = int(torch.searchsorted(u, torch.tensor([thr], dtype=u.dtype, device=u.device)))
+    lo, hi = (float(u[i - 1]) if i else 0.0), (float(u[i]) if i < len(u) else never)
+    mid = (lo + hi) / 2  # (u[i-1], u[i]] holds thr: the same exits everywhere inside
+    if fraction(mid) == frac:
+        thr = mid
+    return float(thr), float(frac)
