@@ -406,6 +406,11 @@ def headline(items: list[tuple[str, dict | None]]) -> list[str]:
                 claim = f"{claim} (exploratory)"
         elif exploratory(data) is not None:
             claim = f"{claim} (exploratory)"
+        # a section's own sub-reads (e.g. "rt.cascade": rows added under a later protocol)
+        sub = [k.split(".", 1)[1] for k, v in ledger.items() if section and k.startswith(f"{section}.")
+               and isinstance(v, dict) and v.get("exploratory") is True]
+        if sub and "(exploratory)" not in claim:
+            baseline = f"{baseline} ({', '.join(sub)} rows exploratory)"
         if metric not in summary:
             lines.append(f"| {_cell(claim)} | not measured (`{name}.json` has no `{metric}`) | | {_cell(paper)} | |")
             continue

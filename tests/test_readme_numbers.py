@@ -190,3 +190,15 @@ def test_provenance_commit_is_dirty_for_code_not_for_results(tmp_path, monkeypat
     assert common.git_commit() == head
     (tmp_path / "code.py").write_text("x = 2\n")
     assert common.git_commit() == head + "+dirty"
+
+
+def test_a_sections_exploratory_sub_read_is_said_in_its_headline_row(tmp_path):
+    """A section whose own read is not exploratory but whose rows added under a later protocol
+    (``ledger["election_tweets.cascade"]``) are: the baseline cell says which rows."""
+    (tmp_path / "dht.json").write_text(json.dumps({
+        "summary": {"election_tweets": {"dht_gain_over_static_pts_at_0.5": 0.3, "cascade_gain_over_static_pts_at_0.5": 0.4}},
+        "ledger": {"election_tweets": {"exploratory": False},
+                   "election_tweets.cascade": {"exploratory": True, "why": "read before"}}}))
+    rows = summarize.render(tmp_path, tmp_path / "no-example").splitlines()
+    row = next(r for r in rows if r.startswith("| Per-sample depth (DHT) at 0.5x FLOPs, election tweets"))
+    assert "(exploratory)" not in row.split("|")[1] and "(cascade rows exploratory)" in row
