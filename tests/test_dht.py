@@ -336,6 +336,32 @@ def test_all_exits_training_makes_the_exit_1_loss_fall(device):
     assert dht.updates == 40 and (np.diagonal(dht.lin.A, axis1=1, axis2=2).sum(1) > 17 + 40).all()
 
 
+def test_alternating_schedule_trains_the_deepest_exit_alone_on_odd_steps(device):
+    """``dht_exit_schedule: alternating`` (BERxiT, Xin et al. 2021 sec. 3.1): even steps train
+    every exit, odd steps the deepest exit's loss alone (the exit heads get no gradient), also
+    after the take-over (no routed term)."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=60, max_len=16, n_layers=4, d_model=32, n_heads=4, d_ffn=64,
+                            dropout=0.0, n_classes=2)
+    model = Transformer(cfg).to(device).train()
+    dht = DHTGating(model, {**PAPER, "n_fixed": 1, "dht_warmup_steps": 1, "dht_warmup_max_steps": 2,
+                            "exit_heads": True, "dht_exit_schedule": "alternating"}, {"seed": 0})
+    grads = []
+    for step in range(6):
+        xb, mb, yb = synthetic_task(seed=step + 1, device=device)
+        model.zero_grad()
+        loss = dht.training_loss(xb, mb, yb, torch.nn.functional.cross_entropy)
+        loss.backward()
+        head = model.exit_heads["1"].weight.grad
+        grads.append(0.0 if head is None else float(head.abs().sum()))
+        if step % 2:
+            deepest = torch.nn.functional.cross_entropy(model(xb, mb), yb)
+            assert float(loss) == pytest.approx(float(deepest), rel=1e-5)
+        dht.after_step(loss.item())
+    assert not dht.warming_up  # steps 3 and 5 ran after the take-over
+    assert [g > 0 for g in grads] == [True, False] * 3
+
+
 def test_exits_from_step_trains_only_the_deepest_exit_before_that_step(device):
     """``dht_exits_from_step`` (DeeBERT's two stages): before the step, the loss is the deepest
     exit's alone (the exit heads get no gradient) and the warm-up does not end; from it on,

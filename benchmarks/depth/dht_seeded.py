@@ -89,6 +89,12 @@ DHT, CONF = "tuned_trajectory_match", "shared_threshold"
 RECIPES = {"equal": {"cfg": {"exit_loss": "equal"}, "epochs": 2},
            "epochs3": {"cfg": {}, "epochs": 3}}
 RECIPE_PROTOCOL = PROTOCOL.with_name("dht_recipe.json")
+#: issue 63's deepest-exit variants (``protocols/dht_recipe_v2.json``), chosen by :func:`select_v2`
+#: against ``epochs3`` (the recipe protocol v1 chose); stored as ``dht-{name}_seed{s}`` too
+RECIPES_V2 = {"berxit": {"cfg": {"dht_exit_schedule": "alternating"}, "epochs": 3},
+              "mean3": {"cfg": {"exit_loss": "mean"}, "epochs": 3}}
+ALL_RECIPES = {**RECIPES, **RECIPES_V2}
+RECIPE_V2_PROTOCOL = PROTOCOL.with_name("dht_recipe_v2.json")
 RECIPE_RESULT = RESULT.with_name("dht_recipe.json")
 #: the recipe against static cuts trained as long as it (``protocols/dht_recipe_equal_training.json``)
 EQUAL_TRAINING_PROTOCOL = PROTOCOL.with_name("dht_recipe_equal_training.json")
@@ -201,13 +207,13 @@ def train_loop(name: str, ckpt: str, data, threads: int, extra_cfg: dict | None 
     seed = int(seed)
     kind, _, recipe = kind.partition("-")
     recipe = recipe.partition("-")[0]
-    epochs = RECIPES[recipe]["epochs"] if recipe else TRAIN["epochs"]
+    epochs = ALL_RECIPES[recipe]["epochs"] if recipe else TRAIN["epochs"]
     steps = math.ceil(len(data.train) / TRAIN["batch_size"]) * epochs
     cfg = {"init_from": ckpt, "lr": TRAIN["lr"], "dropout": 0.1, "weight_decay": 0.01,
            "warmup_steps": max(1, steps // 10)}
     depth = None
     if kind == "dht":
-        cfg.update(DHT_CFG, **(RECIPES[recipe]["cfg"] if recipe else {}), **(extra_cfg or {}))
+        cfg.update(DHT_CFG, **(ALL_RECIPES[recipe]["cfg"] if recipe else {}), **(extra_cfg or {}))
     elif kind == "dp":
         cfg.update(DP_CFG)
     else:  # a static cut: the checkpoint's first k blocks, as dynamic_depth.train_row builds it
@@ -774,6 +780,32 @@ def select(dumps: dict[str, Path], result: Path = RECIPE_RESULT, record_reads: b
                         record_reads=record_reads)
 
 
+def select_v2(dumps: dict[str, Path]) -> dict | None:
+    """``protocols/dht_recipe_v2.json``'s choice on seed 0's validation rows (printed, not yet a
+    result: the protocol's later seeds decide what is reported): per variant of
+    :data:`RECIPES_V2` with a seed-0 model on every dataset, ``val_exit{k}_minus_static{k}_pts``
+    per dataset and their means; passes when exits 2 and 3 are within 0.5 points of ``epochs3``'s
+    (mean over datasets); the passing variant with the highest exit-6 gap is chosen if it beats
+    ``epochs3``'s. ``None`` without ``epochs3``'s seed-0 models."""
+    rows = {}
+    for recipe in ("epochs3", *RECIPES_V2):
+        if not all((out / f"dht-{recipe}_seed0.npz").exists() for out in dumps.values()):
+            continue
+        per = {name: val_exit_gaps(out, 0, f"dht-{recipe}") for name, out in dumps.items()}
+        rows[recipe] = {**per, **{f"mean_exit{k}": float(np.mean([per[d][f"val_exit{k}_minus_static{k}_pts"] for d in dumps]))
+                                  for k in (2, 3, 6)}}
+    if "epochs3" not in rows:
+        return None
+    base = rows["epochs3"]
+    for r, v in rows.items():
+        v["exits_2_3_within_0.5"] = all(v[f"mean_exit{k}"] >= base[f"mean_exit{k}"] - 0.5 for k in (2, 3))
+        v["exit6_within_0.2"] = v["mean_exit6"] >= -0.2
+    ok = [r for r in rows if r != "epochs3" and rows[r]["exits_2_3_within_0.5"]]
+    best = max(ok, key=lambda r: rows[r]["mean_exit6"], default=None)
+    chosen = best if best is not None and rows[best]["mean_exit6"] > base["mean_exit6"] else "epochs3"
+    return {"chosen": chosen, "variants": rows, "seed": 0, "selection_split": "validation"}
+
+
 def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000, recipe: str | None = None,
             record_reads: bool = True) -> dict | None:
     """``result``'s content (``None`` when no seed is complete): per dataset of ``dumps``
@@ -833,8 +865,11 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000, recipe: str
 def _options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dp", action="store_true",
                     help="run: train only the depth predictors (protocols/depth_predictor_seeded.json)")
-    ap.add_argument("--recipe", choices=list(RECIPES), default=None,
-                    help="run: train only this recipe variant's multi-exit model (protocols/dht_recipe.json)")
+    ap.add_argument("--recipe", choices=list(ALL_RECIPES), default=None,
+                    help="run: train only this recipe variant's multi-exit model (protocols/dht_recipe.json; "
+                         "berxit and mean3: protocols/dht_recipe_v2.json)")
+    ap.add_argument("--select-v2", action="store_true",
+                    help="run: print protocols/dht_recipe_v2.json's seed-0 validation choice (trains nothing)")
     ap.add_argument("--cuts", type=int, nargs="+", default=[],
                     help="run, with --recipe: train static cuts at these depths for the recipe's epochs instead")
     ap.add_argument("--wall", action="store_true",
@@ -857,6 +892,9 @@ def _options(ap: argparse.ArgumentParser) -> None:
 
 
 def _run(args) -> int:
+    if args.select_v2:
+        print(json.dumps(select_v2({n: d["dumps"] for n, d in DATASETS.items()}), indent=1))
+        return 0
     if args.wall_time:  # one fresh process of wall's timing: a plain JSON for wall to read
         loop, data = _wall_loop(args.model, args.threads)
         args.out.write_text(json.dumps(time_cascade(loop, data, args.rounds)))

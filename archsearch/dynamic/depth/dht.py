@@ -189,8 +189,10 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
         # every exit's per-sample loss and KD in one pass (K x B each; None for LM logits)
         terms = exit_terms(listed, y, loss_fn, teacher=external)
         deep_loss, shallow_loss = all_exit_loss(listed, y, loss_fn, self.exit_loss, teacher=external, terms=terms)
-        # two stages (``dht_exits_from_step``): the deepest exit alone first
-        total = deep_loss + shallow_loss if self.steps >= self.exits_from else deep_loss
+        # two stages (``dht_exits_from_step``): the deepest exit alone first; BERxiT's
+        # alternating schedule (``dht_exit_schedule``): the deepest exit alone on odd steps
+        joint = self.steps >= self.exits_from and not (self.s.dht_exit_schedule == "alternating" and self.steps % 2)
+        total = deep_loss + shallow_loss if joint else deep_loss
         with torch.no_grad():
             full_ce = per_sample_ce_of_exits(listed, y)  # (B, K)
             acc = (exits[deep].argmax(-1) == y).double().mean()  # () on the device
@@ -244,7 +246,7 @@ class DHTGating(DHTPaths, DHTInference, GatingStrategy):
             at = torch.from_numpy(np.stack([arms[rows], rows])).to(per.device)  # (2, n)
             routed = routed + per[at[0], at[1]].sum() / B
         self._pending.update(T=T, ce=ce, full_ce=full_np, acc=acc)
-        return total + routed
+        return total + routed if joint else total  # an alternating schedule's odd step: the deepest exit only
 
     def _update_warmup_tracker(self, acc: float) -> None:
         self.acc_ema = acc if self.acc_ema is None else 0.9 * self.acc_ema + 0.1 * acc

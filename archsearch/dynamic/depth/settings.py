@@ -208,6 +208,11 @@ class DHTSettings(StrategySettings):
     dht_exits_from_step: int = Field(0, ge=0, description=(
         "The shallower exits join the loss from this step on (DeeBERT's two stages, Xin et al. "
         "2020 §3.2, without freezing); 0: from the start, as measured."))
+    dht_exit_schedule: Literal["joint", "alternating"] = Field("joint", description=(
+        "`joint`: every step trains every exit (measured); `alternating`: BERxiT's alternating "
+        "fine-tuning (Xin et al., EACL 2021, sec. 3.1): odd steps the deepest exit's loss alone, "
+        "even steps the joint loss, so the last layer is fine-tuned as a plain model half the "
+        "time (issue 63: protocols/dht_recipe_v2.json measures it)."))
     exit_heads: bool = Field(True, description=(
         "A classifier per exit (True, measured better) or one head shared by every exit."))
     exit_loss: Literal["mean", "sum", "equal"] = Field("sum", description=(
