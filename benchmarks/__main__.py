@@ -21,7 +21,7 @@ RUNNERS = {
     # its provenance records (tests/test_depth_benchmark.py), not by a bare ``check``
     "depth": ["dht_seeded", "stop_policies", "stop_bandit", "stop_bandit_fair", "shift", "head_gating"],
     "length": ["length_adaptive"],
-    "tying": ["tying", "tying_regularised"],
+    "tying": ["tying", "tying_regularised", "headroom"],
     "gpu": ["gpu", "train_ops"],
     "product": ["baselines", "export", "faults", "fuzz", "minilm_search", "report", "scaling"],
 }
