@@ -212,7 +212,9 @@ class DHTSettings(StrategySettings):
         "`joint`: every step trains every exit (measured); `alternating`: BERxiT's alternating "
         "fine-tuning (Xin et al., EACL 2021, sec. 3.1): odd steps the deepest exit's loss alone, "
         "even steps the joint loss, so the last layer is fine-tuned as a plain model half the "
-        "time (issue 63: protocols/dht_recipe_v2.json measures it)."))
+        "time. Measured on seed 0 of both datasets (protocols/dht_recipe_v2.json, printed by "
+        "`python -m benchmarks.depth.dht_seeded run --select-v2`): it lifts the deepest exit but "
+        "costs exits 2 and 3 more than that protocol allows, so `joint` stays the default."))
     exit_heads: bool = Field(True, description=(
         "A classifier per exit (True, measured better) or one head shared by every exit."))
     exit_loss: Literal["mean", "sum", "equal"] = Field("sum", description=(
