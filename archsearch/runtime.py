@@ -143,7 +143,7 @@ class Runtime:
         self.depths: list[int] | None = None if depths is None else [int(d) for d in depths]
         self.chosen: dict[tuple[int, int], str] = {}
         self.seconds: dict[tuple[int, int], dict[str, float]] = {}
-        self._graphs = None  # SegmentGraphs of the static and full regimes (CUDA only)
+        self._graphs: dict = {}  # SegmentGraphs of the static and full regimes per exit model (CUDA only)
         if adapt not in ADAPT_CHOICES:
             raise ValueError(f"adapt: expected one of {ADAPT_CHOICES}, got {adapt!r}")
         self.adapt, self.adapter = adapt, None
@@ -291,10 +291,11 @@ class Runtime:
         from archsearch.dynamic.depth.cascade_graphs import SegmentGraphs, model_signature
         from archsearch.dynamic.depth.exits import run_cascade
 
-        if self._graphs is None:
-            self._graphs = SegmentGraphs()
+        # one set of graphs per model: a cascade's cut and its full model have different
+        # signatures, and one shared set would drop the other's graphs at every switch
+        graphs = self._graphs.setdefault(id(m), SegmentGraphs())
         pad = m.padding_mask(x, mask)
-        logits, _ = run_cascade(m, m.embed(x), pad, [d], 0, stop_rule=None, graphs=self._graphs,
+        logits, _ = run_cascade(m, m.embed(x), pad, [d], 0, stop_rule=None, graphs=graphs,
                                 key=(("runtime_cut", model_signature(m)), d))
         return logits
 
@@ -411,5 +412,5 @@ class Runtime:
         self.chosen.clear()
         self.seconds.clear()
         self._trials.clear()
-        self._graphs = None
+        self._graphs = {}
 

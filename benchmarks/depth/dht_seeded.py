@@ -788,6 +788,11 @@ def select_v2(dumps: dict[str, Path]) -> dict | None:
     (mean over datasets); the passing variant with the highest exit-6 gap is chosen if it beats
     ``epochs3``'s. ``None`` without ``epochs3``'s seed-0 models."""
     rows = {}
+    missing = [str(out / f"static{k}_seed0.npz") for out in dumps.values() for k in (2, 3, 6)
+               if not (out / f"static{k}_seed0.npz").exists()]
+    if missing:
+        raise ValueError(f"select_v2 compares with the seed-0 static cuts; missing: {', '.join(missing)} "
+                         "(train them with `python -m benchmarks.depth.dht_seeded run --seeds 0`)")
     for recipe in ("epochs3", *RECIPES_V2):
         if not all((out / f"dht-{recipe}_seed0.npz").exists() for out in dumps.values()):
             continue

@@ -30,7 +30,7 @@ from benchmarks.evidence.cli import Command
 from benchmarks.evidence.protocol import relpath
 from benchmarks.evidence.provenance import git_commit, provenance
 from benchmarks.evidence.results import build_result
-from benchmarks.evidence.runlog import RunLog, read_jsonl
+from benchmarks.evidence.runlog import RunLog
 from benchmarks.evidence.stats import grouped_bootstrap, wilcoxon
 from benchmarks.evidence.seeds import parse_seeds
 from benchmarks.testbeds import lcbench as L
@@ -90,6 +90,9 @@ def summarize(rows: list[dict]) -> dict:
     by = {(r["task"], r["searcher"], r["seed"]): r for r in rows}
     tasks = L.tasks_of("validation")
     seeds = {t: sorted(s for (tt, v, s) in by if tt == t and v == a and (t, b, s) in by) for t in tasks}
+    if not all(seeds.values()):
+        raise ValueError(f"{RUNS}: no paired seed yet on task(s) {[t for t in tasks if not seeds[t]]}: "
+                         "run `python -m benchmarks.searchers.acqf_retry run` first")
     s: dict = {"pairs": sum(len(v) for v in seeds.values())}
     for budget in BUDGETS:
         diff = {t: np.array([L.log_regret(by[(t, a, k)]["hv"][budget - 1], hv[t])
@@ -117,7 +120,7 @@ def summarize(rows: list[dict]) -> dict:
 
 def results(args) -> dict[Path, dict]:
     t0 = time.time()
-    rows = read_jsonl(RUNS)
+    rows = L.read_runs(RUNS)  # as run reads it: a line cut short by a kill is skipped
     s = summarize(rows)
     prov = provenance(commits=sorted({r["commit"] for r in rows}), seeds=sorted({r["seed"] for r in rows}),
                       wall_s=round(sum(r["seconds"] for r in rows) + time.time() - t0, 1),

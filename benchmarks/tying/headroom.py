@@ -83,14 +83,20 @@ def _run(args) -> int:
     go([(g, v, seed, []) for g in P["regimes"] for v in FIXED if (g, v) not in have])
     have = done()
     go([(g, v, seed, ["--map", ",".join(map(str, T.HINDSIGHT[v])), "--switch-step", str(have[(g, "none")]["best_step"])])
-        for g in P["regimes"] for v in SWITCHES if (g, v) not in have])
+        for g in P["regimes"] for v in SWITCHES  # no switch after the last step: not measured
+        if (g, v) not in have and have[(g, "none")]["best_step"] < have[(g, "none")]["steps"]])
     return 0
 
 
 def summarize(rows: dict) -> dict:
     s = {}
     for g in protocol()["regimes"]:
-        if not all((g, v) in rows for v in (*FIXED, *SWITCHES)):
+        if not all((g, v) in rows for v in FIXED):
+            continue
+        if rows[(g, "none")]["best_step"] >= rows[(g, "none")]["steps"]:  # the protocol: not measured
+            s[g] = {"hindsight_switch_gain_ppl": None, "why": "the untied minimum is the last step: no switch"}
+            continue
+        if not all((g, v) in rows for v in SWITCHES):
             continue
         best = min(FIXED, key=lambda v: rows[(g, v)]["best_val_ppl"])
         sw = {v: rows[(g, v)]["best_val_ppl_after_switch"] for v in SWITCHES}
@@ -111,7 +117,7 @@ def results(args) -> dict[Path, dict]:
     prov = provenance(commits=sorted({r["commit"] for r in raw}), seeds=protocol()["seeds"],
                       wall_s=round(sum(r["process_seconds"] for r in raw) + time.time() - t0, 1),
                       protocol=relpath(PROTOCOL), runs=len(raw))
-    tg = {f"{g}.hindsight_switch_gain_ppl": "<= -0.3" for g in s}
+    tg = {f"{g}.hindsight_switch_gain_ppl": "<= -0.3" for g in s if s[g]["hindsight_switch_gain_ppl"] is not None}
     result = build_result(s, prov, name=OUT.name, targets=tg, protocol=PROTOCOL, record_reads=not args.check,
                           reads=[Read(T.TEST_SET, PROTOCOL)])  # the child's test perplexities (unused)
     if not args.check:
