@@ -51,9 +51,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from archsearch.dynamic.base import GatingStrategy, LossFn, TrialContext
-from archsearch.dynamic.depth.confidence_exit import NEVER
-from archsearch.dynamic.depth.exits import calibrate_threshold
+from archsearch.dynamic.base import LossFn, TrialContext
+from archsearch.dynamic.depth.confidence_exit import ThresholdExits
 from archsearch.dynamic.depth.settings import CascadeSettings
 from archsearch.models import costs
 from archsearch.models.transformer import Transformer, TransformerConfig
@@ -96,7 +95,7 @@ def cut_params(model_config, depth: int) -> int:
     return _cut_params(dataclasses.astuple(model_config), int(depth))
 
 
-class CascadeGating(GatingStrategy):
+class CascadeGating(ThresholdExits):
     """CascadeBERT's cascade of complete models (module docstring).
 
     Args:
@@ -261,86 +260,20 @@ class CascadeGating(GatingStrategy):
         if self.loop is not None and self.s.flops_budget is not None:
             self.calibrate(self.calibration_batches(self.s.cascade_calibration_rows))
 
-    @torch.no_grad()
-    def calibrate(self, batches, budget: float | None = None) -> tuple[float, float]:
-        """Set :attr:`threshold` so that :meth:`predict` on ``batches`` runs ``budget`` of the
-        full model's FLOPs: every stage reads every row once (eval mode), the stage each
-        threshold gives a row is :func:`~archsearch.dynamic.depth.exits.first_stop` of the
-        table of max probabilities (the full model's column always stops: it is the last), and
-        the threshold in ``[0, NEVER]`` is bisected as ``gating: confidence_exit`` does (the
-        fraction is a non-decreasing step function of it; the result is the closest reachable
-        step, moved to the middle of its step so that float noise between these whole batches
-        and the cascade's smaller ones flips no row). A budget below the first cut's own
-        fraction lands on that fraction (threshold 0).
-
-        Args:
-            batches: iterable of ``(x, mask)`` or ``(x, mask, y)`` (``y`` is never read).
-            budget: the target fraction in (0, 1]; default ``flops_budget``.
-
-        Returns:
-            ``(threshold, fraction)``.
-
-        Raises:
-            ValueError: no budget given and no ``flops_budget`` configured; no batch.
-        """
-        budget = self.s.flops_budget if budget is None else float(budget)
-        if budget is None:
-            raise ValueError("calibrate needs a budget (flops_budget is not set)")
-        dev = next(self.model.parameters()).device
-        was = self.model.training
-        self.model.eval()  # the cuts too: they are its submodules
-        maxp, fl, full = [], [], 0.0
-        try:
-            for b in batches:
-                x, m = b[0].to(dev), None if b[1] is None else b[1].to(dev)
-                maxp.append(torch.stack([net(x, m).softmax(-1).amax(-1) for net in self.stages()], 1))  # (b, S)
-                cum, f = self.stage_flops(x.shape[1], dev)
-                fl.append(cum.expand(x.shape[0], -1))  # (b, S)
-                full += f * x.shape[0]
-        finally:
-            self.model.train(was)
-        if not maxp:
-            raise ValueError("calibrate needs at least one batch")
-        P, F = torch.cat(maxp), torch.cat(fl)  # (N, S)
-        self.threshold, self.calibrated_fraction = calibrate_threshold(P, F, full, budget, NEVER)
-        return self.threshold, self.calibrated_fraction
+    def _confidences(self, x, mask, device) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Every stage's max probability on one calibration batch (``b x S``: each stage reads
+        every row; the full model's column is never read, it always answers), the FLOPs of a row
+        answered at each stage and the full model's (:meth:`stage_flops`)."""
+        maxp = torch.stack([net(x, mask).softmax(-1).amax(-1) for net in self.stages()], 1)  # (b, S)
+        cum, full = self.stage_flops(x.shape[1], device)
+        return maxp, cum, full
 
     # ------------------------------------------------------------------ reporting, state
     def metrics(self) -> dict[str, Any]:
-        """The rows :meth:`predict` ran since :meth:`before_evaluate`: the keys of
-        ``gating: confidence_exit`` -- ``exit_depth_hist`` (fraction of rows per answering
-        model, keys are its depth as strings), ``exit_eval_samples`` (their number),
-        ``exit_mean_depth`` (depth of the answering model, blocks; not the blocks executed),
-        ``exit_threshold``, ``exit_calibrated_flops_fraction`` (-1 = no calibration) -- and
-        ``cascade_escalated_share`` (fraction of rows the full model answered, i.e. that ran
-        every stage). The counts reset."""
+        """The keys of ``gating: confidence_exit`` (:meth:`ThresholdExits.metrics`; here
+        ``exit_depth_hist`` counts rows per answering model and ``exit_mean_depth`` is the
+        depth of the answering model, not the blocks executed) and ``cascade_escalated_share``
+        (fraction of rows the full model answered, i.e. that ran every stage). The counts reset."""
         c = self._counts.tolist()
-        n = sum(c)
-        out = {"exit_depth_hist": {str(d): k / max(n, 1) for d, k in zip(self.depths, c)},
-               "exit_eval_samples": n,
-               "exit_mean_depth": sum(d * k for d, k in zip(self.depths, c)) / n if n else float("nan"),
-               "exit_threshold": float(self.threshold),
-               "exit_calibrated_flops_fraction": -1.0 if self.calibrated_fraction is None
-               else float(self.calibrated_fraction),
-               "cascade_escalated_share": c[-1] / n if n else float("nan")}
-        self._reset_counts()
-        return out
-
-    def _reset_counts(self) -> None:
-        # a new tensor, not zero_(): predict may have made it under torch.inference_mode
-        self._counts = torch.zeros_like(self._counts, device=self._counts.device)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The threshold, the calibrated fraction (-1 = none) and the stage counts (numbers and a
-        CPU tensor: ``torch.load(weights_only=True)``). The cuts' weights are the model's."""
-        return {"threshold": float(self.threshold),
-                "calibrated_fraction": -1.0 if self.calibrated_fraction is None else float(self.calibrated_fraction),
-                "counts": self._counts.cpu().clone()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not state:
-            return
-        self.threshold = float(state["threshold"])
-        f = float(state["calibrated_fraction"])
-        self.calibrated_fraction = None if f < 0 else f
-        self._counts = state["counts"].to(self._counts.device, torch.long).clone()
+        escalated = c[-1] / sum(c) if sum(c) else float("nan")
+        return {**super().metrics(), "cascade_escalated_share": escalated}

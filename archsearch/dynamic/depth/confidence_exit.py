@@ -49,7 +49,105 @@ from archsearch.models import costs
 NEVER = 1.0 + 2.0 ** -6
 
 
-class ConfidenceExitGating(GatingStrategy):
+class ThresholdExits(GatingStrategy):
+    """What the confidence exit and ``gating: cascade`` share: a max-probability threshold
+    calibrated to ``flops_budget`` on validation rows, the rows per exit that inference counts,
+    their metrics and the state saved with a trial. A subclass sets :attr:`depths`,
+    :attr:`threshold`, :attr:`calibrated_fraction` and ``_counts`` (``K`` int64 on the model's
+    device) and gives :meth:`_confidences`.
+    """
+
+    depths: list[int]
+    threshold: float
+    calibrated_fraction: float | None
+
+    def _confidences(self, x, mask, device) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """``(b x K max probabilities, K FLOPs per sample of leaving at each exit, the full
+        model's FLOPs per sample)`` of one calibration batch."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def calibrate(self, batches, budget: float | None = None) -> tuple[float, float]:
+        """Set :attr:`threshold` so that :meth:`predict` on ``batches`` runs ``budget`` of the
+        full model's FLOPs: every exit's max probability is read once per row (eval mode,
+        :meth:`_confidences`), the exit each threshold gives is
+        :func:`~archsearch.dynamic.depth.exits.first_stop` of that table, and the threshold in
+        ``[0, NEVER]`` is bisected (:func:`~archsearch.dynamic.depth.exits.calibrate_threshold`:
+        the closest reachable step, moved to the middle of its step so that float noise between
+        these batches and inference's smaller ones flips no row). A budget below the cheapest
+        exit lands on that exit's fraction.
+
+        Args:
+            batches: iterable of ``(x, mask)`` or ``(x, mask, y)`` (``y`` is never read).
+            budget: the target fraction in (0, 1]; default ``flops_budget``.
+
+        Returns:
+            ``(threshold, fraction)``.
+
+        Raises:
+            ValueError: no budget given and no ``flops_budget`` configured; no batch.
+        """
+        budget = self.s.flops_budget if budget is None else float(budget)
+        if budget is None:
+            raise ValueError("calibrate needs a budget (flops_budget is not set)")
+        dev = next(self.model.parameters()).device
+        was = self.model.training
+        self.model.eval()  # a cascade's cuts too: they are the model's submodules
+        maxp, fl, full = [], [], 0.0
+        try:
+            for b in batches:
+                x, m = b[0].to(dev), None if b[1] is None else b[1].to(dev)
+                p, per, f = self._confidences(x, m, dev)
+                maxp.append(p)  # (b, K)
+                fl.append(per.expand(x.shape[0], -1))  # (b, K)
+                full += f * x.shape[0]
+        finally:
+            self.model.train(was)
+        if not maxp:
+            raise ValueError("calibrate needs at least one batch")
+        P, F = torch.cat(maxp), torch.cat(fl)  # (N, K)
+        self.threshold, self.calibrated_fraction = calibrate_threshold(P, F, full, budget, NEVER)
+        return self.threshold, self.calibrated_fraction
+
+    # ------------------------------------------------------------------ reporting, state
+    def metrics(self) -> dict[str, Any]:
+        """The rows :meth:`predict` ran since :meth:`before_evaluate` (in ``TrialLoop.evaluate``
+        exactly the split just evaluated, read before the latency timing): ``exit_depth_hist``
+        (fraction of rows per exit depth, keys are depths as strings), ``exit_eval_samples``
+        (their number), ``exit_mean_depth`` (blocks); ``exit_threshold`` and
+        ``exit_calibrated_flops_fraction`` (-1 = no calibration). The counts reset."""
+        c = self._counts.tolist()
+        n = sum(c)
+        out = {"exit_depth_hist": {str(d): k / max(n, 1) for d, k in zip(self.depths, c)},
+               "exit_eval_samples": n,
+               "exit_mean_depth": sum(d * k for d, k in zip(self.depths, c)) / n if n else float("nan"),
+               "exit_threshold": float(self.threshold),
+               "exit_calibrated_flops_fraction": -1.0 if self.calibrated_fraction is None
+               else float(self.calibrated_fraction)}
+        self._reset_counts()
+        return out
+
+    def _reset_counts(self) -> None:
+        # a new tensor, not zero_(): predict may have made it under torch.inference_mode
+        self._counts = torch.zeros_like(self._counts, device=self._counts.device)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The threshold, the calibrated fraction (-1 = none) and the exit counts (numbers and a
+        CPU tensor: ``torch.load(weights_only=True)``)."""
+        return {"threshold": float(self.threshold),
+                "calibrated_fraction": -1.0 if self.calibrated_fraction is None else float(self.calibrated_fraction),
+                "counts": self._counts.cpu().clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        self.threshold = float(state["threshold"])
+        f = float(state["calibrated_fraction"])
+        self.calibrated_fraction = None if f < 0 else f
+        self._counts = state["counts"].to(self._counts.device, torch.long).clone()
+
+
+class ConfidenceExitGating(ThresholdExits):
     """DeeBERT's confidence-threshold early exit (module docstring).
 
     Args:
@@ -172,81 +270,9 @@ class ConfidenceExitGating(GatingStrategy):
         if self.loop is not None and self.s.flops_budget is not None:
             self.calibrate(self.calibration_batches(self.s.confidence_calibration_rows))
 
-    @torch.no_grad()
-    def calibrate(self, batches, budget: float | None = None) -> tuple[float, float]:
-        """Set :attr:`threshold` so that :meth:`predict` on ``batches`` runs ``budget`` of the
-        full model's FLOPs: every exit's max probability is read once per row (one forward,
-        eval mode), the exit each threshold gives is :func:`~archsearch.dynamic.depth.exits.first_stop`
-        of that table, and the threshold in ``[0, NEVER]`` is bisected (the fraction is a
-        non-decreasing step function of it; the result is the closest reachable step, moved to
-        the middle of its step so that float noise between this forward and the cascade's
-        smaller batches flips no row).
-
-        Args:
-            batches: iterable of ``(x, mask)`` or ``(x, mask, y)`` (``y`` is never read).
-            budget: the target fraction in (0, 1]; default ``flops_budget``.
-
-        Returns:
-            ``(threshold, fraction)``.
-
-        Raises:
-            ValueError: no budget given and no ``flops_budget`` configured.
-        """
-        budget = self.s.flops_budget if budget is None else float(budget)
-        if budget is None:
-            raise ValueError("calibrate needs a budget (flops_budget is not set)")
-        dev = next(self.model.parameters()).device
-        was = self.model.training
-        self.model.eval()
-        maxp, fl, full = [], [], 0.0
-        try:
-            for b in batches:
-                x, m = b[0].to(dev), None if b[1] is None else b[1].to(dev)
-                maxp.append(torch.stack([e.softmax(-1).amax(-1) for e in self.exit_logits(x, m)], 1))  # (b, K)
-                per, f = self.exit_flops(x.shape[1], dev)
-                fl.append(per.expand(x.shape[0], -1))  # (b, K)
-                full += f * x.shape[0]
-        finally:
-            self.model.train(was)
-        if not maxp:
-            raise ValueError("calibrate needs at least one batch")
-        P, F = torch.cat(maxp), torch.cat(fl)  # (N, K)
-        self.threshold, self.calibrated_fraction = calibrate_threshold(P, F, full, budget, NEVER)
-        return self.threshold, self.calibrated_fraction
-
-    # ------------------------------------------------------------------ reporting, state
-    def metrics(self) -> dict[str, Any]:
-        """The rows :meth:`predict` ran since :meth:`before_evaluate` (in ``TrialLoop.evaluate``
-        exactly the split just evaluated, read before the latency timing): ``exit_depth_hist``
-        (fraction of rows per exit depth, keys are depths as strings), ``exit_eval_samples``
-        (their number), ``exit_mean_depth`` (blocks); ``exit_threshold`` and
-        ``exit_calibrated_flops_fraction`` (-1 = no calibration). The counts reset."""
-        c = self._counts.tolist()
-        n = sum(c)
-        out = {"exit_depth_hist": {str(d): k / max(n, 1) for d, k in zip(self.depths, c)},
-               "exit_eval_samples": n,
-               "exit_mean_depth": sum(d * k for d, k in zip(self.depths, c)) / n if n else float("nan"),
-               "exit_threshold": float(self.threshold),
-               "exit_calibrated_flops_fraction": -1.0 if self.calibrated_fraction is None
-               else float(self.calibrated_fraction)}
-        self._reset_counts()
-        return out
-
-    def _reset_counts(self) -> None:
-        # a new tensor, not zero_(): predict may have made it under torch.inference_mode
-        self._counts = torch.zeros_like(self._counts, device=self._counts.device)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The threshold, the calibrated fraction (-1 = none) and the exit counts (numbers and a
-        CPU tensor: ``torch.load(weights_only=True)``)."""
-        return {"threshold": float(self.threshold),
-                "calibrated_fraction": -1.0 if self.calibrated_fraction is None else float(self.calibrated_fraction),
-                "counts": self._counts.cpu().clone()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not state:
-            return
-        self.threshold = float(state["threshold"])
-        f = float(state["calibrated_fraction"])
-        self.calibrated_fraction = None if f < 0 else f
-        self._counts = state["counts"].to(self._counts.device, torch.long).clone()
+    def _confidences(self, x, mask, device) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Every exit's max probability on one calibration batch (``b x K``, one forward through
+        every block), the FLOPs of leaving at each exit and the full model's (:meth:`exit_flops`)."""
+        maxp = torch.stack([e.softmax(-1).amax(-1) for e in self.exit_logits(x, mask)], 1)  # (b, K)
+        per, full = self.exit_flops(x.shape[1], device)
+        return maxp, per, full
