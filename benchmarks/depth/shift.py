@@ -404,6 +404,60 @@ def analyze(dumps: Path, out: Path | None = None, record_reads: bool = True, des
                         reads=reads, record_reads=record_reads, per_seed=details)
 
 
+#: the rules the stream figure draws (their executed FLOPs and accuracy along the stream)
+FIGURE_RULES = ("frozen", "dual", "bandit", "confidence_online")
+FIGURE = ROOT / "docs" / "shift_stream.png"
+
+
+def stream_figure(dumps: Path, path: Path = FIGURE, window: int = 300) -> Path:
+    """Issue 64's accuracy-over-the-stream plot: per target domain (columns) the executed FLOPs
+    fraction and the accuracy (rows) of each rule of :data:`FIGURE_RULES` at budget 0.5, as a
+    trailing mean over ``window`` rows of the stream (in its fixed order, the whole stream: the
+    calibration half first), mean over the stored seeds; written as a PNG (matplotlib, Agg).
+    Same fits and streams as :func:`analyze` (labels only score).
+
+    Raises:
+        ValueError: no dumps in ``dumps``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = sorted(int(json.loads(f.read_text())["seed"]) for f in dumps.glob("seed*.json"))
+    if not seeds:
+        raise ValueError(f"no dumps in {dumps}: run `python -m benchmarks.depth.shift run` first")
+    cost_of, fits = exit_costs(), {}
+    fig, axes = plt.subplots(2, len(DOMAINS), figsize=(5.5 * len(DOMAINS), 6), sharex="col")
+    kernel = np.ones(window) / window
+    for j, dom in enumerate(DOMAINS):
+        curves: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {r: [] for r in FIGURE_RULES}
+        for seed in seeds:
+            d = np.load(dumps / f"seed{seed}.npz")
+            val, tgt = split_tables(d, "validation", cost_of), split_tables(d, STREAMS[dom][0], cost_of)
+            order = stream_order(len(tgt["y"]))
+            for r in FIGURE_RULES:
+                exits = rule_exits(r, val, tgt, order, MAIN, seed, fits)[0][order]
+                rows = np.arange(len(order))
+                cost = tgt["cost"][order][rows, exits] / tgt["cost"][order][:, -1]
+                correct = tgt["correct"][order][rows, exits].astype(float)
+                curves[r].append((np.convolve(cost, kernel, "valid"), np.convolve(correct, kernel, "valid")))
+        for r in FIGURE_RULES:
+            x = np.arange(window, window + len(curves[r][0][0]))
+            for i in range(2):
+                axes[i, j].plot(x, np.mean([c[i] for c in curves[r]], axis=0), label=r, lw=1.2)
+        axes[0, j].axhline(MAIN, color="k", ls=":", lw=0.8)
+        axes[0, j].set_title(f"{dom} ({len(seeds)} seeds, trailing mean of {window} rows)")
+        axes[1, j].set_xlabel("rows served")
+    axes[0, 0].set_ylabel("executed FLOPs fraction (budget 0.5)")
+    axes[1, 0].set_ylabel("accuracy")
+    axes[0, -1].legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
 def _options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dumps", type=Path, default=DUMPS, help="directory of the exits' dumps (default %(default)s)")
     ap.add_argument("--out", type=Path, default=None, help="where the result goes (default: the design's)")
@@ -411,6 +465,8 @@ def _options(ap: argparse.ArgumentParser) -> None:
                     help="analyze/check one design: bandit (protocols/shift.json) or dual "
                          "(protocols/shift_dual.json); default both")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--figure", action="store_true",
+                    help=f"analyze: also draw the accuracy and executed FLOPs along each stream ({FIGURE.relative_to(ROOT)})")
 
 
 def _run(args) -> int:
@@ -419,10 +475,17 @@ def _run(args) -> int:
     return 0
 
 
-COMMAND = Command(__doc__.split("\n")[0], run=_run, add_arguments=_options, seeds="0-2",
-                  results=lambda args: {
-                      (args.out or DESIGNS[d][1]): analyze(args.dumps, args.out, record_reads=not args.check, design=d)
-                      for d in ([args.design] if args.design else list(DESIGNS))})
+def results(args) -> dict[Path, dict]:
+    """Each design's result (``analyze``); ``--figure`` with ``analyze`` also draws
+    :func:`stream_figure`."""
+    out = {(args.out or DESIGNS[d][1]): analyze(args.dumps, args.out, record_reads=not args.check, design=d)
+           for d in ([args.design] if args.design else list(DESIGNS))}
+    if getattr(args, "figure", False) and not args.check:
+        print(f"wrote {stream_figure(args.dumps)}")
+    return out
+
+
+COMMAND = Command(__doc__.split("\n")[0], run=_run, add_arguments=_options, seeds="0-2", results=results)
 
 
 def main(argv: list[str] | None = None) -> int:
