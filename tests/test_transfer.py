@@ -166,6 +166,25 @@ def test_optuna_searcher_proposes_the_enqueued_configs_first_and_resumes_after_t
     assert s.ask()[1] not in given
 
 
+def test_optuna_searcher_with_history_enqueues_the_priors_set_cover(name="gp"):
+    """``history=`` for GPSampler / TPE: ``n_startup_trials`` configs from the copula prior's
+    set cover, proposed first and the same after a restore; refused where there is no start."""
+    space = parse_space(SPACE)
+    s = make(name, space, seed=0, n_startup_trials=3, history=history())
+    design = transfer.CopulaPrior(space, history(), ["accuracy", "latency_ms"], [1.0, -1.0], seed=0).design(
+        space, 3, seed=0, method="setcover")
+    assert s.initial_configs == design
+    f = task(0.05)
+    tid, cfg = s.ask()
+    assert cfg == design[0]
+    s.tell(tid, f(cfg))
+    s2 = make(name, space, seed=0, n_startup_trials=3, history=history())
+    s2.load_state_dict(s.state_dict())
+    assert s2.ask()[1] == s.ask()[1] == design[1]
+    with pytest.raises(ValueError, match="takes none"):
+        make("random", space, seed=0, history=history())
+
+
 def test_ahto_sampler_warm_starts_from_optuna_studies():
     optuna = pytest.importorskip("optuna")
     from archsearch.search import AHTOSampler

@@ -44,6 +44,8 @@ from typing import Any
 from archsearch.search.base import CostFn, Observation, Searcher
 
 BASELINES = ("random", "tpe", "nsga2", "gp")
+#: the samplers a ``history`` warm-starts (those with a random start to replace)
+HISTORY_KINDS = ("gp", "tpe")
 
 #: GPSampler's warm starts: the kernel parameters of its last fit, per objective and per
 #: constraint (the attributes ``optuna._gp.gp.fit_kernel_params`` reads of its ``gpr_cache``).
@@ -64,16 +66,27 @@ class OptunaSearcher(Searcher):
         initial_configs: configs proposed first, in order, through ``study.enqueue_trial`` (a
             warm start: e.g. configs that did well on related tasks); they count towards
             ``n_startup_trials``.
+        history: earlier searches (``"gp"`` and ``"tpe"`` only; any form
+            :func:`archsearch.search.transfer.history_tasks` reads): a warm start of
+            ``n_startup_trials`` configs enqueued after ``initial_configs``, chosen by the
+            Gaussian-copula prior fitted on them (:class:`~archsearch.search.transfer.CopulaPrior`,
+            ``design(method=history_design)``: by default a greedy set cover of the past tasks'
+            predicted fronts, Wistuba et al. 2015); the sampler itself is unchanged.
+        history_design: ``"setcover"`` or ``"mean"`` (see ``CopulaPrior.design``).
 
     Raises:
-        ValueError: unknown ``kind``.
+        ValueError: unknown ``kind``; ``history`` for ``random`` or ``nsga2``; a history the
+            prior cannot use (no shared parameter, no objective, too few trials).
     """
 
     def __init__(self, kind: str, space, *, seed: int = 0, cost_fn: CostFn | None = None,
                  n_startup_trials: int | None = None, population_size: int | None = None,
-                 max_resample: int = 100, initial_configs: list[dict] | None = None):
+                 max_resample: int = 100, initial_configs: list[dict] | None = None,
+                 history=None, history_design: str = "setcover"):
         if kind not in BASELINES:
             raise ValueError(f"unknown baseline {kind!r}; choose one of {', '.join(BASELINES)}")
+        if history and kind not in HISTORY_KINDS:
+            raise ValueError(f"history: {kind!r} takes none (only {', '.join(HISTORY_KINDS)})")
         super().__init__(space, seed=seed, cost_fn=cost_fn)
         import optuna
 
@@ -92,6 +105,13 @@ class OptunaSearcher(Searcher):
             "nsga2": ("NSGAIISampler", {"seed": seed, "population_size":
                                         population_size or max(4, min(20, horizon // 3))}),
         }[kind]
+        if history:  # the warm start: the prior's design, enqueued like initial_configs
+            from archsearch.search import transfer
+
+            prior = transfer.CopulaPrior(space, history, self.metrics, self.signs, seed=seed)
+            transfer.warn_ignored(prior)
+            self.initial_configs += prior.design(space, startup, seed=seed, feasible=self.known_feasible,
+                                                 method=history_design)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = self._new_study()
         self.trials: dict[str, tuple[int, dict]] = {}  # trial id -> (optuna number, params)
