@@ -166,7 +166,8 @@ def test_optuna_searcher_proposes_the_enqueued_configs_first_and_resumes_after_t
     assert s.ask()[1] not in given
 
 
-def test_optuna_searcher_with_history_enqueues_the_priors_set_cover(name="gp"):
+@pytest.mark.parametrize("name", ["gp", "tpe"])
+def test_optuna_searcher_with_history_enqueues_the_priors_set_cover(name):
     """``history=`` for GPSampler / TPE: ``n_startup_trials`` configs from the copula prior's
     set cover, proposed first and the same after a restore; refused where there is no start."""
     space = parse_space(SPACE)

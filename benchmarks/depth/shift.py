@@ -411,13 +411,13 @@ FIGURE = ROOT / "docs" / "shift_stream.png"
 
 def stream_figure(dumps: Path, path: Path = FIGURE, window: int = 300) -> Path:
     """Issue 64's accuracy-over-the-stream plot: per target domain (columns) the executed FLOPs
-    fraction and the accuracy (rows) of each rule of :data:`FIGURE_RULES` at budget 0.5, as a
-    trailing mean over ``window`` rows of the stream (in its fixed order, the whole stream: the
+    fraction (executed over full FLOPs summed over the window, as :func:`analyze` counts it) and
+    the accuracy (rows) of each rule of :data:`FIGURE_RULES` at budget 0.5, trailing over ``window`` rows of the stream (in its fixed order, the whole stream: the
     calibration half first), mean over the stored seeds; written as a PNG (matplotlib, Agg).
     Same fits and streams as :func:`analyze` (labels only score).
 
     Raises:
-        ValueError: no dumps in ``dumps``."""
+        ValueError: no dumps in ``dumps``, or a stream shorter than ``window``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -435,12 +435,15 @@ def stream_figure(dumps: Path, path: Path = FIGURE, window: int = 300) -> Path:
             d = np.load(dumps / f"seed{seed}.npz")
             val, tgt = split_tables(d, "validation", cost_of), split_tables(d, STREAMS[dom][0], cost_of)
             order = stream_order(len(tgt["y"]))
+            if len(order) < window:
+                raise ValueError(f"{dom}: {len(order)} rows, fewer than the window of {window}")
             for r in FIGURE_RULES:
                 exits = rule_exits(r, val, tgt, order, MAIN, seed, fits)[0][order]
                 rows = np.arange(len(order))
-                cost = tgt["cost"][order][rows, exits] / tgt["cost"][order][:, -1]
+                executed = np.convolve(tgt["cost"][order][rows, exits], kernel, "valid")
+                full = np.convolve(tgt["cost"][order][:, -1], kernel, "valid")
                 correct = tgt["correct"][order][rows, exits].astype(float)
-                curves[r].append((np.convolve(cost, kernel, "valid"), np.convolve(correct, kernel, "valid")))
+                curves[r].append((executed / full, np.convolve(correct, kernel, "valid")))
         for r in FIGURE_RULES:
             x = np.arange(window, window + len(curves[r][0][0]))
             for i in range(2):

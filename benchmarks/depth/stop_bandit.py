@@ -190,7 +190,7 @@ def run(dataset: str, threads: int, seeds=ds.SEEDS) -> None:
 
 
 def _options(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--dataset", choices=tuple(ds.DATASETS), default="election_tweets", help="run: the dataset")
+    ap.add_argument("--dataset", choices=tuple(ds.CLASSIC), default="election_tweets", help="run: the dataset")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=RESULT)
     ap.add_argument("--draws", type=int, default=2000)
@@ -202,7 +202,7 @@ def _run(args) -> int:
 
 
 COMMAND = Command(__doc__.split("\n\n")[0], run=_run, add_arguments=_options,
-                  results=lambda args: {args.out: analyze({n: d["dumps"] for n, d in ds.DATASETS.items()}, args.out,
+                  results=lambda args: {args.out: analyze({n: d["dumps"] for n, d in ds.CLASSIC.items()}, args.out,
                                                           args.draws, record_reads=not args.check)})
 
 

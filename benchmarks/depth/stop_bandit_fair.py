@@ -123,7 +123,7 @@ def _options(ap) -> None:
 
 
 COMMAND = Command(__doc__.split("\n\n")[0], add_arguments=_options,
-                  results=lambda args: {args.out: analyze({n: d["dumps"] for n, d in ds.DATASETS.items()}, args.out,
+                  results=lambda args: {args.out: analyze({n: d["dumps"] for n, d in ds.CLASSIC.items()}, args.out,
                                                           args.draws, record_reads=not args.check)})
 
 

@@ -5,8 +5,9 @@ user's history, under ``protocols/gp_history.json``.
 fitted on earlier searches (:class:`archsearch.search.baselines.OptunaSearcher`'s ``history``:
 ``CopulaPrior.design(method="setcover")``) instead of 6 random ones. ``run --stage validation``
 runs the protocol's two variants on the 4 validation tasks (seeds 0-9) beside
-:mod:`benchmarks.searchers.transfer`'s stored rows; ``analyze`` prints the validation table and
-the protocol's choice and, once the test stage has rows, writes ``results/gp_history.json``.
+:mod:`benchmarks.searchers.transfer`'s stored rows; ``analyze`` writes ``results/gp_history.json``
+once validation is complete: the validation scores and the protocol's choice (which condition
+failed, if one did) and, once the test stage has rows, the test keys.
 
 Usage::
 
@@ -32,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 PROTOCOL = HERE / "protocols" / "gp_history.json"
 RUNS = HERE / "runs" / "gp_history_runs.jsonl"
 OUT = HERE / "results" / "gp_history.json"
+VALIDATION_SEEDS = list(range(10))
 #: the stored rows compared with, per stage: variant -> run log (transfer.json's validation rows;
 #: on test, gp's rows from lcbench_runs.jsonl as transfer.json reads them)
 STORED = {"validation": {"gp": T.RUNS, "transfer_gp": T.RUNS, "copula": T.RUNS},
@@ -58,7 +60,7 @@ def choose(S: dict) -> dict:
     """The protocol's selection rule on validation scores ``S`` (:func:`transfer.score`)."""
     Tab = T.table(S)
     need = ["gp", *protocol()["variants"]]
-    missing = [v for v in need if v not in Tab or Tab[v]["tasks"] < 4]
+    missing = [v for v in need if v not in Tab or Tab[v]["tasks"] < 4 or Tab[v]["seeds"] < len(VALIDATION_SEEDS)]
     scores = {v: t["mean"] for v, t in Tab.items()}
     if missing:
         return {"complete": False, "missing": missing, "scores": scores}
@@ -73,7 +75,7 @@ def cmd_run(args) -> None:
 
     P, budget = protocol(), T.protocol()["budget"]
     if args.stage == "test":
-        choice = choose(T.score(rows("validation"), "validation"))
+        choice = choose(T.score(rows("validation"), "validation", VALIDATION_SEEDS))
         if not choice.get("passed"):
             raise SystemExit(f"{PROTOCOL.name}: the validation choice did not pass "
                              f"({json.dumps({k: v for k, v in choice.items() if k != 'scores'})}): no test stage")
@@ -99,22 +101,23 @@ def build(record_reads: bool = True) -> dict[Path, dict]:
     from benchmarks.evidence.results import build_result
 
     t0 = time.time()
-    choice = choose(T.score(rows("validation"), "validation"))
+    choice = choose(T.score(rows("validation"), "validation", VALIDATION_SEEDS))
     print("validation (mean over tasks of median log10 regret at 20, seeds 0-9):")
     for v, s in sorted(choice["scores"].items(), key=lambda kv: kv[1]):
         print(f"  {v:26s} {s:7.3f}")
     print(json.dumps({k: v for k, v in choice.items() if k != "scores"}))
+    if not choice["complete"]:
+        return {}
+    summary: dict = {f"validation_{k}": v for k, v in choice.items() if k != "complete"}
     tasks = L.tasks_of("test")
     runs = rows("test")
     own = [r for r in runs if r["searcher"] in protocol()["variants"] and r["problem"].split("_")[-1] in tasks]
-    if not choice["complete"] or not own:
-        return {}
     seeds = [k for k in range(20) if all(any(r["seed"] == k and r["searcher"] == v and r["problem"] == f"lcbench_{t}"
                                              for r in own) for v in protocol()["variants"] for t in tasks)]
-    if not seeds:
-        return {}
+    if not seeds:  # validation only: no test read
+        prov = provenance(seeds=VALIDATION_SEEDS, wall_s=time.time() - t0, selection_split="validation")
+        return {OUT: build_result(summary, prov, name=OUT.name, protocol=PROTOCOL, record_reads=record_reads)}
     S = T.score(runs, "test", seeds)
-    summary: dict = {}
     for key, a, base in (("gp_history_regret_ratio_vs_gp_at_20", "gp_history", "gp"),
                          ("gp_history_regret_ratio_vs_transfer_gp_at_20", "gp_history", "transfer_gp"),
                          ("gp_history_unrelated_regret_ratio_vs_gp_at_20", "gp_history_unrelated", "gp")):
