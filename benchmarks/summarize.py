@@ -111,6 +111,14 @@ HEADLINE = [
      "accuracy points over the 3-epoch static cut (3 seeds each)",
      "static cut at the same FLOPs and epochs: 0; confidence exit on the same models: "
      "{confidence_exit_gain_over_static_pts_at_0.5}", "the same, at equal training"),
+    ("DHT (3-epoch recipe) vs cuts trained as long, Reuters R52 (52 topics: issue 63's harder dataset)",
+     "dht#reuters_r52", "dht_gain_over_static_pts_at_0.5",
+     "accuracy points over the 3-epoch static cut (3 seeds each)",
+     "static cut at the same FLOPs and epochs: 0; confidence exit on the same models: "
+     "{confidence_exit_gain_over_static_pts_at_0.5}; full model: {dht_acc_drop_pts_at_0.5} above DHT; "
+     "a cascade of complete cuts (CascadeBERT, chosen on validation): {cascade_gain_over_static_pts_at_0.5}; "
+     "6-block over 3-block cut on validation: {val_static6_minus_static3_pts} points",
+     "the same, on a task where depth matters more"),
     ("DHT head gating on long inputs (20 Newsgroups, 128 tokens) at 0.5x FLOPs", "head_gating",
      "dht_head_gating_gain_pts_long_inputs", "accuracy points over depth-only DHT (1 seed)",
      "depth-only DHT: 0; depth-only DHT minus the static cut at 0.5x: {depth_only_gain_over_static_pts_at_0.5} points",
