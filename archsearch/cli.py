@@ -42,7 +42,7 @@ def search(
                                         "from a report): re-runs exactly that architecture."),
     history: Optional[List[Path]] = typer.Option(
         None, help="An earlier run directory whose finished trials warm-start the searcher "
-        "(ahto, qnehvi: a transfer prior); repeat for several."),
+        "(gp, ahto, qnehvi: a transfer prior); repeat for several."),
 ):
     """Run an architecture search and write its Pareto-front report."""
     from archsearch.space import load_space, parse_fixed

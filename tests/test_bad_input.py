@@ -420,7 +420,7 @@ def test_history_with_a_searcher_that_takes_none_is_refused_before_launch(tmp_pa
                    "--no-ray-dashboard", cwd=tmp_path, timeout=180)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == ("error: --history: --history needs a searcher that learns across "
-                                   "searches (ahto or qnehvi), not 'random'")
+                                   "searches (gp, ahto or qnehvi), not 'random'")
     assert os.listdir(storage) == [RUN_NAME]
 
 

@@ -217,14 +217,15 @@ def test_ahto_sampler_warm_starts_from_optuna_studies():
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_search_warm_started_from_an_earlier_run(tiny_run, tmp_path):
-    """``run_search(..., history=[RUN])`` (``archsearch search --history RUN``): the searcher
-    fits its prior on the earlier run's finished trials, the run spec records where they came
-    from, and the search runs as usual (in the session's Ray)."""
+    """``run_search(..., history=[RUN])`` (``archsearch search --history RUN``) with the default
+    searcher: GPSampler's start configs come from the prior fitted on the earlier run's finished
+    trials, the run spec records where they came from, and the search runs as usual (in the
+    session's Ray)."""
     from archsearch.runs import RunDir
     from archsearch.tune.runner import run_search
     from conftest import tiny_space
 
-    res = run_search(tiny_space(tmp_path), searcher="ahto", trials=2, name="warm", storage=tmp_path / "runs",
+    res = run_search(tiny_space(tmp_path), trials=2, name="warm", storage=tmp_path / "runs",
                      reports=tmp_path / "reports", progress=False, history=[tiny_run.run_dir])
     spec = RunDir.open(res.run_dir).read_spec()
     assert spec.history == [str(Path(tiny_run.run_dir).resolve())]

@@ -21,8 +21,9 @@ def check_searcher(name: str) -> None:
                         field="--searcher")
 
 
-#: the searchers that take ``--history`` (a transfer prior: :mod:`archsearch.search.transfer`)
-HISTORY_SEARCHERS = ("ahto", "qnehvi")
+#: the searchers that take ``--history`` (a transfer prior: :mod:`archsearch.search.transfer`; for
+#: ``gp``, the default, the prior chooses GPSampler's start configs: benchmarks/searchers/gp_history.py)
+HISTORY_SEARCHERS = ("gp", "ahto", "qnehvi")
 
 
 def history_rows(run_dirs, *, field: str = "--history") -> list[list[dict]]:
@@ -53,7 +54,7 @@ def check_history(name: str, run_dirs, space=None) -> list[list[dict]]:
     """
     if run_dirs and name not in HISTORY_SEARCHERS:
         raise UserError(f"--history needs a searcher that learns across searches "
-                        f"({' or '.join(HISTORY_SEARCHERS)}), not {name!r}", field="--history")
+                        f"({', '.join(HISTORY_SEARCHERS[:-1])} or {HISTORY_SEARCHERS[-1]}), not {name!r}", field="--history")
     rows = history_rows(run_dirs)
     if rows and space is not None:
         from archsearch.search.transfer import CopulaPrior
