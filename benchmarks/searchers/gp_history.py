@@ -7,7 +7,8 @@ fitted on earlier searches (:class:`archsearch.search.baselines.OptunaSearcher`'
 runs the protocol's two variants on the 4 validation tasks (seeds 0-9) beside
 :mod:`benchmarks.searchers.transfer`'s stored rows; ``analyze`` writes ``results/gp_history.json``
 once validation is complete: the validation scores and the protocol's choice (which condition
-failed, if one did) and, once the test stage has rows, the test keys.
+failed, if one did) and, once the test stage has all its rows (seeds 0-19 on the 10 test tasks,
+resumable across sessions: a partial stage is not read), the test keys.
 
 Usage::
 
@@ -34,6 +35,8 @@ PROTOCOL = HERE / "protocols" / "gp_history.json"
 RUNS = HERE / "runs" / "gp_history_runs.jsonl"
 OUT = HERE / "results" / "gp_history.json"
 VALIDATION_SEEDS = list(range(10))
+#: the test stage's seeds; its rows are read only when every one is stored on every test task
+TEST_SEEDS = list(range(20))
 #: the stored rows compared with, per stage: variant -> run log (transfer.json's validation rows;
 #: on test, gp's rows from lcbench_runs.jsonl as transfer.json reads them)
 STORED = {"validation": {"gp": T.RUNS, "transfer_gp": T.RUNS, "copula": T.RUNS},
@@ -114,7 +117,7 @@ def build(record_reads: bool = True) -> dict[Path, dict]:
     own = [r for r in runs if r["searcher"] in protocol()["variants"] and r["problem"].split("_")[-1] in tasks]
     seeds = [k for k in range(20) if all(any(r["seed"] == k and r["searcher"] == v and r["problem"] == f"lcbench_{t}"
                                              for r in own) for v in protocol()["variants"] for t in tasks)]
-    if not seeds:  # validation only: no test read
+    if seeds != TEST_SEEDS:  # the test is read once, complete: until then validation only
         prov = provenance(seeds=VALIDATION_SEEDS, wall_s=time.time() - t0, selection_split="validation")
         return {OUT: build_result(summary, prov, name=OUT.name, protocol=PROTOCOL, record_reads=record_reads)}
     S = T.score(runs, "test", seeds)
