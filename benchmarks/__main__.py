@@ -16,6 +16,7 @@ import sys
 #: The runners whose ``check`` regenerates results, by question (the order a newcomer reads them).
 RUNNERS = {
     "searchers": ["searchers", "transfer", "gp_history", "acqf_retry"],
+    "ahto_policy": ["episodes"],
     "schedulers": ["schedulers", "no_hindsight"],
     # dynamic_depth's stored files are development records, each regenerated with the arguments
     # its provenance records (tests/test_depth_benchmark.py), not by a bare ``check``

@@ -125,6 +125,37 @@ def test_weights_round_trip_and_bad_files(tmp_path):
         pol.load_policy(tmp_path / "missing.json")
 
 
+def test_linear_policy_zero_is_the_argmax_and_its_budget_products_act(tmp_path):
+    """The episode-trained kind (``LinearPolicy``): zero weights pick the acquisition's argmax
+    inside AHTO; a weight on ``budget_used * dist_observed`` changes the choice late in the
+    budget only (at budget 0 the product is 0); the file round-trips; a wrong feature list fails
+    naming the file."""
+    f = write_weights(tmp_path / "lin0.json", pol.LinearPolicy())
+    s = make("ahto", space(), seed=0, policy=f, record_pool=True, **FAST)
+    drive(s, 4)
+    s.ask()
+    assert s.last_pool["chosen"] == 0
+    w = torch.zeros(len(pol.FEATURES) + len(pol.BUDGET_PRODUCTS), dtype=torch.double)
+    w[len(pol.FEATURES) + pol.BUDGET_PRODUCTS.index("dist_observed")] = 1e4
+    lin = pol.LinearPolicy(w)
+    x = torch.rand(6, len(pol.FEATURES), dtype=torch.double)
+    x[:, 0] = -torch.arange(6, dtype=torch.double)  # index 0: the acquisition's best
+    j, b = pol.FEATURES.index("dist_observed"), pol.FEATURES.index("budget_used")
+    x[:, j] = torch.tensor([0.1, 0.2, 0.9, 0.3, 0.4, 0.5], dtype=torch.double)
+    x[:, b] = 0.0
+    assert int(torch.argmax(lin(x))) == 0
+    x[:, b] = 0.5
+    assert int(torch.argmax(lin(x))) == 2
+    back = pol.load_policy(write_weights(tmp_path / "lin.json", lin, {"iterations": 1}))
+    assert isinstance(back, pol.LinearPolicy) and torch.allclose(back(x), lin(x))
+    bad = tmp_path / "badlin.json"
+    bad.write_text(json.dumps({**lin.to_json({}), "budget_products": ["sd_0"]}))
+    with pytest.raises(ValueError, match="badlin.json"):
+        pol.load_policy(bad)
+    with pytest.raises(ValueError, match="weights"):
+        pol.LinearPolicy(torch.zeros(3, dtype=torch.double))
+
+
 def test_shipped_policy_was_trained_on_training_tasks_only():
     """The manifest names its training tasks: all from the committed split's train part, none
     from validation or test (a leak would be caught here)."""
@@ -225,3 +256,27 @@ def test_lcbench_keys_detect_a_gain_and_not_a_copy(lcbench, tmp_path):
     keys, _ = searchers.lcbench_keys(_fake_lc_runs(tmp_path / "b.jsonl", tasks, level))
     assert keys["ahto_regret_ratio_vs_qnehvi_at_20"] == pytest.approx(1.0)
     assert keys["ahto_wilcoxon_p_vs_qnehvi_at_20"] is None and keys["ahto_tasks_worse_than_qnehvi_at_20"] == 0
+
+
+def test_episode_return_is_group_relative_and_draws_are_fixed(lcbench):
+    """benchmarks/ahto_policy/episodes.py: a rollout that copies the base earns exactly 0, one
+    with more hypervolume at every checkpoint earns more than 0 and one with less earns less;
+    only the checkpoints within the horizon count; an iteration's draws are the same on every
+    call (a resumed run repeats them) and differ between iterations."""
+    import numpy as np
+
+    from benchmarks.ahto_policy import episodes as E
+
+    task = lcbench.load_split()["train"][0]
+    best = lcbench.task_reference(task)["best"]
+    base = [best * (0.5 + 0.4 * k / 40) for k in range(40)]
+    up = [min(h * 1.05, best) for h in base]
+    down = [h * 0.9 for h in base]
+    cps, (same, better, worse) = E.group_returns(task, 20, base, [base, up, down])
+    assert list(cps) == [10, 20] and same == 0.0 and better > 0 > worse
+    g1, u1 = E.draws(3, ["a", "b", "c"])
+    g2, u2 = E.draws(3, ["a", "b", "c"])
+    g3, u3 = E.draws(4, ["a", "b", "c"])
+    assert g1 == g2 and np.array_equal(u1, u2) and not np.array_equal(u1, u3)
+    assert u1.shape == (E.GROUPS, E.PAIRS, E.n_weights())
+    assert all(g["horizon"] in E.HORIZONS and g["seed"] >= 1000 for g in g1)

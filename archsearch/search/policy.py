@@ -81,7 +81,60 @@ class PolicyNet(torch.nn.Module):
         return net.eval()
 
 
-def load_policy(path: str | Path | None = None) -> PolicyNet | None:
+#: the features :class:`LinearPolicy` also multiplies by ``budget_used`` (constant within an ask,
+#: so only its products with per-candidate features can change a choice)
+BUDGET_PRODUCTS = ("log_acq_gap", "mean_gap_0", "sd_0", "mean_gap_1", "sd_1", "dist_observed", "dist_front")
+
+
+class LinearPolicy(torch.nn.Module):
+    """``score = x[:, 0] + z @ w``, ``z`` = the features ``x`` and ``budget_used`` times each of
+    :data:`BUDGET_PRODUCTS`: a residual linear in ``F + 7`` inputs, ``w`` zero at the start
+    (the argmax of the log acquisition over the pool). Trained on whole episodes by evolution
+    strategies (``benchmarks/ahto_policy/episodes.py``; PGPE, Sehnke et al. 2010).
+
+    Args:
+        weights: ``(F + 7,)`` float64; zeros when ``None``.
+
+    Shapes: ``forward(x)``: ``x`` ``(n, F)`` float64 -> ``(n,)`` scores.
+    """
+
+    kind = "linear_budget"
+
+    def __init__(self, weights: torch.Tensor | None = None):
+        super().__init__()
+        n = len(FEATURES) + len(BUDGET_PRODUCTS)
+        w = torch.zeros(n, dtype=DTYPE) if weights is None else torch.as_tensor(weights, dtype=DTYPE).reshape(-1)
+        if len(w) != n:
+            raise ValueError(f"LinearPolicy: {len(w)} weights, expected {n}")
+        self.register_buffer("w", w)
+        self._cols = [FEATURES.index(k) for k in BUDGET_PRODUCTS]
+        self._budget = FEATURES.index("budget_used")
+
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """``(n, F)`` features -> ``(n, F + 7)`` inputs."""
+        return torch.cat([x, x[:, self._cols] * x[:, self._budget:self._budget + 1]], -1)
+
+    def residual(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inputs(x) @ self.w
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, 0] + self.residual(x)
+
+    def to_json(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        return {"manifest": manifest, "kind": self.kind, "features": list(FEATURES),
+                "budget_products": list(BUDGET_PRODUCTS), "weights": self.w.tolist()}
+
+    @classmethod
+    def from_json(cls, blob: dict[str, Any]) -> "LinearPolicy":
+        """Raises: ValueError: the file's feature lists differ from this module's."""
+        if list(blob.get("features", [])) != list(FEATURES) or \
+                list(blob.get("budget_products", [])) != list(BUDGET_PRODUCTS):
+            raise ValueError(f"policy weights: features {blob.get('features')} / {blob.get('budget_products')} "
+                             f"!= {list(FEATURES)} / {list(BUDGET_PRODUCTS)}")
+        return cls(torch.tensor(blob["weights"], dtype=DTYPE)).eval()
+
+
+def load_policy(path: str | Path | None = None) -> PolicyNet | LinearPolicy | None:
     """The shipped policy (``ahto_policy.json`` beside this module), or ``path``; None when the
     default file is absent (a checkout before training).
 
@@ -98,11 +151,14 @@ def load_policy(path: str | Path | None = None) -> PolicyNet | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: str, mtime_ns: int) -> PolicyNet:
+def _load(path: str, mtime_ns: int) -> PolicyNet | LinearPolicy:
     """Parsed once per file version: the Optuna sampler rebuilds its searcher on every trial."""
     try:
-        return PolicyNet.from_json(json.loads(Path(path).read_text()))
-    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        blob = json.loads(Path(path).read_text())
+        if blob.get("kind") == LinearPolicy.kind:
+            return LinearPolicy.from_json(blob)
+        return PolicyNet.from_json(blob)
+    except (ValueError, KeyError, TypeError, RuntimeError, AttributeError) as e:
         raise ValueError(f"{path}: not a policy weights file ({e})") from e
 
 

@@ -255,7 +255,7 @@ def run_one(problem, searcher: str, seed: int, budget: int = HORIZON, core=None)
     restricted = table is not None and bool(getattr(s, "supports_restriction", False))
     if restricted:
         s.restrict_configurations(table)
-    ys, hv, secs, cpu, sources, decided, rows = [], [], [], [], [], [], []
+    ys, hv, secs, cpu, sources, decided, changed, rows = [], [], [], [], [], [], [], []
     offtable = repeats = failed = 0
     for _ in range(budget):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -265,6 +265,7 @@ def run_one(problem, searcher: str, seed: int, budget: int = HORIZON, core=None)
         extra = (getattr(s, "pending", {}).get(tid) or {}).get("extra") or {}
         sources.append(extra.get("source"))
         decided.append(extra.get("decided_by"))
+        changed.append(extra.get("policy_changed"))
         if table is not None:
             i, dist = problem.nearest(cfg)
             offtable += dist > 1e-9
@@ -285,7 +286,7 @@ def run_one(problem, searcher: str, seed: int, budget: int = HORIZON, core=None)
             "restricted": restricted, "asks": budget, "offtable": int(offtable), "repeats": int(repeats),
             "failed": failed, "rows": rows if table is not None else None,
             "n_table": len(table) if table is not None else None,
-            "sources": sources, "decided_by": decided,
+            "sources": sources, "decided_by": decided, "policy_changed": changed,
             "ask_seconds": secs, "ask_cpu_seconds": cpu, "torch_threads": torch.get_num_threads()}
 
 
