@@ -217,20 +217,10 @@ def _lc_job(job: tuple) -> dict:
 
 
 def cmd_searches(args, stage: str, labels: tuple[str, ...], seeds: list[int]) -> None:
-    from multiprocessing import get_context
-
-    done = {(r["problem"], r["searcher"], r["seed"]) for r in (L.read_runs(RUNS) if RUNS.exists() else [])
-            if len(r["curve"]) >= 20}
+    done = L.done_runs(RUNS, 20)
     jobs = [(t, label, label_kwargs(label)[1], s, 20) for s in seeds for t in L.tasks_of(stage) for label in labels
             if (f"lcbench_{t}", label, s) not in done]
-    print(f"{stage}: {len(jobs)} runs to do ({len(done)} done) -> {RUNS}", flush=True)
-    commit, start = git_commit(), time.time()
-    with get_context("spawn").Pool(args.workers) as pool:
-        for k, r in enumerate(pool.imap_unordered(_lc_job, jobs), 1):
-            r["commit"] = commit
-            RunLog(RUNS).append(r)
-            print(f"[{k}/{len(jobs)}] {r['problem']} {r['searcher']} seed={r['seed']} hv@20={r['curve'][-1]:.4f} "
-                  f"{r['seconds']:.1f}s (elapsed {time.time() - start:.0f}s)", flush=True)
+    L.run_searches(_lc_job, jobs, RUNS, args.workers, stage)
 
 
 def validation_scores() -> dict:

@@ -25,8 +25,7 @@ import time
 from pathlib import Path
 
 from benchmarks.evidence.cli import Command
-from benchmarks.evidence.provenance import git_commit, provenance
-from benchmarks.evidence.runlog import RunLog
+from benchmarks.evidence.provenance import provenance
 from benchmarks.searchers import transfer as T
 from benchmarks.testbeds import lcbench as L
 
@@ -74,8 +73,6 @@ def choose(S: dict) -> dict:
 
 
 def cmd_run(args) -> None:
-    from multiprocessing import get_context
-
     P, budget = protocol(), T.protocol()["budget"]
     if args.stage == "test":
         choice = choose(T.score(rows("validation"), "validation", VALIDATION_SEEDS))
@@ -83,19 +80,11 @@ def cmd_run(args) -> None:
             raise SystemExit(f"{PROTOCOL.name}: the validation choice did not pass "
                              f"({json.dumps({k: v for k, v in choice.items() if k != 'scores'})}): no test stage")
     seeds = args.seeds_list or T._seeds("0-9" if args.stage == "validation" else "0-19")
-    done = {(r["problem"], r["searcher"], r["seed"]) for r in (L.read_runs(RUNS) if RUNS.exists() else [])
-            if len(r["curve"]) >= budget}
+    done = L.done_runs(RUNS, budget)
     jobs = [(t, label, v["searcher"], v["kwargs"], s, budget)
             for s in seeds for t in L.tasks_of(args.stage) for label, v in P["variants"].items()
             if (f"lcbench_{t}", label, s) not in done]
-    print(f"{args.stage}: {len(jobs)} runs to do ({len(done)} done) -> {RUNS}", flush=True)
-    commit, start = git_commit(), time.time()
-    with get_context("spawn").Pool(args.workers) as pool:
-        for k, r in enumerate(pool.imap_unordered(T._job, jobs), 1):
-            r["commit"] = commit
-            RunLog(RUNS).append(r)
-            print(f"[{k}/{len(jobs)}] {r['problem']} {r['searcher']} seed={r['seed']} "
-                  f"hv@20={r['curve'][-1]:.4f} {r['seconds']:.1f}s (elapsed {time.time() - start:.0f}s)", flush=True)
+    L.run_searches(T._job, jobs, RUNS, args.workers, args.stage)
 
 
 def build(record_reads: bool = True) -> dict[Path, dict]:

@@ -15,15 +15,13 @@ Usage::
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from benchmarks.evidence.cli import Command
-from benchmarks.evidence.provenance import git_commit, provenance
-from benchmarks.evidence.runlog import RunLog
+from benchmarks.evidence.provenance import provenance
 from benchmarks.evidence.stats import wilcoxon
 from benchmarks.testbeds import lcbench as L
 
@@ -83,25 +81,16 @@ def stage_variants(stage: str, chosen: dict | None = None) -> dict[str, dict]:
 
 
 def cmd_run(args) -> None:
-    from multiprocessing import get_context
-
     P = protocol()
     chosen = choose(score(L.read_runs(RUNS), "validation")) if args.stage == "test" else None
     variants = stage_variants(args.stage, chosen)
     tasks = L.tasks_of(args.stage)
     seeds = args.seeds_list or _seeds(P["validation"]["seeds"] if args.stage == "validation" else "0-19")
-    done = {(r["problem"], r["searcher"], r["seed"]) for r in L.read_runs(RUNS) if len(r["curve"]) >= P["budget"]}
+    done = L.done_runs(RUNS, P["budget"])
     jobs = [(t, label, v["searcher"], v["kwargs"], s, P["budget"])
             for s in seeds for t in tasks for label, v in variants.items()
             if (f"lcbench_{t}", label, s) not in done]
-    print(f"{args.stage}: {len(jobs)} runs to do ({len(done)} done) -> {RUNS}", flush=True)
-    commit, start = git_commit(), time.time()
-    with get_context("spawn").Pool(args.workers) as pool:
-        for k, r in enumerate(pool.imap_unordered(_job, jobs), 1):
-            r["commit"] = commit
-            RunLog(RUNS).append(r)
-            print(f"[{k}/{len(jobs)}] {r['problem']} {r['searcher']} seed={r['seed']} "
-                  f"hv@20={r['curve'][-1]:.4f} {r['seconds']:.1f}s (elapsed {time.time() - start:.0f}s)", flush=True)
+    L.run_searches(_job, jobs, RUNS, args.workers, args.stage)
 
 
 def score(runs: list[dict], stage: str, seeds: list[int] | None = None) -> dict:

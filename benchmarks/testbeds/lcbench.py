@@ -381,6 +381,32 @@ def read_runs(path: Path | str) -> list[dict]:
     return list(best.values())
 
 
+def done_runs(path: Path | str, budget: int) -> set[tuple[str, str, int]]:
+    """``(problem, searcher, seed)`` of the runs of ``path`` that reached ``budget`` trials."""
+    return {(r["problem"], r["searcher"], r["seed"]) for r in read_runs(path) if len(r["curve"]) >= budget}
+
+
+def run_searches(job, jobs: list[tuple], runs: Path | str, workers: int, stage: str) -> None:
+    """``job(j) -> run row`` over ``jobs`` in ``workers`` spawned processes; each row is appended
+    to the run log ``runs`` with the commit as it finishes (resumable: callers leave out the
+    :func:`done_runs`), with one progress line per run."""
+    import time
+    from multiprocessing import get_context
+
+    from benchmarks.evidence.provenance import git_commit
+    from benchmarks.evidence.runlog import RunLog
+
+    print(f"{stage}: {len(jobs)} runs to do -> {runs}", flush=True)
+    commit, start = git_commit(), time.time()
+    with get_context("spawn").Pool(workers) as pool:
+        for k, r in enumerate(pool.imap_unordered(job, jobs), 1):
+            r["commit"] = commit
+            RunLog(runs).append(r)
+            print(f"[{k}/{len(jobs)}] {r['problem']} {r['searcher']} seed={r['seed']} "
+                  f"hv@{len(r['curve'])}={r['curve'][-1]:.4f} {r['seconds']:.1f}s (elapsed {time.time() - start:.0f}s)",
+                  flush=True)
+
+
 def log_regret(hv: float, best: float, floor: float = REGRET_FLOOR) -> float:
     """``log10`` of the normalised hypervolume regret ``1 - hv / best``, floored at ``floor``."""
     return math.log10(max(1.0 - hv / best, floor))
