@@ -138,7 +138,10 @@ def cmd_train(args) -> None:
             groups, U = draws(it, tasks)
             jobs = []
             for g, G in enumerate(groups):
-                jobs.append((G["task"], G["seed"], G["horizon"], w.tolist(), f"base:{g}"))
+                # the base (w = 0: the acquisition's argmax over the pool), not the current mean:
+                # A is then the gain of the perturbed policies over the base (the training curve);
+                # the antithetic gradient is the same either way (the base cancels in A+ - A-)
+                jobs.append((G["task"], G["seed"], G["horizon"], [0.0] * len(w), f"base:{g}"))
                 for p in range(PAIRS):
                     for sgn in (1, -1):
                         jobs.append((G["task"], G["seed"], G["horizon"], (w + sgn * SIGMA * U[g, p]).tolist(),
