@@ -43,6 +43,10 @@ ITERATIONS_LOG = RUNDIR / "es_iterations.jsonl"
 RUNS = RUNDIR / "episode_runs.jsonl"
 WEIGHTS_OUT = HERE / "results" / "ahto_policy_es.json"
 OUT = HERE / "results" / "ahto_policy_episodes.json"
+#: the addendum protocol (after the validation read): the base on the conditional problem, and
+#: the episode-trained policy on the test tasks (exploratory)
+ADDENDUM = HERE / "protocols" / "ahto_policy_base.json"
+COND_RUNS = RUNDIR / "conditional_base_runs.jsonl"
 
 ITERATIONS = 30
 GROUPS = 2
@@ -246,11 +250,55 @@ def choose(V: dict) -> dict:
             "ahto_es_minus_best_other": s["ahto_es"] - min(s[b] for b in ("qnehvi", "ahto_pool0", "ahto"))}
 
 
+def cmd_conditional(args) -> None:
+    """The base (policy off) on :mod:`benchmarks.searchers.conditional`'s problem, seeds 0-29."""
+    from multiprocessing import get_context
+
+    from benchmarks.searchers import conditional as C
+
+    done = {r["seed"] for r in C.read_runs(COND_RUNS)}
+    jobs = [("ahto_base", s) for s in (*C.VALIDATION_SEEDS, *C.TEST_SEEDS) if s not in done]
+    print(f"conditional: {len(jobs)} runs to do -> {COND_RUNS}", flush=True)
+    commit = git_commit()
+    with get_context("spawn").Pool(args.workers) as pool:
+        for k, r in enumerate(pool.imap_unordered(C._run, jobs), 1):
+            r["commit"] = commit
+            RunLog(COND_RUNS).append(r)
+            print(f"[{k}/{len(jobs)}] ahto_base seed={r['seed']} hv@40={r['curve'][39]:.3f} {r['seconds']:.0f}s", flush=True)
+
+
+def conditional_keys() -> dict:
+    """The addendum protocol's conditional keys: the base's rows beside tpe's and design 1's
+    (``ahto``) of conditional_v2_runs.jsonl, test seeds 10-29."""
+    import statistics
+
+    from benchmarks.evidence.stats import bootstrap_ci, bootstrap_indices, wilcoxon
+    from benchmarks.searchers import conditional as C
+
+    by = {s: {r["seed"]: r for r in C.read_runs() if r["sampler"] == s} for s in ("tpe", "ahto")}
+    by["ahto_base"] = {r["seed"]: r for r in C.read_runs(COND_RUNS)}
+    seeds = [k for k in C.TEST_SEEDS if all(k in v for v in by.values())]
+    if seeds != list(C.TEST_SEEDS):
+        return {}
+    med = {s: statistics.median(v[k]["curve"][39] for k in seeds) for s, v in by.items()}
+    d = np.array([by["ahto_base"][k]["curve"][39] - by["tpe"][k]["curve"][39] for k in seeds])
+    return {"ahto_base_hv_ratio_vs_tpe_group_conditional_at_40": med["ahto_base"] / med["tpe"],
+            "ahto_base_hv_ratio_vs_ahto_policy_conditional_at_40": med["ahto_base"] / med["ahto"],
+            "ahto_base_minus_tpe_hv_conditional_at_40": float(d.mean()),
+            "ahto_base_minus_tpe_hv_conditional_at_40_ci": bootstrap_ci(d[bootstrap_indices(len(d))].mean(1)),
+            "ahto_base_minus_tpe_hv_conditional_at_40_wilcoxon_p": wilcoxon(d),
+            "conditional_hv_median_at_40_test": med}
+
+
 def cmd_run(args) -> None:
     if args.stage == "train":
         cmd_train(args)
     elif args.stage == "validation":
         cmd_searches(args, "validation", LABELS, VALIDATION_SEEDS)
+    elif args.stage == "conditional":
+        cmd_conditional(args)
+    elif args.stage == "test_exploratory":
+        cmd_searches(args, "test", ("ahto_es",), TEST_SEEDS)
     else:
         c = choose(validation_scores())
         if not c.get("passed"):
@@ -310,10 +358,29 @@ def build(record_reads: bool = True) -> dict[Path, dict]:
             summary[f"ahto_tasks_worse_vs_{key}_at_20"] = c["worse"]
         extra["test_table"] = S["table"]
         reads = [Read("lcbench:test_tasks", PROTOCOL)]
+    elif not choice["passed"]:  # the addendum (protocols/ahto_policy_base.json), after the choice
+        cond = conditional_keys()
+        if cond:
+            summary.update(cond)
+            reads.append(Read("conditional:test_seeds_10_29", ADDENDUM, "conditional"))
+        if seeds == TEST_SEEDS and len(own_test) == len(TEST_SEEDS) * len(test_tasks):
+            stored = [r for r in L.read_runs(L.ROOT / "benchmarks" / "searchers" / "runs" / "lcbench_runs.jsonl")
+                      if r["searcher"] in ("qnehvi", "ahto")]
+            S = L.summarize_lcbench(own_test + stored, test_tasks, ["ahto_es", "qnehvi", "ahto"], budgets=(10, 20),
+                                    seeds=TEST_SEEDS)
+            for base in ("qnehvi", "ahto"):
+                c = L.compare(S["table"], "ahto_es", base, 20)
+                key = f"exploratory_ahto_es_regret_ratio_vs_{base}_at_20"
+                summary[key] = c["ratio"]
+                summary[key.replace("regret_ratio", "wilcoxon_p")] = c["p"]
+                summary[key.replace("regret_ratio", "tasks_worse")] = c["worse"]
+            summary["exploratory_override_rate_test"] = override_rate(own_test, "ahto_es")["rate"]
+            extra["test_table_exploratory"] = S["table"]
+            reads.append(Read("lcbench:test_tasks", ADDENDUM, "test_exploratory"))
     prov = provenance(commits=commits, seeds=VALIDATION_SEEDS, wall_s=time.time() - t0,
                       selection_split="validation")
-    return {OUT: build_result(summary, prov, name=OUT.name, protocol=PROTOCOL,
-                              targets=TARGETS if reads else None, reads=reads, record_reads=record_reads,
+    return {OUT: build_result(summary, prov, name=OUT.name, protocol={"episodes": PROTOCOL, "addendum": ADDENDUM},
+                              targets=TARGETS if choice["passed"] and reads else None, reads=reads, record_reads=record_reads,
                               choice=choice, **extra)}
 
 
@@ -323,7 +390,8 @@ def _run(args) -> int:
 
 
 def _add_arguments(p) -> None:
-    p.add_argument("--stage", choices=("train", "validation", "test"), default="train")
+    p.add_argument("--stage", choices=("train", "validation", "test", "conditional", "test_exploratory"),
+                   default="train", help="conditional, test_exploratory: protocols/ahto_policy_base.json")
     p.add_argument("--workers", type=int, default=2)
 
 

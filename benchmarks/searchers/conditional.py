@@ -71,6 +71,8 @@ def sampler(name: str, seed: int):
 
     if name == "ahto":
         return AHTOSampler(seed=seed, n_startup_trials=STARTUP)
+    if name == "ahto_base":  # the policy off (benchmarks/ahto_policy/protocols/ahto_policy_base.json)
+        return AHTOSampler(seed=seed, n_startup_trials=STARTUP, policy="none")
     if name == "ahto_indicators":
         return AHTOSampler(seed=seed, n_startup_trials=STARTUP, model_branches="indicators")
     if name == "ahto_intersection":
