@@ -445,7 +445,13 @@ class AHTOSearcher(QNEHVISearcher):
     2 objectives, 20 trials, 20 seeds per task): the policy cut qLogNEHVI's hypervolume regret on
     the 4 validation tasks it was chosen on; on the 10 test tasks it does not (median ratio of
     regrets ahto/qnehvi 1.02, Wilcoxon p 0.92, worse on 6 of 10), and both stay behind Optuna's
-    ``GPSampler``; numbers in ``benchmarks/searchers/results/searchers.json``. An earlier policy
+    ``GPSampler``; numbers in ``benchmarks/searchers/results/searchers.json``. On the branched
+    problem of ``benchmarks/searchers/conditional.py`` the policy is what puts AHTO level with
+    TPE: without it (``policy="none"``) AHTO falls well below TPE, which is why it stays on by
+    default. A second design, a :class:`~archsearch.search.policy.LinearPolicy` trained on whole
+    episodes by evolution strategies (``benchmarks/ahto_policy/episodes.py``, opt-in with
+    ``policy="benchmarks/ahto_policy/weights/ahto_policy_es.json"``), tied this one on the
+    validation tasks; numbers in ``benchmarks/ahto_policy/results/ahto_policy_episodes.json``. An earlier policy
     (REINFORCE from scratch inside each run, choosing among near-ties) was removed because it
     never beat plain qLogNEHVI (``benchmarks/searchers/searchers.py``: Wilcoxon p >= 0.07 everywhere).
 

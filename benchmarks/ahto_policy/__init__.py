@@ -11,4 +11,10 @@ test read of the shipped policy is the searchers question's (``searchers.json``,
     python -m benchmarks.ahto_policy.ahto_policy run --stage collect --seeds 0-1
     python -m benchmarks.ahto_policy.ahto_policy run --stage train --out FILE [--temperature T --l2 L]
     python -m benchmarks.ahto_policy.ahto_policy run --stage ship --variants LABEL=FILE ...
+
+``episodes.py`` (issue 65 item 3, ``protocols/ahto_policy_episodes.json``): design 2, a linear
+policy trained on whole episodes by evolution strategies, compared on the validation tasks with
+the base, qLogNEHVI and the shipped policy; ``protocols/ahto_policy_base.json`` (written after
+that read): the base on the branched problem, and the episode policy on the test tasks
+(exploratory). Result ``results/ahto_policy_episodes.json``; weights ``weights/ahto_policy_es.json``.
 """

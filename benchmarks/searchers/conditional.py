@@ -16,7 +16,8 @@ its defaults: branch params as conditions inferred from the trials), ``ahto_indi
 (``model_branches="indicators"``: the union of params with "active" indicator columns, the
 behaviour issue 37 measured), ``ahto_intersection`` (``model_branches=False``), ``gp`` (Optuna's
 ``GPSampler``), ``tpe`` (``TPESampler(multivariate=True, group=True)``, Optuna's answer to
-branches), ``random``. Protocol: ``benchmarks/searchers/protocols/conditional_v2.json``
+branches), ``random``; ``ahto_base`` (``policy="none"``, AHTO without its policy) is run on request
+(``--samplers ahto_base``) for ``benchmarks/ahto_policy/protocols/ahto_policy_base.json``. Protocol: ``benchmarks/searchers/protocols/conditional_v2.json``
 (committed before its runs; validation seeds 0-9, test seeds 10-29). Rows:
 ``benchmarks/searchers/runs/conditional_v2_runs.jsonl`` (one per sampler and seed, resumable;
 issue 37's ``conditional_runs.jsonl``, protocol ``conditional.json``, stays as it was).
