@@ -200,40 +200,25 @@ def final_weights() -> Path | None:
     return write_weights(WEIGHTS_OUT, w, manifest)
 
 
-def label_kwargs(label: str) -> tuple[str, dict]:
-    """The searcher and keyword arguments of a validation label."""
+def label_kwargs(label: str) -> dict:
+    """AHTO's keyword arguments for a validation label."""
     if label == "ahto_es":
         if not WEIGHTS_OUT.exists():
             raise SystemExit(f"{WEIGHTS_OUT}: no trained weights (run --stage train to the end first)")
-        return "ahto", {"policy": str(WEIGHTS_OUT.relative_to(HERE.parent.parent))}
+        return {"policy": str(WEIGHTS_OUT.relative_to(HERE.parent.parent))}
     if label == "ahto_pool0":
-        return "ahto", {"policy": str(write_weights(RUNDIR / "pool0.json", np.zeros(n_weights()),
-                                                     {"role": "the base: zero weights"}).relative_to(HERE.parent.parent))}
+        return {"policy": str(write_weights(RUNDIR / "pool0.json", np.zeros(n_weights()),
+                                            {"role": "the base: zero weights"}).relative_to(HERE.parent.parent))}
     if label == "qnehvi":
-        return "ahto", {"policy": "none"}
-    return "ahto", {}
-
-
-def _lc_job(job: tuple) -> dict:
-    import torch
-
-    torch.set_num_threads(1)
-    from benchmarks.testbeds.search_loop import run_one
-
-    task, label, kwargs, seed, budget = job
-    problem = L.LCBenchProblem(task, 2, budget)
-    t0 = time.time()
-    core = L.build_searcher("ahto", problem, seed, **kwargs)
-    r = run_one(problem, label, seed, budget=budget, core=core)
-    r.update(task=task, objectives=2, seconds=time.time() - t0, kwargs=kwargs)
-    return r
+        return {"policy": "none"}
+    return {}
 
 
 def cmd_searches(args, stage: str, labels: tuple[str, ...], seeds: list[int]) -> None:
     done = L.done_runs(RUNS, 20)
-    jobs = [(t, label, label_kwargs(label)[1], s, 20) for s in seeds for t in L.tasks_of(stage) for label in labels
+    jobs = [(t, label, "ahto", label_kwargs(label), s, 20) for s in seeds for t in L.tasks_of(stage) for label in labels
             if (f"lcbench_{t}", label, s) not in done]
-    L.run_searches(_lc_job, jobs, RUNS, args.workers, stage)
+    L.run_searches(L.search_job, jobs, RUNS, args.workers, stage)
 
 
 def validation_scores() -> dict:
@@ -305,6 +290,16 @@ def override_rate(runs: list[dict], label: str) -> dict:
     return {"asks": len(ch), "rate": sum(ch) / len(ch) if ch else None}
 
 
+def test_comparison(own_test: list[dict], test_tasks: list[str]) -> tuple[dict, dict]:
+    """ahto_es's test rows beside qnehvi's and ahto's of lcbench_runs.jsonl (seeds 0-19): the
+    per-task table and :func:`lcbench.compare` at 20 trials against each."""
+    stored = [r for r in L.read_runs(L.ROOT / "benchmarks" / "searchers" / "runs" / "lcbench_runs.jsonl")
+              if r["searcher"] in ("qnehvi", "ahto")]
+    S = L.summarize_lcbench(own_test + stored, test_tasks, ["ahto_es", "qnehvi", "ahto"], budgets=(10, 20),
+                            seeds=TEST_SEEDS)
+    return S["table"], {base: L.compare(S["table"], "ahto_es", base, 20) for base in ("qnehvi", "ahto")}
+
+
 def build(record_reads: bool = True) -> dict[Path, dict]:
     from benchmarks.evidence.ledger import Read
     from benchmarks.evidence.results import build_result
@@ -340,16 +335,13 @@ def build(record_reads: bool = True) -> dict[Path, dict]:
     own_test = [r for r in V["runs"] if r["searcher"] == "ahto_es" and r["problem"].split("_")[-1] in test_tasks]
     seeds = sorted({r["seed"] for r in own_test})
     if choice["passed"] and seeds == TEST_SEEDS and len(own_test) == len(TEST_SEEDS) * len(test_tasks):
-        stored = [r for r in L.read_runs(L.ROOT / "benchmarks" / "searchers" / "runs" / "lcbench_runs.jsonl")
-                  if r["searcher"] in ("qnehvi", "ahto")]
-        S = L.summarize_lcbench(own_test + stored, test_tasks, ["ahto_es", "qnehvi", "ahto"], budgets=(10, 20),
-                                seeds=TEST_SEEDS)
+        S, cmp = test_comparison(own_test, test_tasks)
         for key, base in (("ahto_base", "qnehvi"), ("ahto_onestep", "ahto")):
-            c = L.compare(S["table"], "ahto_es", base, 20)
+            c = cmp[base]
             summary[f"ahto_regret_ratio_vs_{key}_at_20"] = c["ratio"]
             summary[f"ahto_wilcoxon_p_vs_{key}_at_20"] = c["p"]
             summary[f"ahto_tasks_worse_vs_{key}_at_20"] = c["worse"]
-        extra["test_table"] = S["table"]
+        extra["test_table"] = S
         reads = [Read("lcbench:test_tasks", PROTOCOL)]
     elif not choice["passed"]:  # the addendum (protocols/ahto_policy_base.json), after the choice
         cond = conditional_keys()
@@ -361,18 +353,14 @@ def build(record_reads: bool = True) -> dict[Path, dict]:
             keep = cond["ahto_base_hv_ratio_vs_ahto_policy_conditional_at_40_validation"] < 1.0
             summary["default_policy"] = "design 1 (ahto_policy.json)" if keep else "none (the base alone)"
         if seeds == TEST_SEEDS and len(own_test) == len(TEST_SEEDS) * len(test_tasks):
-            stored = [r for r in L.read_runs(L.ROOT / "benchmarks" / "searchers" / "runs" / "lcbench_runs.jsonl")
-                      if r["searcher"] in ("qnehvi", "ahto")]
-            S = L.summarize_lcbench(own_test + stored, test_tasks, ["ahto_es", "qnehvi", "ahto"], budgets=(10, 20),
-                                    seeds=TEST_SEEDS)
-            for base in ("qnehvi", "ahto"):
-                c = L.compare(S["table"], "ahto_es", base, 20)
+            S, cmp = test_comparison(own_test, test_tasks)
+            for base, c in cmp.items():
                 key = f"exploratory_ahto_es_regret_ratio_vs_{base}_at_20"
                 summary[key] = c["ratio"]
                 summary[key.replace("regret_ratio", "wilcoxon_p")] = c["p"]
                 summary[key.replace("regret_ratio", "tasks_worse")] = c["worse"]
             summary["exploratory_override_rate_test"] = override_rate(own_test, "ahto_es")["rate"]
-            extra["test_table_exploratory"] = S["table"]
+            extra["test_table_exploratory"] = S
             reads.append(Read("lcbench:test_tasks", ADDENDUM, "test_exploratory"))
     prov = provenance(commits=commits, seeds=VALIDATION_SEEDS, wall_s=time.time() - t0,
                       selection_split="validation")

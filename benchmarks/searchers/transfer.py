@@ -53,19 +53,8 @@ def _seeds(spec: str) -> list[int]:
 
 
 def _job(job: tuple) -> dict:
-    import torch
-
-    torch.set_num_threads(1)
-    from benchmarks.searchers.searchers import run_one
-
-    task, label, searcher, kwargs, seed, budget = job
-    problem = L.LCBenchProblem(task, 2, budget)
-    t0 = time.time()
-    core = L.build_searcher(searcher, problem, seed, n_init=protocol()["initial_design"], **kwargs)
-    r = run_one(problem, label, seed, budget=budget, core=core)
-    r.update(task=task, objectives=2, seconds=time.time() - t0, kwargs=kwargs,
-             prior_weight=getattr(core, "prior_weight", None))
-    return r
+    """:func:`lcbench.search_job` with this protocol's initial design."""
+    return L.search_job(job, n_init=protocol()["initial_design"])
 
 
 def stage_variants(stage: str, chosen: dict | None = None) -> dict[str, dict]:

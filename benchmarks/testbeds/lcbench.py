@@ -386,6 +386,28 @@ def done_runs(path: Path | str, budget: int) -> set[tuple[str, str, int]]:
     return {(r["problem"], r["searcher"], r["seed"]) for r in read_runs(path) if len(r["curve"]) >= budget}
 
 
+def search_job(job: tuple, n_init: int = N_INIT) -> dict:
+    """One LCBench search for :func:`run_searches`: ``job`` = ``(task, label, searcher, kwargs,
+    seed, budget)``, 2 objectives, the searcher built by :func:`build_searcher`; the run's row
+    (``benchmarks.testbeds.search_loop.run_one``) with its task, seconds, kwargs and the
+    searcher's ``prior_weight`` (None without history)."""
+    import time
+
+    import torch
+
+    from benchmarks.testbeds.search_loop import run_one
+
+    torch.set_num_threads(1)
+    task, label, searcher, kwargs, seed, budget = job
+    problem = LCBenchProblem(task, 2, budget)
+    t0 = time.time()
+    core = build_searcher(searcher, problem, seed, n_init=n_init, **kwargs)
+    r = run_one(problem, label, seed, budget=budget, core=core)
+    r.update(task=task, objectives=2, seconds=time.time() - t0, kwargs=kwargs,
+             prior_weight=getattr(core, "prior_weight", None))
+    return r
+
+
 def run_searches(job, jobs: list[tuple], runs: Path | str, workers: int, stage: str) -> None:
     """``job(j) -> run row`` over ``jobs`` in ``workers`` spawned processes; each row is appended
     to the run log ``runs`` with the commit as it finishes (resumable: callers leave out the
